@@ -1,0 +1,335 @@
+// Package config loads, expands and validates tollgate's YAML configuration.
+//
+// It imports nothing of the rest of the project: every other package reads
+// these plain types. Loading is three steps, in the style of Caddy's modules:
+// parse strictly (unknown keys are errors), Provision (fill defaults), then
+// Validate (refuse bad values, each error naming its path).
+package config
+
+import "time"
+
+// Config is the whole gateway configuration, as written in one YAML file.
+type Config struct {
+	// Listen is the address of the client-facing listener. Zero means
+	// "127.0.0.1:8080".
+	Listen string `yaml:"listen"`
+	// AdminListen, when set, serves the service API, the usage API and
+	// /metrics on a separate address. Zero means they share Listen.
+	AdminListen string `yaml:"admin_listen"`
+
+	Log      Log       `yaml:"log"`
+	Auth     Auth      `yaml:"auth"`
+	Server   Server    `yaml:"server"`
+	Backends []Backend `yaml:"backends"`
+	Models   []Model   `yaml:"models"`
+	Store    Store     `yaml:"store"`
+	Usage    Usage     `yaml:"usage"`
+	Limits   []Limit   `yaml:"limits"`
+	// LimitsBackend says where limit and budget counters live.
+	LimitsBackend LimitsBackend `yaml:"limits_backend"`
+	Traces        Traces        `yaml:"traces"`
+	// Retries govern trying another backend when one fails.
+	Retries Retries `yaml:"retries"`
+	// Reload governs picking up configuration changes without a restart.
+	Reload Reload `yaml:"reload"`
+
+	// Path is the file the configuration was loaded from; empty when it
+	// came from the embedded default. It is not read from YAML.
+	Path string `yaml:"-"`
+}
+
+// Log configures the zap logger.
+type Log struct {
+	// Level is debug, info, warn or error. Zero means info.
+	Level string `yaml:"level"`
+	// Format is json or console. Zero means json.
+	Format string `yaml:"format"`
+}
+
+// Auth lists the API keys clients present as "Authorization: Bearer <key>".
+type Auth struct {
+	Keys []Key `yaml:"keys"`
+}
+
+// Key is one client API key. Exactly one of Key and KeySHA256 is set.
+type Key struct {
+	// Name identifies the key in logs and usage records; it is never secret.
+	Name string `yaml:"name"`
+	// Key is the secret itself, usually "${SOME_ENV_VAR}".
+	Key string `yaml:"key"`
+	// KeySHA256 is the hex SHA-256 of the secret (64 characters, as
+	// sha256sum prints it; upper case is accepted too), so that the file
+	// holds no secret at all.
+	KeySHA256 string `yaml:"key_sha256"`
+	// Teams the key may charge and read. "*" means any team. Zero means
+	// only DefaultTeam.
+	Teams []string `yaml:"teams"`
+	// DefaultTeam is charged when a request names no team. Zero means
+	// "default".
+	DefaultTeam string `yaml:"default_team"`
+	// Admin keys may use the service and usage APIs for every team.
+	Admin bool `yaml:"admin"`
+}
+
+// Server holds the client-facing listener's limits and timeouts.
+type Server struct {
+	// MaxBodyBytes caps a request body. Zero means 4 MiB.
+	MaxBodyBytes int `yaml:"max_body_bytes"`
+	// MaxHeaderBytes caps the request header block. Zero means 16 KiB.
+	MaxHeaderBytes int `yaml:"max_header_bytes"`
+	// MaxMessages caps the number of chat messages. Zero means 2048.
+	MaxMessages int `yaml:"max_messages"`
+	// MaxJSONDepth caps nesting depth of a request body. Zero means 64.
+	MaxJSONDepth int `yaml:"max_json_depth"`
+	// ReadTimeout bounds reading one request (headers and body), against
+	// slow clients. Zero means 30s.
+	ReadTimeout time.Duration `yaml:"read_timeout"`
+	// IdleTimeout closes keep-alive connections idle this long. Zero means 120s.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// MaxConnections caps concurrent client connections. Zero means 20000.
+	MaxConnections int `yaml:"max_connections"`
+	// MaxStreams caps concurrent streamed completions; past it a stream
+	// request gets a 503 with Retry-After. Zero means 10000.
+	MaxStreams int `yaml:"max_streams"`
+	// MetricsRequireAdmin makes /metrics answer only requests with an
+	// admin key. Zero means /metrics is open (put it on admin_listen, or
+	// set this, where the listener is reachable by clients).
+	MetricsRequireAdmin bool `yaml:"metrics_require_admin"`
+	// ShutdownTimeout is how long in-flight requests and streams may run
+	// after SIGINT/SIGTERM. Zero means 30s.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+}
+
+// Backend is one OpenAI-compatible upstream, or the in-process simulator.
+// Exactly one of URL and Simulated is set.
+type Backend struct {
+	// Name is how models refer to the backend.
+	Name string `yaml:"name"`
+	// URL is the OpenAI base URL, as users write it for OPENAI_BASE_URL,
+	// e.g. "http://10.0.0.5:8000/v1". Chat completions go to URL + "/chat/completions".
+	URL string `yaml:"url"`
+	// APIKey is sent upstream as "Authorization: Bearer <APIKey>". Zero
+	// means no Authorization header is sent upstream. Never logged.
+	APIKey string `yaml:"api_key"`
+	// Simulated, when set, runs an in-process simulated backend instead of
+	// dialing URL.
+	Simulated *Simulated `yaml:"simulated"`
+
+	// Weight is this backend's share of traffic relative to the model's
+	// other backends. Zero means 1.
+	Weight int `yaml:"weight"`
+	// MaxConcurrency caps in-flight requests to this backend. Zero means
+	// no cap.
+	MaxConcurrency int `yaml:"max_concurrency"`
+	// MaxConns caps TCP connections to the backend. Zero means 1024.
+	MaxConns int `yaml:"max_conns"`
+	// ContinuousUsage says the backend honours vLLM's
+	// stream_options.continuous_usage_stats. The gateway then asks for
+	// cumulative usage on every chunk, so that a stream the client abandons
+	// is counted exactly, and removes it from chunks the client did not ask
+	// it on. Zero means false, except for simulated backends, which always
+	// support it.
+	ContinuousUsage bool `yaml:"continuous_usage"`
+
+	Timeouts BackendTimeouts `yaml:"timeouts"`
+	Health   Health          `yaml:"health"`
+}
+
+// Health configures how a backend's health is judged: actively, by
+// probing it, and passively, by ejecting it after consecutive failures.
+type Health struct {
+	// Path is probed with GET, relative to the backend URL. Zero means
+	// "/models", which every OpenAI-compatible server answers.
+	Path string `yaml:"path"`
+	// Interval between probes. Zero means 10s.
+	Interval time.Duration `yaml:"interval"`
+	// Timeout bounds one probe. Zero means 3s.
+	Timeout time.Duration `yaml:"timeout"`
+	// FailuresToEject is how many consecutive connection failures or 5xx
+	// answers take the backend out of rotation. Zero means 3.
+	FailuresToEject int `yaml:"failures_to_eject"`
+	// Cooldown is how long an ejected backend stays out before it is tried
+	// again; it doubles each time the backend fails again on return, up to
+	// MaxCooldown. Zero means 5s.
+	Cooldown time.Duration `yaml:"cooldown"`
+	// MaxCooldown caps the cooldown. Zero means 2m.
+	MaxCooldown time.Duration `yaml:"max_cooldown"`
+}
+
+// BackendTimeouts bound each phase of an upstream request.
+type BackendTimeouts struct {
+	// Connect bounds dialing. Zero means 5s.
+	Connect time.Duration `yaml:"connect"`
+	// FirstByte bounds the wait for the response headers after the request
+	// is sent. Zero means 60s.
+	FirstByte time.Duration `yaml:"first_byte"`
+	// Idle bounds the gap between two reads of a streamed response, so that
+	// a long generation lives as long as tokens keep coming. Zero means 60s.
+	Idle time.Duration `yaml:"idle"`
+	// Total bounds a whole non-streaming request or a whole stream. Zero
+	// means 10m.
+	Total time.Duration `yaml:"total"`
+}
+
+// Simulated configures the in-process simulated backend.
+type Simulated struct {
+	// TimeToFirstToken delays the first token. Zero means none.
+	TimeToFirstToken time.Duration `yaml:"ttft"`
+	// InterTokenDelay spaces streamed tokens. Zero means none.
+	InterTokenDelay time.Duration `yaml:"inter_token"`
+	// Tokens is the completion length when the request sets no max tokens.
+	// Zero means 16.
+	Tokens int `yaml:"tokens"`
+}
+
+// Model is a public model id and where it is served.
+type Model struct {
+	// Name is the id clients send and /v1/models lists.
+	Name string `yaml:"name"`
+	// UpstreamModel replaces Name in the body sent upstream, and is mapped
+	// back to Name in replies. Zero means Name is sent as is.
+	UpstreamModel string `yaml:"upstream_model"`
+	// Backends serving the model, by name; at least one.
+	Backends []string `yaml:"backends"`
+	// PriorityScheduling says the backends schedule by the request's
+	// "priority"; without it a non-zero priority is refused with 400.
+	PriorityScheduling bool `yaml:"priority_scheduling"`
+	// Pricing per million tokens, used by /trace/usage with include_costs.
+	// Zero means the model's costs are 0.
+	Pricing Pricing `yaml:"pricing"`
+	// Fallbacks are models tried, in order, when every backend of this
+	// model failed or is out. Zero means none.
+	Fallbacks []string `yaml:"fallbacks"`
+	// FallbackKeepsModel makes a reply served by a fallback still name this
+	// model. Zero means the reply names the model that served it; the
+	// Compat-Served-Model header always does.
+	FallbackKeepsModel bool `yaml:"fallback_keeps_model"`
+	// Affinity "prefix" sends requests whose first messages are the same to
+	// the same backend while it is healthy and not overloaded, so its
+	// prefix cache hits. Zero means no affinity.
+	Affinity string `yaml:"affinity"`
+	// Queue bounds how requests wait when every backend is at its
+	// max_concurrency.
+	Queue Queue `yaml:"queue"`
+}
+
+// Queue is the bounded wait for a backend slot.
+type Queue struct {
+	// Depth is how many requests may wait at once; more get a 503. Zero
+	// means 128.
+	Depth int `yaml:"depth"`
+	// Wait is the longest a request waits for a slot before a 503 with
+	// Retry-After. Zero means 5s.
+	Wait time.Duration `yaml:"wait"`
+}
+
+// Pricing is a model's price per million tokens.
+type Pricing struct {
+	PromptPerMTok       float64 `yaml:"prompt_per_mtok"`
+	CompletionPerMTok   float64 `yaml:"completion_per_mtok"`
+	CachedPromptPerMTok float64 `yaml:"cached_prompt_per_mtok"`
+}
+
+// Store selects where usage records and traces are persisted.
+type Store struct {
+	// Driver is sqlite or postgres. Zero means sqlite.
+	Driver string `yaml:"driver"`
+	// Path is the SQLite file. Zero means "tollgate.db". A relative path
+	// is resolved beside the config file (or in the working directory for
+	// the embedded default); ":memory:" is kept as it is.
+	Path string `yaml:"path"`
+	// DSN is the PostgreSQL connection string (driver postgres only).
+	DSN string `yaml:"dsn"`
+}
+
+// Usage configures how usage records are queued and written.
+type Usage struct {
+	// QueueSize bounds records waiting to be written; a full queue makes
+	// recording wait (backpressure) rather than drop. Zero means 65536.
+	QueueSize int `yaml:"queue_size"`
+	// BatchSize is the most records written in one transaction. Zero means 512.
+	BatchSize int `yaml:"batch_size"`
+	// FlushInterval is the longest a record waits in the queue, and so the
+	// most that a hard crash can lose. Zero means 1s.
+	FlushInterval time.Duration `yaml:"flush_interval"`
+	// DefaultProject is charged when a request names no project. Zero
+	// means "inference".
+	DefaultProject string `yaml:"default_project"`
+	// DefaultMaxTokens is the completion estimate reserved against budgets
+	// when a request sets no max tokens. Zero means 1024.
+	DefaultMaxTokens int64 `yaml:"default_max_tokens"`
+}
+
+// Limit applies rate limits and a token budget to the requests it selects.
+type Limit struct {
+	// Team, Project and Key (a key's name) select requests. A zero field
+	// matches anything and counts all matches together; "*" matches
+	// anything and counts each distinct value separately (team: "*" gives
+	// every team its own budget).
+	Team    string `yaml:"team"`
+	Project string `yaml:"project"`
+	Key     string `yaml:"key"`
+	// RPM caps requests per minute. Zero means no cap.
+	RPM int64 `yaml:"rpm"`
+	// TPM caps tokens per minute. Zero means no cap.
+	TPM int64 `yaml:"tpm"`
+	// TokenBudget caps tokens per BudgetWindow. Zero means no budget.
+	TokenBudget int64 `yaml:"token_budget"`
+	// BudgetWindow is day or month, UTC calendar windows. Zero means month.
+	BudgetWindow string `yaml:"budget_window"`
+}
+
+// LimitsBackend selects where rate-limit and budget counters are kept.
+type LimitsBackend struct {
+	// Driver is memory (counters in this process) or redis (counters
+	// shared by every gateway replica). Zero means memory.
+	Driver string `yaml:"driver"`
+	// Addr is the Redis host:port (driver redis only).
+	Addr string `yaml:"addr"`
+	// Password authenticates to Redis. Zero means none.
+	Password string `yaml:"password"`
+	// DB is the Redis database number. Zero means 0.
+	DB int `yaml:"db"`
+	// Prefix starts every Redis key the gateway writes. Zero means "tollgate:".
+	Prefix string `yaml:"prefix"`
+	// Timeout bounds each Redis call on the request path; past it the
+	// gateway falls back to its local counters. Zero means 50ms.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// Retries govern retrying a request on another backend after a failure
+// that happened before any byte reached the client: a connection failure,
+// a timeout before the first response byte, or a 429/502/503/504.
+type Retries struct {
+	// Attempts is the most backends one request is sent to, the first
+	// included. Zero means 3.
+	Attempts int `yaml:"attempts"`
+	// Backoff is the base delay before a retry; each retry waits a random
+	// time up to twice the previous one (full jitter), and never less than
+	// a Retry-After the backend sent, capped at MaxBackoff. Zero means 25ms.
+	Backoff time.Duration `yaml:"backoff"`
+	// MaxBackoff caps the delay before one retry. Zero means 1s.
+	MaxBackoff time.Duration `yaml:"max_backoff"`
+	// BudgetRatio caps retries at this fraction of requests (over a
+	// ten-second window), so a meltdown does not multiply load. Zero means 0.2.
+	BudgetRatio float64 `yaml:"budget_ratio"`
+	// BudgetMin retries per second are always allowed, so light traffic
+	// can retry. Zero means 10.
+	BudgetMin int `yaml:"budget_min"`
+}
+
+// Reload governs configuration hot reload. SIGHUP always reloads.
+type Reload struct {
+	// Watch polls the configuration file and reloads when it changes.
+	// Zero means false.
+	Watch bool `yaml:"watch"`
+	// Interval between polls. Zero means 2s.
+	Interval time.Duration `yaml:"interval"`
+}
+
+// Traces configures how chat completions are recorded as trace calls.
+type Traces struct {
+	// StorePayloads stores prompts and outputs in the calls' inputs and
+	// output. Zero means they are not stored.
+	StorePayloads bool `yaml:"store_payloads"`
+}

@@ -1,0 +1,189 @@
+package config
+
+import (
+	"path/filepath"
+	"time"
+)
+
+// The defaults Provision fills in. Each is stated again in the comment of
+// its field in config.go, which is what users read; keep the two in step.
+const (
+	defaultListen    = "127.0.0.1:8080"
+	defaultLogLevel  = "info"
+	defaultLogFormat = "json"
+
+	defaultTeam = "default"
+
+	defaultMaxBodyBytes      = 4 << 20
+	defaultMaxHeaderBytes    = 16 << 10
+	defaultMaxMessages       = 2048
+	defaultMaxJSONDepth      = 64
+	defaultReadTimeout       = 30 * time.Second
+	defaultServerIdleTimeout = 120 * time.Second
+	defaultMaxConnections    = 20000
+	defaultShutdownTimeout   = 30 * time.Second
+
+	defaultBackendWeight    = 1
+	defaultBackendMaxConns  = 1024
+	defaultConnectTimeout   = 5 * time.Second
+	defaultFirstByteTimeout = 60 * time.Second
+	defaultIdleTimeout      = 60 * time.Second
+	defaultTotalTimeout     = 10 * time.Minute
+	defaultSimulatedTokens  = 16
+
+	defaultStoreDriver = driverSQLite
+	defaultStorePath   = "tollgate.db"
+
+	defaultQueueSize     = 65536
+	defaultBatchSize     = 512
+	defaultFlushInterval = time.Second
+	defaultProject       = "inference"
+	defaultMaxTokens     = 1024
+	defaultBudgetWindow  = windowMonth
+	defaultLimitsDriver  = limitsMemory
+
+	defaultMaxStreams       = 10000
+	defaultHealthPath       = "/models"
+	defaultHealthInterval   = 10 * time.Second
+	defaultHealthTimeout    = 3 * time.Second
+	defaultFailuresToEject  = 3
+	defaultCooldown         = 5 * time.Second
+	defaultMaxCooldown      = 2 * time.Minute
+	defaultQueueDepth       = 128
+	defaultQueueWait        = 5 * time.Second
+	defaultRetryAttempts    = 3
+	defaultRetryBackoff     = 25 * time.Millisecond
+	defaultRetryMaxBackoff  = time.Second
+	defaultRetryBudgetRatio = 0.2
+	defaultRetryBudgetMin   = 10
+	defaultReloadInterval   = 2 * time.Second
+	defaultRedisPrefix      = "tollgate:"
+	defaultRedisTimeout     = 50 * time.Millisecond
+)
+
+// Store drivers and budget windows, as written in the file.
+const (
+	driverSQLite   = "sqlite"
+	driverPostgres = "postgres"
+	windowDay      = "day"
+	windowMonth    = "month"
+	limitsMemory   = "memory"
+	limitsRedis    = "redis"
+
+	// sqliteInMemory is SQLite's name for a database that is no file, and
+	// so is not resolved against the config file's directory.
+	sqliteInMemory = ":memory:"
+)
+
+// Provision fills every zero field that has a default with that default,
+// as each field's comment states. It also resolves a relative SQLite store
+// path against the directory of c.Path, when c.Path is set, so that a
+// config file and its database travel together whatever the working
+// directory; the result is absolute, which keeps a second Provision from
+// resolving it again.
+//
+// Provision does not check anything; call Validate afterwards.
+func (c *Config) Provision() {
+	setDefault(&c.Listen, defaultListen)
+	setDefault(&c.Log.Level, defaultLogLevel)
+	setDefault(&c.Log.Format, defaultLogFormat)
+
+	for i := range c.Auth.Keys {
+		k := &c.Auth.Keys[i]
+		setDefault(&k.DefaultTeam, defaultTeam)
+		if len(k.Teams) == 0 {
+			k.Teams = []string{k.DefaultTeam}
+		}
+	}
+
+	s := &c.Server
+	setDefault(&s.MaxBodyBytes, defaultMaxBodyBytes)
+	setDefault(&s.MaxHeaderBytes, defaultMaxHeaderBytes)
+	setDefault(&s.MaxMessages, defaultMaxMessages)
+	setDefault(&s.MaxJSONDepth, defaultMaxJSONDepth)
+	setDefault(&s.ReadTimeout, defaultReadTimeout)
+	setDefault(&s.IdleTimeout, defaultServerIdleTimeout)
+	setDefault(&s.MaxConnections, defaultMaxConnections)
+	setDefault(&s.MaxStreams, defaultMaxStreams)
+	setDefault(&s.ShutdownTimeout, defaultShutdownTimeout)
+
+	for i := range c.Backends {
+		b := &c.Backends[i]
+		setDefault(&b.Weight, defaultBackendWeight)
+		setDefault(&b.MaxConns, defaultBackendMaxConns)
+		setDefault(&b.Timeouts.Connect, defaultConnectTimeout)
+		setDefault(&b.Timeouts.FirstByte, defaultFirstByteTimeout)
+		setDefault(&b.Timeouts.Idle, defaultIdleTimeout)
+		setDefault(&b.Timeouts.Total, defaultTotalTimeout)
+		setDefault(&b.Health.Path, defaultHealthPath)
+		setDefault(&b.Health.Interval, defaultHealthInterval)
+		setDefault(&b.Health.Timeout, defaultHealthTimeout)
+		setDefault(&b.Health.FailuresToEject, defaultFailuresToEject)
+		setDefault(&b.Health.Cooldown, defaultCooldown)
+		setDefault(&b.Health.MaxCooldown, defaultMaxCooldown)
+		if b.Simulated != nil {
+			setDefault(&b.Simulated.Tokens, defaultSimulatedTokens)
+		}
+	}
+
+	for i := range c.Models {
+		q := &c.Models[i].Queue
+		setDefault(&q.Depth, defaultQueueDepth)
+		setDefault(&q.Wait, defaultQueueWait)
+	}
+
+	r := &c.Retries
+	setDefault(&r.Attempts, defaultRetryAttempts)
+	setDefault(&r.Backoff, defaultRetryBackoff)
+	setDefault(&r.MaxBackoff, defaultRetryMaxBackoff)
+	setDefault(&r.BudgetRatio, defaultRetryBudgetRatio)
+	setDefault(&r.BudgetMin, defaultRetryBudgetMin)
+	setDefault(&c.Reload.Interval, defaultReloadInterval)
+
+	setDefault(&c.Store.Driver, defaultStoreDriver)
+	if c.Store.Driver == driverSQLite {
+		setDefault(&c.Store.Path, defaultStorePath)
+		c.Store.Path = resolveStorePath(c.Path, c.Store.Path)
+	}
+
+	u := &c.Usage
+	setDefault(&u.QueueSize, defaultQueueSize)
+	setDefault(&u.BatchSize, defaultBatchSize)
+	setDefault(&u.FlushInterval, defaultFlushInterval)
+	setDefault(&u.DefaultProject, defaultProject)
+	setDefault(&u.DefaultMaxTokens, defaultMaxTokens)
+
+	for i := range c.Limits {
+		setDefault(&c.Limits[i].BudgetWindow, defaultBudgetWindow)
+	}
+
+	lb := &c.LimitsBackend
+	setDefault(&lb.Driver, defaultLimitsDriver)
+	if lb.Driver == limitsRedis {
+		setDefault(&lb.Prefix, defaultRedisPrefix)
+		setDefault(&lb.Timeout, defaultRedisTimeout)
+	}
+}
+
+// setDefault sets *v to def when *v is the zero value.
+func setDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
+
+// resolveStorePath returns the SQLite path p, resolved against the
+// directory of the config file at configPath. An absolute p, SQLite's
+// ":memory:", or an empty configPath (an embedded config, with no file to
+// be beside) leave p as it is.
+func resolveStorePath(configPath, p string) string {
+	if configPath == "" || p == sqliteInMemory || filepath.IsAbs(p) {
+		return p
+	}
+	dir := filepath.Dir(configPath)
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
+	return filepath.Join(dir, p)
+}
