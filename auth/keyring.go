@@ -1,0 +1,161 @@
+// Package auth resolves the API key a request presents to the configured
+// key it belongs to, and answers what that key may do.
+package auth
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/tollgate-dev/tollgate/config"
+)
+
+// Key is a configured API key, without its secret.
+type Key struct {
+	Name        string
+	DefaultTeam string
+	Admin       bool
+	// anyTeam is true when the key's teams include "*".
+	anyTeam bool
+	teams   map[string]struct{}
+	digest  [sha256.Size]byte
+}
+
+// AllowsTeam reports whether the key may charge and read team.
+func (k *Key) AllowsTeam(team string) bool {
+	if k.Admin || k.anyTeam {
+		return true
+	}
+	_, ok := k.teams[team]
+	return ok
+}
+
+// AllowsAnyTeam reports whether the key may use every team, so that reads
+// need no per-team filter.
+func (k *Key) AllowsAnyTeam() bool { return k.Admin || k.anyTeam }
+
+// Teams lists the teams a key may use; it is empty for a key that may use
+// any team (see AllowsAnyTeam).
+func (k *Key) Teams() []string {
+	if k.AllowsAnyTeam() {
+		return nil
+	}
+	out := make([]string, 0, len(k.teams))
+	for t := range k.teams {
+		out = append(out, t)
+	}
+	return out
+}
+
+// Keyring holds the configured keys by the SHA-256 of their secret, so that
+// the process keeps no secret once it is built and key_sha256 entries need
+// no special case. Its keys can be replaced while it is in use (a config
+// reload): every holder of the Keyring sees the new keys at once.
+type Keyring struct {
+	keys atomic.Pointer[[]*Key]
+}
+
+// NewKeyring builds a Keyring from validated configuration.
+func NewKeyring(cfg config.Auth) (*Keyring, error) {
+	kr := &Keyring{}
+	if err := kr.Replace(cfg); err != nil {
+		return nil, err
+	}
+	return kr, nil
+}
+
+// Replace installs the keys of cfg. On error the previous keys stay.
+func (kr *Keyring) Replace(cfg config.Auth) error {
+	keys, err := buildKeys(cfg)
+	if err != nil {
+		return err
+	}
+	kr.keys.Store(&keys)
+	return nil
+}
+
+func buildKeys(cfg config.Auth) ([]*Key, error) {
+	keys := make([]*Key, 0, len(cfg.Keys))
+	for i, ck := range cfg.Keys {
+		k := &Key{Name: ck.Name, DefaultTeam: ck.DefaultTeam, Admin: ck.Admin, teams: make(map[string]struct{}, len(ck.Teams))}
+		for _, t := range ck.Teams {
+			if t == "*" {
+				k.anyTeam = true
+				continue
+			}
+			k.teams[t] = struct{}{}
+		}
+		if ck.KeySHA256 != "" {
+			b, err := hex.DecodeString(ck.KeySHA256)
+			if err != nil || len(b) != sha256.Size {
+				return nil, fmt.Errorf("auth.keys[%d].key_sha256: want 64 hex characters", i)
+			}
+			copy(k.digest[:], b)
+		} else {
+			k.digest = sha256.Sum256([]byte(ck.Key))
+		}
+		keys = append(keys, k)
+	}
+	return keys, nil
+}
+
+// Lookup returns the key whose secret is secret, or nil. It compares the
+// digest against every key in constant time and does not stop at the first
+// match, so timing tells nothing about which key, if any, matched.
+func (kr *Keyring) Lookup(secret []byte) *Key {
+	if len(secret) == 0 {
+		return nil
+	}
+	d := sha256.Sum256(secret)
+	var found *Key
+	for _, k := range *kr.keys.Load() {
+		if subtle.ConstantTimeCompare(d[:], k.digest[:]) == 1 {
+			found = k
+		}
+	}
+	return found
+}
+
+var (
+	bearerPrefix = []byte("Bearer ")
+	basicPrefix  = []byte("Basic ")
+)
+
+// Secret extracts the API key from an Authorization header value:
+// "Bearer <key>", or "Basic base64(user:<key>)" where the password is the
+// key and the user name is ignored. dst is reused for the decoded Basic
+// credentials; the result may alias header or dst.
+func Secret(dst, header []byte) []byte {
+	switch {
+	case hasPrefixFold(header, bearerPrefix):
+		return bytes.TrimSpace(header[len(bearerPrefix):])
+	case hasPrefixFold(header, basicPrefix):
+		enc := bytes.TrimSpace(header[len(basicPrefix):])
+		n := base64.StdEncoding.DecodedLen(len(enc))
+		if cap(dst) < n {
+			dst = make([]byte, n)
+		}
+		dst = dst[:n]
+		m, err := base64.StdEncoding.Decode(dst, enc)
+		if err != nil {
+			return nil
+		}
+		dst = dst[:m]
+		i := bytes.IndexByte(dst, ':')
+		if i < 0 {
+			return nil
+		}
+		return dst[i+1:]
+	}
+	return nil
+}
+
+// hasPrefixFold reports whether s starts with prefix, ignoring ASCII case
+// of the scheme as RFC 7235 asks.
+func hasPrefixFold(s, prefix []byte) bool {
+	return len(s) >= len(prefix) && bytes.EqualFold(s[:len(prefix)], prefix)
+}

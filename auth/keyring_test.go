@@ -1,0 +1,101 @@
+package auth
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"testing"
+
+	"github.com/tollgate-dev/tollgate/config"
+)
+
+func TestKeyringLookup(t *testing.T) {
+	sum := sha256.Sum256([]byte("sk-hashed-secret"))
+	kr, err := NewKeyring(config.Auth{Keys: []config.Key{
+		{Name: "plain", Key: "sk-plain-secret", Teams: []string{"acme"}, DefaultTeam: "acme"},
+		{Name: "hashed", KeySHA256: hex.EncodeToString(sum[:]), Teams: []string{"*"}, DefaultTeam: "beta"},
+		{Name: "root", Key: "sk-root-secret", Admin: true, DefaultTeam: "ops"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		secret string
+		want   string
+	}{
+		{"sk-plain-secret", "plain"},
+		{"sk-hashed-secret", "hashed"},
+		{"sk-root-secret", "root"},
+		{"sk-plain-secreT", ""},
+		{"", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.secret, func(t *testing.T) {
+			k := kr.Lookup([]byte(tt.secret))
+			got := ""
+			if k != nil {
+				got = k.Name
+			}
+			if got != tt.want {
+				t.Fatalf("Lookup(%q) = %q, want %q", tt.secret, got, tt.want)
+			}
+		})
+	}
+	plain := kr.Lookup([]byte("sk-plain-secret"))
+	if !plain.AllowsTeam("acme") || plain.AllowsTeam("beta") || plain.AllowsAnyTeam() {
+		t.Fatalf("plain key team rights wrong")
+	}
+	if !kr.Lookup([]byte("sk-hashed-secret")).AllowsTeam("anything") {
+		t.Fatalf("wildcard key must allow any team")
+	}
+	if !kr.Lookup([]byte("sk-root-secret")).AllowsTeam("anything") {
+		t.Fatalf("admin key must allow any team")
+	}
+}
+
+func TestKeyringRejectsBadDigest(t *testing.T) {
+	if _, err := NewKeyring(config.Auth{Keys: []config.Key{{Name: "x", KeySHA256: "zz"}}}); err == nil {
+		t.Fatal("want error for a non-hex key_sha256")
+	}
+}
+
+func TestSecret(t *testing.T) {
+	basic := "Basic " + base64.StdEncoding.EncodeToString([]byte("anyone:sk-123"))
+	tests := []struct {
+		name, header, want string
+	}{
+		{"bearer", "Bearer sk-123", "sk-123"},
+		{"bearer lower-case scheme", "bearer sk-123", "sk-123"},
+		{"basic password is the key", basic, "sk-123"},
+		{"basic without colon", "Basic " + base64.StdEncoding.EncodeToString([]byte("sk-123")), ""},
+		{"basic not base64", "Basic !!!", ""},
+		{"unknown scheme", "Token sk-123", ""},
+		{"empty", "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := string(Secret(nil, []byte(tt.header))); got != tt.want {
+				t.Fatalf("Secret(%q) = %q, want %q", tt.header, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestKeyringReplace(t *testing.T) {
+	kr, err := NewKeyring(config.Auth{Keys: []config.Key{{Name: "old", Key: "sk-old-secret"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kr.Replace(config.Auth{Keys: []config.Key{{Name: "new", Key: "sk-new-secret"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if kr.Lookup([]byte("sk-old-secret")) != nil || kr.Lookup([]byte("sk-new-secret")) == nil {
+		t.Fatal("Replace did not swap the keys")
+	}
+	if err := kr.Replace(config.Auth{Keys: []config.Key{{Name: "bad", KeySHA256: "nothex"}}}); err == nil {
+		t.Fatal("want an error for a bad digest")
+	}
+	if kr.Lookup([]byte("sk-new-secret")) == nil {
+		t.Fatal("a failed Replace must keep the previous keys")
+	}
+}
