@@ -1,0 +1,258 @@
+// Package backends holds the upstream side of the gateway: one Backend per
+// configured OpenAI-compatible server (or in-process simulator), the routes
+// from public model ids to them, selection among a model's backends, and
+// their health.
+package backends
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttputil"
+
+	"github.com/tollgate-dev/tollgate/backends/simulated"
+	"github.com/tollgate-dev/tollgate/config"
+)
+
+// maxIdleConnDuration stays below the 5 s keep-alive timeout of uvicorn
+// (vLLM's server), so the gateway closes an idle connection before the
+// backend does and never writes a request into a connection being closed.
+const maxIdleConnDuration = 4 * time.Second
+
+// Backend is one upstream server.
+type Backend struct {
+	// Name is the backend's name from the config.
+	Name string
+
+	weight         int64
+	maxConcurrency int64
+	timeouts       config.BackendTimeouts
+	client         *fasthttp.HostClient
+	chatURL        []byte
+	healthURL      []byte
+	// authorization is the whole "Bearer <key>" header value, built once;
+	// nil when the backend takes no key.
+	authorization []byte
+
+	// continuousUsage says the backend honours continuous_usage_stats.
+	continuousUsage bool
+	// seed places the backend in rendezvous hashing. It derives from the
+	// name, so every gateway replica, and every reload, agrees on which
+	// backend a prompt prefix belongs to.
+	seed uint64
+	// slots is signalled when a request ends, for requests queued for a
+	// free slot.
+	slots *slotSignal
+
+	inflight atomic.Int64
+	health   health
+	// nextProbe is when the health checker probes next (unix ns); only
+	// the checker's goroutine touches it.
+	nextProbe int64
+
+	// sim and simDone are set for an in-process simulated backend: the
+	// server, and the result of its Serve goroutine.
+	sim     *simulated.Server
+	simDone chan error
+}
+
+func newBackend(cfg config.Backend) (*Backend, error) {
+	b := &Backend{
+		Name:           cfg.Name,
+		weight:         int64(max(cfg.Weight, 1)),
+		maxConcurrency: int64(cfg.MaxConcurrency),
+		timeouts:       cfg.Timeouts,
+		// The simulator implements continuous_usage_stats.
+		continuousUsage: cfg.ContinuousUsage || cfg.Simulated != nil,
+		seed:            nameSeed(cfg.Name),
+	}
+	b.health.init(cfg.Health)
+	if cfg.APIKey != "" {
+		b.authorization = []byte("Bearer " + cfg.APIKey)
+	}
+	newConn := func(c net.Conn) net.Conn {
+		return &timeoutConn{Conn: c, firstByte: cfg.Timeouts.FirstByte, idle: cfg.Timeouts.Idle}
+	}
+	hc := &fasthttp.HostClient{
+		Name:                          "tollgate",
+		MaxConns:                      max(cfg.MaxConns, 1),
+		MaxIdleConnDuration:           maxIdleConnDuration,
+		NoDefaultUserAgentHeader:      false,
+		DisableHeaderNamesNormalizing: false,
+		// Upstream replies are read to extract usage and rewrite the
+		// model id, so they must arrive uncompressed; the proxy never
+		// forwards Accept-Encoding. The read buffer must hold a whole
+		// response header block, which from an inference server is a few
+		// hundred bytes; it lives as long as a stream, so it stays small.
+		ReadBufferSize:  4 << 10,
+		WriteBufferSize: 8 << 10,
+		RetryIfErr:      retryStaleConn,
+		// Parse errors must not quote response or request bytes, which
+		// hold the backend's API key.
+		SecureErrorLogMessage: true,
+	}
+	var base string
+	if cfg.Simulated != nil {
+		ln := fasthttputil.NewInmemoryListener()
+		b.sim = simulated.New(simulated.Options{
+			TimeToFirstToken: cfg.Simulated.TimeToFirstToken,
+			InterTokenDelay:  cfg.Simulated.InterTokenDelay,
+			Tokens:           cfg.Simulated.Tokens,
+		})
+		b.simDone = make(chan error, 1)
+		go func() { b.simDone <- b.sim.Serve(ln) }()
+		hc.Addr = "simulated-" + cfg.Name
+		hc.Dial = func(string) (net.Conn, error) {
+			c, err := ln.Dial()
+			if err != nil {
+				return nil, err
+			}
+			return newConn(c), nil
+		}
+		base = "http://" + hc.Addr + "/v1"
+	} else {
+		u, err := url.Parse(cfg.URL)
+		if err != nil {
+			return nil, fmt.Errorf("backend %s: parse url: %w", cfg.Name, err)
+		}
+		addr := u.Host
+		if u.Port() == "" {
+			if u.Scheme == "https" {
+				addr += ":443"
+			} else {
+				addr += ":80"
+			}
+		}
+		hc.Addr = addr
+		hc.IsTLS = u.Scheme == "https"
+		dialer := &net.Dialer{Timeout: cfg.Timeouts.Connect, KeepAlive: 30 * time.Second}
+		hc.Dial = func(addr string) (net.Conn, error) {
+			c, err := dialer.Dial("tcp", addr)
+			if err != nil {
+				return nil, err
+			}
+			return newConn(c), nil
+		}
+		base = strings.TrimRight(cfg.URL, "/")
+	}
+	b.client = hc
+	b.chatURL = []byte(base + "/chat/completions")
+	b.healthURL = []byte(base + cfg.Health.Path)
+	return b, nil
+}
+
+// retryStaleConn retries a request once when the connection closed before
+// any response byte arrived. That happens when a pooled keep-alive
+// connection was closed by the backend just as it was reused; the backend
+// saw no complete request, so sending it again cannot duplicate work.
+func retryStaleConn(_ *fasthttp.Request, attempts int, err error) (bool, bool) {
+	stale := errors.Is(err, io.EOF) || errors.Is(err, fasthttp.ErrConnectionClosed)
+	return false, stale && attempts < 2
+}
+
+// PrepareChat points req at the backend's chat completions endpoint and
+// sets its credentials. The caller sets the body and the forwarded headers.
+func (b *Backend) PrepareChat(req *fasthttp.Request) {
+	req.SetRequestURIBytes(b.chatURL)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	if b.authorization != nil {
+		req.Header.SetBytesV(fasthttp.HeaderAuthorization, b.authorization)
+	} else {
+		req.Header.Del(fasthttp.HeaderAuthorization)
+	}
+}
+
+// Do sends req and reads the response headers (and, unless resp.StreamBody
+// is set, the whole body) within the backend's total timeout. A streamed
+// body must be closed by the caller (see fasthttp.Response.CloseBodyStream).
+func (b *Backend) Do(req *fasthttp.Request, resp *fasthttp.Response) error {
+	return classify(b.client.DoDeadline(req, resp, time.Now().Add(b.timeouts.Total)))
+}
+
+// ContinuousUsage reports whether the backend can put cumulative usage on
+// every streamed chunk (vLLM's stream_options.continuous_usage_stats).
+func (b *Backend) ContinuousUsage() bool { return b.continuousUsage }
+
+// tryAcquire takes a slot unless the backend is at max_concurrency, in one
+// atomic step, so concurrent requests cannot overshoot the limit.
+func (b *Backend) tryAcquire() bool {
+	for {
+		n := b.inflight.Load()
+		if b.maxConcurrency > 0 && n >= b.maxConcurrency {
+			return false
+		}
+		if b.inflight.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// Release frees the slot Pick took, and wakes requests queued for a free
+// slot.
+func (b *Backend) Release() {
+	b.inflight.Add(-1)
+	if b.slots != nil {
+		b.slots.notify()
+	}
+}
+
+// InFlight is the number of requests in flight on b.
+func (b *Backend) InFlight() int64 { return b.inflight.Load() }
+
+// Healthy reports whether the backend takes traffic: its last probe
+// succeeded and it is not ejected.
+func (b *Backend) Healthy() bool { return b.health.usable() }
+
+// State is the backend's standing: healthy, ejected or unhealthy.
+func (b *Backend) State() State { return b.health.state() }
+
+// ReportSuccess records a request the backend answered with a non-5xx
+// status, and the time its first byte (or first streamed event) took.
+func (b *Backend) ReportSuccess(ttft time.Duration) { b.health.success(ttft) }
+
+// ReportFailure records a connection failure, a timeout or a 5xx; enough
+// of them in a row eject the backend.
+func (b *Backend) ReportFailure() { b.health.failure(time.Now()) }
+
+// TTFT is the moving average of the backend's time to first byte; zero
+// before the first request.
+func (b *Backend) TTFT() time.Duration { return time.Duration(b.health.ttft.Load()) }
+
+// full reports whether b is at its max_concurrency.
+func (b *Backend) full() bool {
+	return b.maxConcurrency > 0 && b.inflight.Load() >= b.maxConcurrency
+}
+
+// close stops an in-process simulated backend and waits for it.
+func (b *Backend) close() error {
+	b.client.CloseIdleConnections()
+	if b.sim == nil {
+		return nil
+	}
+	if err := b.sim.Shutdown(); err != nil {
+		return fmt.Errorf("backend %s: %w", b.Name, err)
+	}
+	<-b.simDone
+	return nil
+}
+
+// nameSeed is the FNV-1a hash of a backend name.
+func nameSeed(name string) uint64 { return fnv1a([]byte(name)) }
+
+// fnv1a is the 64-bit FNV-1a hash: fixed across processes, and fast enough
+// for the few kilobytes of a prompt prefix.
+func fnv1a(b []byte) uint64 {
+	h := uint64(14695981039346656037)
+	for _, c := range b {
+		h ^= uint64(c)
+		h *= 1099511628211
+	}
+	return h
+}

@@ -1,0 +1,150 @@
+package backends
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/tollgate-dev/tollgate/config"
+)
+
+// Route is a public model id and the backends that serve it.
+type Route struct {
+	// Name is the public model id.
+	Name string
+	// Upstream is the model id sent to the backends; it equals Name when
+	// the config sets no upstream_model.
+	Upstream string
+	// PriorityScheduling says the backends honour a request's priority.
+	PriorityScheduling bool
+	// NameJSON and UpstreamJSON are Name and Upstream as quoted JSON
+	// strings, built once so that rewriting a body is a splice.
+	NameJSON     []byte
+	UpstreamJSON []byte
+
+	backends []*Backend
+	// totalWeight is the sum of the backends' weights, for weighted picks.
+	totalWeight int64
+
+	// Fallbacks are the routes tried, in order, when this one's backends
+	// all failed or are out.
+	Fallbacks []*Route
+	// FallbackKeepsModel makes replies served by a fallback name this
+	// route's model.
+	FallbackKeepsModel bool
+	// Affinity is true for prefix affinity.
+	Affinity bool
+
+	queue  config.Queue
+	queued atomic.Int64
+	slots  *slotSignal
+}
+
+// Backends lists the route's backends in config order.
+func (r *Route) Backends() []*Backend { return r.backends }
+
+// Registry holds every backend and every model's route, built from one
+// configuration. It is read-only once built, so requests read it without
+// locks.
+type Registry struct {
+	backends []*Backend
+	routes   map[string]*Route
+	ordered  []*Route
+	// slots wakes requests queued for a free slot on any backend.
+	slots *slotSignal
+}
+
+// NewRegistry builds backends and routes from a validated configuration.
+// In-process simulated backends start serving at once; Close stops them.
+func NewRegistry(cfg *config.Config) (*Registry, error) {
+	r := &Registry{routes: make(map[string]*Route, len(cfg.Models)), slots: newSlotSignal()}
+	byName := make(map[string]*Backend, len(cfg.Backends))
+	for _, bc := range cfg.Backends {
+		b, err := newBackend(bc)
+		if err != nil {
+			r.Close()
+			return nil, err
+		}
+		b.slots = r.slots
+		r.backends = append(r.backends, b)
+		byName[bc.Name] = b
+	}
+	for i, mc := range cfg.Models {
+		rt := &Route{Name: mc.Name, Upstream: mc.Name, PriorityScheduling: mc.PriorityScheduling,
+			FallbackKeepsModel: mc.FallbackKeepsModel, Affinity: mc.Affinity == "prefix", queue: mc.Queue, slots: r.slots}
+		if mc.UpstreamModel != "" {
+			rt.Upstream = mc.UpstreamModel
+		}
+		rt.NameJSON = quoteJSON(rt.Name)
+		rt.UpstreamJSON = quoteJSON(rt.Upstream)
+		for j, name := range mc.Backends {
+			b, ok := byName[name]
+			if !ok {
+				r.Close()
+				return nil, fmt.Errorf("models[%d].backends[%d]: no backend named %q", i, j, name)
+			}
+			rt.backends = append(rt.backends, b)
+			rt.totalWeight += b.weight
+		}
+		r.routes[mc.Name] = rt
+		r.ordered = append(r.ordered, rt)
+	}
+	for i, mc := range cfg.Models {
+		for j, f := range mc.Fallbacks {
+			fb, ok := r.routes[f]
+			if !ok {
+				r.Close()
+				return nil, fmt.Errorf("models[%d].fallbacks[%d]: no model named %q", i, j, f)
+			}
+			r.ordered[i].Fallbacks = append(r.ordered[i].Fallbacks, fb)
+		}
+	}
+	return r, nil
+}
+
+// Route returns the route of a public model id, or nil. The lookup does not
+// allocate: Go compiles map[string(b)] without a copy.
+func (r *Registry) Route(model []byte) *Route {
+	return r.routes[string(model)]
+}
+
+// Routes lists every route in config order.
+func (r *Registry) Routes() []*Route { return r.ordered }
+
+// Backends lists every backend in config order.
+func (r *Registry) Backends() []*Backend { return r.backends }
+
+// Ready reports whether every model has at least one healthy backend.
+func (r *Registry) Ready() bool {
+	for _, rt := range r.ordered {
+		ok := false
+		for _, b := range rt.backends {
+			if b.Healthy() {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// Close closes idle upstream connections and stops simulated backends.
+func (r *Registry) Close() error {
+	var errs []error
+	for _, b := range r.backends {
+		if err := b.close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// quoteJSON returns s as a JSON string literal.
+func quoteJSON(s string) []byte {
+	b, _ := json.Marshal(s) // a string always marshals
+	return b
+}

@@ -1,0 +1,66 @@
+package backends
+
+import (
+	"sync"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/config"
+)
+
+// milli is one token of the retry budget in the thousandths it is counted
+// in: integers, so that ten requests at a ratio of 0.2 make exactly two
+// retries, which float sums do not.
+const milli = 1000
+
+// RetryBudget caps retries at a fraction of requests, so that when
+// backends melt down the gateway does not multiply the load on them. It is
+// a token bucket: each request adds BudgetRatio tokens, time adds
+// BudgetMin tokens a second (so light traffic can still retry), and each
+// retry takes one. The bucket holds at most ten seconds' worth.
+type RetryBudget struct {
+	perRequest int64 // thousandths of a token each request adds
+	perSecond  int64 // thousandths of a token each second adds
+	capacity   int64
+
+	mu     sync.Mutex
+	tokens int64 // thousandths
+	last   time.Time
+}
+
+// NewRetryBudget builds a budget from the retries configuration.
+func NewRetryBudget(cfg config.Retries) *RetryBudget {
+	b := &RetryBudget{
+		perRequest: int64(cfg.BudgetRatio*milli + 0.5),
+		perSecond:  int64(cfg.BudgetMin) * milli,
+		last:       time.Now(),
+	}
+	b.capacity = max(10*b.perSecond, milli)
+	b.tokens = b.capacity
+	return b
+}
+
+// Request counts one request into the budget.
+func (b *RetryBudget) Request() {
+	b.mu.Lock()
+	b.tokens = min(b.tokens+b.perRequest, b.capacity)
+	b.mu.Unlock()
+}
+
+// Retry takes a token for one retry, reporting false when the budget is
+// spent.
+func (b *RetryBudget) Retry(now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if dt := now.Sub(b.last); dt > 0 {
+		// Past a minute the bucket is full anyway; the bound keeps the
+		// product below overflow however long the gateway sat idle.
+		dt = min(dt, time.Minute)
+		b.tokens = min(b.tokens+int64(dt)*b.perSecond/int64(time.Second), b.capacity)
+		b.last = now
+	}
+	if b.tokens < milli {
+		return false
+	}
+	b.tokens -= milli
+	return true
+}

@@ -1,0 +1,69 @@
+package simulated
+
+import "time"
+
+// defaultTokens is the completion length used when neither the request nor Options say otherwise.
+const defaultTokens = 16
+
+// defaultModel is the model id the server reports (in /v1/models, and in replies to requests that
+// name no model) when Options.Models is empty.
+const defaultModel = "sim"
+
+// Options configure the simulated backend. Every field's comment says what its zero value means.
+// Nonsensical values (negative durations or counts, a FailStatus outside 200-599) are treated as
+// their zero value rather than refused, so that a flag typo in a benchmark cannot crash the backend.
+type Options struct {
+	// TimeToFirstToken is the delay before the first token (stream) or before the reply
+	// (non-stream); zero means none.
+	TimeToFirstToken time.Duration
+	// InterTokenDelay is the delay between streamed tokens; zero means none (tokens are still
+	// separate events and flushed one by one).
+	InterTokenDelay time.Duration
+	// Tokens is the completion length in tokens when the request sets no max_tokens or
+	// max_completion_tokens; zero means 16.
+	Tokens int
+	// Models are the model ids the server answers to (404 for others, with vLLM's message
+	// "The model `X` does not exist."); empty means it accepts any model and reports "sim".
+	Models []string
+	// FailStatus makes every request (chat completions, /v1/models and /health) fail with this
+	// status in the error shape chosen by the X-Mock-Error-Shape request header (nested by
+	// default); zero means never. A per-request X-Mock-Status header takes precedence.
+	FailStatus int
+	// PrefixCache is the number of prompt prefixes (the first two messages) the server remembers,
+	// least recently used first out, to model an inference server's prefix cache: a request whose
+	// prefix is remembered reports the tokens of those messages as
+	// usage.prompt_tokens_details.cached_tokens. Zero means no cache, and cached_tokens is 0.
+	PrefixCache int
+}
+
+// normalized returns a copy of o with zero and out-of-range values replaced by their defaults.
+// The Models slice is copied so that a caller mutating its own slice later cannot race with the
+// server reading it.
+func (o Options) normalized() Options {
+	if o.TimeToFirstToken < 0 {
+		o.TimeToFirstToken = 0
+	}
+	if o.InterTokenDelay < 0 {
+		o.InterTokenDelay = 0
+	}
+	if o.Tokens <= 0 {
+		o.Tokens = defaultTokens
+	}
+	if o.Tokens > maxModelLen {
+		o.Tokens = maxModelLen
+	}
+	if o.PrefixCache < 0 {
+		o.PrefixCache = 0
+	}
+	if !validStatus(o.FailStatus) {
+		o.FailStatus = 0
+	}
+	o.Models = append([]string(nil), o.Models...)
+	return o
+}
+
+// validStatus reports whether code can be injected as a failure status. Statuses below 200 and
+// 204/304 cannot carry the error body the shapes need, so they are not accepted.
+func validStatus(code int) bool {
+	return code >= 200 && code <= 599 && code != 204 && code != 304
+}

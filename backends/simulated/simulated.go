@@ -1,0 +1,1098 @@
+// Package simulated is a deterministic OpenAI-compatible chat completion backend in the style of
+// vLLM. The gateway runs it in-process (config `simulated: {...}` on a backend), cmd/mockllm runs
+// it standalone, and tests and benchmarks use it as their upstream. It exists so that everything
+// the gateway does with a real inference server (streaming, usage accounting, cancellation, error
+// normalisation, timeouts) can be exercised without one, cheaply enough that it does not dominate
+// a benchmark.
+//
+// Output is deterministic, so tests can assert exact text and usage numbers: completion token i
+// (0-based) is the text "tok<i> "; prompt_tokens is, summed over the messages, 4 plus the number of
+// whitespace-separated words in the message's content (a string, or the "text" parts of an array);
+// completion_tokens is max_completion_tokens, else max_tokens, else Options.Tokens, times n.
+// A stream carries usage on every chunk when stream_options.continuous_usage_stats is true, and a
+// final usage chunk when stream_options.include_usage is true.
+//
+// Failures are injected per request through headers (a gateway forwards unknown client headers
+// upstream), or for every request through Options.FailStatus:
+//
+//	X-Mock-Status: 500            answer with this status and an error body
+//	X-Mock-Error-Shape: nested    nested (vLLM >= 0.10.1, the default), flat (older vLLM),
+//	                              bare ({"error":"Unauthorized"}) or plain (text/plain)
+//	X-Mock-Fail-After: 3          stream: an in-band error event after 3 token events, then [DONE]
+//	X-Mock-Break-After: 3         stream: drop the connection after 3 token events, no [DONE]
+//	X-Mock-Delay: 2s              wait this long before answering at all
+//	X-Mock-Garbage: 1             answer 200 text/event-stream with a body that is not SSE
+package simulated
+
+import (
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unicode"
+	"unicode/utf8"
+	"unsafe"
+
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+)
+
+const (
+	// maxModelLen is the simulated context length. Requests whose prompt plus completion exceed
+	// it are refused with vLLM's message, which also bounds the memory a single reply can take.
+	maxModelLen = 131072
+	// maxChoices bounds n for the same reason: n choices of maxModelLen tokens are built in memory.
+	maxChoices = 64
+	// tokensPerMessage is the fixed per-message overhead of the prompt token formula, standing in
+	// for the role and separator tokens a chat template adds.
+	tokensPerMessage = 4
+	// maxRequestBodySize is generous so that large prompts forwarded by the gateway are accepted,
+	// as a real backend would accept them.
+	maxRequestBodySize = 64 << 20
+)
+
+const (
+	contentTypeJSON  = "application/json"
+	contentTypeSSE   = "text/event-stream"
+	contentTypePlain = "text/plain; charset=utf-8"
+
+	failureMessage   = "simulated failure"
+	midStreamFailure = `data: {"error":{"message":"simulated mid-stream failure","type":"InternalServerError","code":500}}` + "\n\n"
+	doneEvent        = "data: [DONE]\n\n"
+	// garbageBody is deliberately neither SSE nor JSON: no "data:" prefix, no blank-line framing,
+	// an unterminated object, so a client parsing it must fail rather than see an empty stream.
+	garbageBody = "this is not a server-sent event stream\n{\"choices\":[{\"delta\":\n<html>502 Bad Gateway</html>\r\nevent without data"
+)
+
+// errBreak is what the stream reader returns to make fasthttp abandon the response mid-body:
+// fasthttp closes a connection whose body stream fails, without the terminating chunk.
+var errBreak = errors.New("simulated: connection broken on purpose (X-Mock-Break-After)")
+
+// errServerClosed is returned by Serve when it is called after Shutdown.
+var errServerClosed = errors.New("simulated: server closed")
+
+// Server is an OpenAI-compatible chat completion server with deterministic output.
+//
+// It serves each connection on its own goroutine through fasthttp.Server.ServeConn rather than
+// fasthttp.Server.Serve, because fasthttp's worker pool leaves a cleaner goroutine running for up
+// to MaxIdleWorkerDuration after shutdown; here every goroutine the server starts is tracked and
+// Shutdown waits for all of them.
+type Server struct {
+	opts Options
+	srv  *fasthttp.Server
+
+	// defaultModelRaw is the JSON literal echoed as "model" when the request names none.
+	defaultModelRaw string
+	// modelsBody is the /v1/models reply, built once because it never changes.
+	modelsBody []byte
+
+	seq       atomic.Int64 // completion ids
+	requests  atomic.Int64
+	completed atomic.Int64
+	cancelled atomic.Int64
+
+	ctl    control      // run-time knobs and routing counters; see control.go
+	prefix *prefixCache // nil unless Options.PrefixCache is set; see prefixcache.go
+
+	streams sync.Pool // *stream, reused so a streamed reply allocates nothing in steady state
+
+	recMu      sync.Mutex
+	recorded   bool
+	lastBody   []byte
+	lastHeader []byte // "key\x00value\x00" pairs, reused between requests to avoid allocating
+
+	mu        sync.Mutex // guards listeners and conns, and orders closing against their updates
+	closing   atomic.Bool
+	listeners map[net.Listener]struct{}
+	conns     map[*conn]struct{}
+	wg        sync.WaitGroup // Serve loops and connection goroutines
+}
+
+// Stats report what the server saw. Only chat completion requests are counted, so health checks
+// and model listings do not disturb assertions. Every request ends as exactly one of Completed or
+// Cancelled; Requests - Completed - Cancelled are in flight.
+type Stats struct {
+	// Requests is the number of chat completion requests started.
+	Requests int64
+	// Completed is the number that ran to their end: a full reply, an error reply, or a stream
+	// that reached [DONE] (including injected mid-stream errors and breaks).
+	Completed int64
+	// Cancelled is the number of streams abandoned because the client went away, detected as a
+	// write error on the next event.
+	Cancelled int64
+}
+
+// conn marks whether a request is being handled on a connection, so that Shutdown closes only
+// connections that are idle and lets the others finish their response.
+type conn struct {
+	net.Conn
+	busy atomic.Bool
+}
+
+// New returns a server configured by opts; see Options for the meaning of zero values.
+func New(opts Options) *Server {
+	s := &Server{
+		opts:      opts.normalized(),
+		listeners: make(map[net.Listener]struct{}),
+		conns:     make(map[*conn]struct{}),
+	}
+	s.streams.New = func() any { return new(stream) }
+	s.ctl.failStatus.Store(int64(s.opts.FailStatus))
+	s.prefix = newPrefixCache(s.opts.PrefixCache)
+	if len(s.opts.Models) > 0 {
+		s.defaultModelRaw = string(appendJSONString(nil, s.opts.Models[0]))
+	} else {
+		s.defaultModelRaw = string(appendJSONString(nil, defaultModel))
+	}
+	s.modelsBody = s.buildModels(time.Now().Unix())
+	s.srv = &fasthttp.Server{
+		Handler:               s.Handler,
+		ConnState:             s.connState,
+		NoDefaultServerHeader: true,
+		MaxRequestBodySize:    maxRequestBodySize,
+		// Gateways forward client headers; the 4 KiB default would refuse some real requests.
+		ReadBufferSize: 16 << 10,
+		// Connection errors are the client's business (a cancelled stream is a write error), and
+		// X-Mock-Break-After produces one on purpose; logging them would only add noise.
+		Logger: discardLogger{},
+	}
+	return s
+}
+
+type discardLogger struct{}
+
+func (discardLogger) Printf(string, ...any) {}
+
+// ListenAndServe listens on the TCP address addr and serves on it until Shutdown.
+func (s *Server) ListenAndServe(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	return s.Serve(ln)
+}
+
+// Serve serves on ln until Shutdown, and then returns nil. It closes ln when it returns. Serve may
+// be called for several listeners at once; after Shutdown it closes ln and returns an error.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closing.Load() {
+		s.mu.Unlock()
+		_ = ln.Close()
+		return errServerClosed
+	}
+	s.listeners[ln] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, ln)
+		s.mu.Unlock()
+		_ = ln.Close()
+		s.wg.Done()
+	}()
+
+	var backoff time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if s.closing.Load() {
+				return nil
+			}
+			if temporaryAcceptError(err) {
+				// Like net/http: back off instead of spinning when out of descriptors.
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				time.Sleep(backoff)
+				continue
+			}
+			return err
+		}
+		backoff = 0
+		tc := &conn{Conn: c}
+		s.mu.Lock()
+		if s.closing.Load() {
+			s.mu.Unlock()
+			_ = c.Close()
+			return nil
+		}
+		s.conns[tc] = struct{}{}
+		// Adding while Shutdown waits is safe: this Serve loop's own count keeps wg above zero.
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.serveConn(tc)
+	}
+}
+
+func temporaryAcceptError(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
+		errors.Is(err, syscall.ECONNABORTED)
+}
+
+func (s *Server) serveConn(c *conn) {
+	defer s.wg.Done()
+	// ServeConn closes c. Its error is about this one connection (the client went away, sent a
+	// malformed request, or a stream was broken on purpose) and has been answered where possible.
+	_ = s.srv.ServeConn(c)
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+// connState closes a connection as soon as it goes idle once Shutdown has begun, which is how
+// connections that were busy when Shutdown was called get closed after their response.
+func (s *Server) connState(c net.Conn, state fasthttp.ConnState) {
+	if state != fasthttp.StateIdle {
+		return
+	}
+	tc, ok := c.(*conn)
+	if !ok {
+		return
+	}
+	// Store busy before loading closing, and Shutdown stores closing before loading busy, so at
+	// least one side sees the other and the connection is always closed.
+	tc.busy.Store(false)
+	if s.closing.Load() {
+		_ = tc.Close()
+	}
+}
+
+// Shutdown stops accepting connections, closes idle ones, lets in-flight requests (streams
+// included) run to their end, and returns when every connection and Serve loop is done. It may be
+// called more than once. Being graceful, it waits out pending delays, and a client that keeps a
+// stream open without reading it holds Shutdown up until it goes away.
+func (s *Server) Shutdown() error {
+	var err error
+	s.mu.Lock()
+	s.closing.Store(true)
+	for ln := range s.listeners {
+		if cerr := ln.Close(); cerr != nil && err == nil && !isClosedError(cerr) {
+			err = cerr
+		}
+	}
+	for c := range s.conns {
+		if !c.busy.Load() {
+			_ = c.Close()
+		}
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return err
+}
+
+// isClosedError reports whether err says the listener was already closed, which is not a failure
+// of Shutdown: a test may close its in-memory listener itself.
+func isClosedError(err error) bool {
+	return errors.Is(err, net.ErrClosed) || strings.Contains(err.Error(), "use of closed network connection")
+}
+
+// Stats returns counters of chat completion requests; see Stats.
+func (s *Server) Stats() Stats {
+	return Stats{
+		Requests:  s.requests.Load(),
+		Completed: s.completed.Load(),
+		Cancelled: s.cancelled.Load(),
+	}
+}
+
+// LastRequest returns copies of the body and headers of the last chat completion request
+// received, or nil, nil before the first one. Header names are in fasthttp's canonical form
+// ("X-Mock-Status", "Content-Type"); repeated headers are joined with ", ".
+func (s *Server) LastRequest() (body []byte, header map[string]string) {
+	s.recMu.Lock()
+	defer s.recMu.Unlock()
+	if !s.recorded {
+		return nil, nil
+	}
+	body = append(make([]byte, 0, len(s.lastBody)), s.lastBody...)
+	header = make(map[string]string)
+	rest := string(s.lastHeader)
+	for rest != "" {
+		var k, v string
+		k, rest, _ = strings.Cut(rest, "\x00")
+		v, rest, _ = strings.Cut(rest, "\x00")
+		if old, ok := header[k]; ok {
+			v = old + ", " + v
+		}
+		header[k] = v
+	}
+	return body, header
+}
+
+// record keeps the request for LastRequest. It appends into buffers kept across requests, so it
+// costs a copy but no allocation once the buffers have grown.
+func (s *Server) record(ctx *fasthttp.RequestCtx) {
+	s.recMu.Lock()
+	s.recorded = true
+	s.lastBody = append(s.lastBody[:0], ctx.PostBody()...)
+	h := s.lastHeader[:0]
+	for k, v := range ctx.Request.Header.All() {
+		h = append(h, k...)
+		h = append(h, 0)
+		h = append(h, v...)
+		h = append(h, 0)
+	}
+	s.lastHeader = h
+	s.recMu.Unlock()
+}
+
+// Handler serves POST /v1/chat/completions (and the same without the /v1 prefix, with or without
+// a trailing slash), GET /v1/models (and /models), GET /health. Unknown paths and methods get
+// FastAPI's {"detail": ...} answers, as vLLM gives them.
+func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
+	if c, ok := ctx.Conn().(*conn); ok {
+		c.busy.Store(true)
+	}
+	if s.closing.Load() {
+		// Tell the client this connection will not be reused, rather than closing it under it.
+		ctx.SetConnectionClose()
+	}
+	switch string(ctx.Path()) {
+	case "/v1/chat/completions", "/chat/completions", "/v1/chat/completions/", "/chat/completions/":
+		if !ctx.IsPost() {
+			writeDetail(ctx, fasthttp.StatusMethodNotAllowed, "Method Not Allowed", "POST")
+			return
+		}
+		s.chat(ctx)
+	case "/v1/models", "/models":
+		if !ctx.IsGet() && !ctx.IsHead() {
+			writeDetail(ctx, fasthttp.StatusMethodNotAllowed, "Method Not Allowed", "GET")
+			return
+		}
+		if s.inject(ctx) {
+			return
+		}
+		ctx.SetContentType(contentTypeJSON)
+		ctx.SetBody(s.modelsBody)
+		s.ctl.listings.Add(1)
+	case "/health":
+		if !ctx.IsGet() && !ctx.IsHead() {
+			writeDetail(ctx, fasthttp.StatusMethodNotAllowed, "Method Not Allowed", "GET")
+			return
+		}
+		if s.inject(ctx) {
+			return
+		}
+		// vLLM answers its health check with 200 and an empty body.
+		ctx.SetStatusCode(fasthttp.StatusOK)
+	default:
+		writeDetail(ctx, fasthttp.StatusNotFound, "Not Found", "")
+	}
+}
+
+// inject applies the request-independent failure injections (delay, status, garbage) and reports
+// whether it has written the response.
+func (s *Server) inject(ctx *fasthttp.RequestCtx) bool {
+	h := &ctx.Request.Header
+	if v := h.Peek("X-Mock-Delay"); len(v) > 0 {
+		d, err := time.ParseDuration(string(v))
+		if err != nil || d < 0 {
+			writeError(ctx, fasthttp.StatusBadRequest, shapeNested, apiError{
+				typ: "BadRequestError", msg: "X-Mock-Delay must be a duration such as 2s or 150ms",
+			})
+			return true
+		}
+		time.Sleep(d)
+	}
+	status := s.FailStatus()
+	if v := h.Peek("X-Mock-Status"); len(v) > 0 {
+		n, err := fasthttp.ParseUint(v)
+		if err != nil || !validStatus(n) {
+			writeError(ctx, fasthttp.StatusBadRequest, shapeNested, apiError{
+				typ: "BadRequestError", msg: "X-Mock-Status must be an HTTP status from 200 to 599 that allows a body",
+			})
+			return true
+		}
+		status = n
+	}
+	if status != 0 {
+		shape, ok := parseShape(h.Peek("X-Mock-Error-Shape"))
+		if !ok {
+			writeError(ctx, fasthttp.StatusBadRequest, shapeNested, apiError{
+				typ: "BadRequestError", msg: "X-Mock-Error-Shape must be one of nested, flat, bare, plain",
+			})
+			return true
+		}
+		writeError(ctx, status, shape, apiError{typ: "BadRequestError", msg: failureMessage})
+		return true
+	}
+	if v := h.Peek("X-Mock-Garbage"); len(v) > 0 && string(v) != "0" && string(v) != "false" {
+		ctx.SetContentType(contentTypeSSE)
+		ctx.SetBodyString(garbageBody)
+		return true
+	}
+	return false
+}
+
+// chat serves one chat completion request.
+func (s *Server) chat(ctx *fasthttp.RequestCtx) {
+	s.requests.Add(1)
+	s.noteStart()
+	s.record(ctx)
+	if s.inject(ctx) {
+		s.completed.Add(1)
+		return
+	}
+
+	var req chatRequest
+	if e := s.parseChat(ctx.PostBody(), &req); e.status != 0 {
+		writeError(ctx, e.status, shapeNested, e)
+		s.completed.Add(1)
+		return
+	}
+	tokens, finish := req.maxTokens, "length"
+	if tokens == 0 {
+		// With no limit from the request the simulated model "decides" to stop on its own.
+		tokens, finish = s.opts.Tokens, "stop"
+	}
+	if req.prompt+tokens > maxModelLen {
+		writeError(ctx, fasthttp.StatusBadRequest, shapeNested, apiError{
+			typ: "BadRequestError",
+			msg: "This model's maximum context length is " + strconv.Itoa(maxModelLen) +
+				" tokens. However, you requested " + strconv.Itoa(req.prompt+tokens) + " tokens (" +
+				strconv.Itoa(req.prompt) + " in the messages, " + strconv.Itoa(tokens) +
+				" in the completion). Please reduce the length of the messages or completion.",
+		})
+		s.completed.Add(1)
+		return
+	}
+
+	if s.prefix != nil {
+		req.cached = s.prefix.lookup(gjson.GetBytes(ctx.PostBody(), "messages"))
+	}
+	id := s.seq.Add(1)
+	created := time.Now().Unix()
+	if !req.stream {
+		if d := s.opts.TimeToFirstToken; d > 0 {
+			time.Sleep(d)
+		}
+		// Build the reply straight into the response's own pooled buffer: no copy, no allocation.
+		b := ctx.Response.SwapBody(nil)[:0]
+		b = appendCompletion(b, id, created, req.modelRaw, req.n, tokens, finish, req.prompt, req.cached)
+		ctx.Response.SwapBody(b)
+		ctx.SetContentType(contentTypeJSON)
+		s.completed.Add(1)
+		return
+	}
+
+	failAfter, ok1 := countHeader(ctx, "X-Mock-Fail-After")
+	breakAfter, ok2 := countHeader(ctx, "X-Mock-Break-After")
+	if !ok1 || !ok2 {
+		writeError(ctx, fasthttp.StatusBadRequest, shapeNested, apiError{
+			typ: "BadRequestError", msg: "X-Mock-Fail-After and X-Mock-Break-After must be non-negative integers",
+		})
+		s.completed.Add(1)
+		return
+	}
+
+	st := s.streams.Get().(*stream)
+	st.start(s, id, created, &req, tokens, finish, failAfter, breakAfter)
+	ctx.SetContentType(contentTypeSSE)
+	// Headers go out at once, as a real server sends them before the first token; the time to
+	// first token is then spent waiting for the first event, which is what clients measure.
+	ctx.Response.ImmediateHeaderFlush = true
+	if breakAfter >= 0 {
+		ctx.SetConnectionClose()
+	}
+	// fasthttp reads the stream from the connection's own goroutine after the handler returns,
+	// writing each Read as one chunk and flushing it; see stream.
+	ctx.Response.SetBodyStream(st, -1)
+}
+
+// countHeader parses an optional non-negative integer header; -1 means absent.
+func countHeader(ctx *fasthttp.RequestCtx, name string) (int, bool) {
+	v := ctx.Request.Header.Peek(name)
+	if len(v) == 0 {
+		return -1, true
+	}
+	n, err := fasthttp.ParseUint(v)
+	if err != nil {
+		return 0, false
+	}
+	return n, true
+}
+
+// chatRequest is what the server needs from a chat completion request. The strings point into the
+// request body and are valid only while the handler runs.
+type chatRequest struct {
+	model         string // decoded model id; "" when the request names none
+	modelRaw      string // the JSON literal echoed as the reply's "model"
+	prompt        int
+	cached        int // prompt tokens served from the prefix cache
+	maxTokens     int // from max_completion_tokens, else max_tokens; 0 when neither is set
+	n             int
+	stream        bool
+	streamOptions bool // stream_options is present and not null
+	includeUsage  bool
+	continuous    bool
+}
+
+// apiError is an error answer; a zero status means no error.
+type apiError struct {
+	status int
+	typ    string
+	param  string // "" is written as null
+	msg    string
+}
+
+func badRequest(param, msg string) apiError {
+	return apiError{status: fasthttp.StatusBadRequest, typ: "BadRequestError", param: param, msg: msg}
+}
+
+// parseChat reads the fields the server uses in one pass over the top-level object with gjson
+// (no encoding/json, no allocation for plain strings) and validates them minimally: the body must
+// be a JSON object with a messages array, the model must be served, and the few fields that shape
+// the reply must have usable values.
+func (s *Server) parseChat(body []byte, r *chatRequest) (e apiError) {
+	js := b2s(body)
+	if !gjson.Valid(js) {
+		return badRequest("", "The request body is not valid JSON.")
+	}
+	root := gjson.Parse(js)
+	if !root.IsObject() {
+		return badRequest("", "The request body must be a JSON object.")
+	}
+	r.n = 1
+	haveMessages := false
+	maxTokens, maxCompletionTokens := 0, 0
+	root.ForEach(func(key, v gjson.Result) bool {
+		switch key.Str {
+		case "messages":
+			if !v.IsArray() {
+				e = badRequest("messages", "messages must be an array of message objects.")
+				return false
+			}
+			n, ok := promptTokens(v)
+			if !ok {
+				e = badRequest("messages", "Each message must be a JSON object.")
+				return false
+			}
+			haveMessages, r.prompt = true, n
+		case "model":
+			switch v.Type {
+			case gjson.Null:
+			case gjson.String:
+				r.model, r.modelRaw = v.Str, v.Raw
+			default:
+				e = badRequest("model", "model must be a string.")
+				return false
+			}
+		case "max_tokens", "max_completion_tokens":
+			if v.Type == gjson.Null {
+				break
+			}
+			n, ok := positiveInt(v, maxModelLen+1)
+			if !ok {
+				e = badRequest(key.Str, key.Str+" must be an integer greater than or equal to 1.")
+				return false
+			}
+			if key.Str == "max_tokens" {
+				maxTokens = n
+			} else {
+				maxCompletionTokens = n
+			}
+		case "n":
+			if v.Type == gjson.Null {
+				break
+			}
+			n, ok := positiveInt(v, maxChoices)
+			if !ok {
+				e = badRequest("n", "n must be an integer from 1 to "+strconv.Itoa(maxChoices)+".")
+				return false
+			}
+			r.n = n
+		case "stream":
+			switch v.Type {
+			case gjson.Null, gjson.False:
+				r.stream = false
+			case gjson.True:
+				r.stream = true
+			default:
+				e = badRequest("stream", "stream must be a boolean.")
+				return false
+			}
+		case "stream_options":
+			switch {
+			case v.Type == gjson.Null:
+				r.streamOptions = false
+			case v.IsObject():
+				r.streamOptions = true
+				r.includeUsage = v.Get("include_usage").Type == gjson.True
+				r.continuous = v.Get("continuous_usage_stats").Type == gjson.True
+			default:
+				e = badRequest("stream_options", "stream_options must be an object.")
+				return false
+			}
+		}
+		return true
+	})
+	if e.status != 0 {
+		return e
+	}
+	if !haveMessages {
+		return badRequest("messages", "Field required: messages.")
+	}
+	// vLLM refuses this combination, and a gateway that adds stream_options to a non-streaming
+	// request should find out here rather than in production.
+	if r.streamOptions && !r.stream {
+		return badRequest("stream_options", "Stream options can only be defined when `stream=True`.")
+	}
+	r.maxTokens = maxTokens
+	if maxCompletionTokens > 0 {
+		// max_tokens is deprecated in favour of max_completion_tokens, which wins when both are set.
+		r.maxTokens = maxCompletionTokens
+	}
+	if r.modelRaw == "" {
+		r.modelRaw = s.defaultModelRaw
+	} else if !s.serves(r.model) {
+		return apiError{
+			status: fasthttp.StatusNotFound, typ: "NotFoundError", param: "model",
+			msg: "The model `" + r.model + "` does not exist.",
+		}
+	}
+	return apiError{}
+}
+
+// serves reports whether model is one of Options.Models, or true when that list is empty. A
+// linear scan beats a map for the handful of models a test configures.
+func (s *Server) serves(model string) bool {
+	if len(s.opts.Models) == 0 {
+		return true
+	}
+	for _, m := range s.opts.Models {
+		if m == model {
+			return true
+		}
+	}
+	return false
+}
+
+// positiveInt returns v as an int when it is an integral JSON number from 1 to limit.
+func positiveInt(v gjson.Result, limit int) (int, bool) {
+	if v.Type != gjson.Number {
+		return 0, false
+	}
+	n := v.Int()
+	if float64(n) != v.Num || n < 1 || n > int64(limit) {
+		return 0, false
+	}
+	return int(n), true
+}
+
+// promptTokens is the deterministic prompt length: for every message, 4 tokens of overhead plus
+// the number of whitespace-separated words (as strings.Fields splits them) in its content, where
+// content is either a string or an array of parts whose "text" parts count. Other fields (role,
+// name, tool calls, images) count nothing. It reports false when a message is not an object.
+func promptTokens(messages gjson.Result) (int, bool) {
+	total, ok := 0, true
+	messages.ForEach(func(_, m gjson.Result) bool {
+		if !m.IsObject() {
+			ok = false
+			return false
+		}
+		total += tokensPerMessage
+		c := m.Get("content")
+		switch {
+		case c.Type == gjson.String:
+			total += countWords(c.Str)
+		case c.IsArray():
+			c.ForEach(func(_, part gjson.Result) bool {
+				if part.Get("type").Str == "text" {
+					total += countWords(part.Get("text").Str)
+				}
+				return true
+			})
+		}
+		return true
+	})
+	return total, ok
+}
+
+// countWords counts runs of non-space characters, like len(strings.Fields(s)) without allocating.
+func countWords(s string) int {
+	n, inWord := 0, false
+	for i := 0; i < len(s); {
+		var space bool
+		if c := s[i]; c < utf8.RuneSelf {
+			space = asciiSpace[c]
+			i++
+		} else {
+			r, size := utf8.DecodeRuneInString(s[i:])
+			space = unicode.IsSpace(r)
+			i += size
+		}
+		if space {
+			inWord = false
+		} else if !inWord {
+			inWord = true
+			n++
+		}
+	}
+	return n
+}
+
+var asciiSpace = [utf8.RuneSelf]bool{'\t': true, '\n': true, '\v': true, '\f': true, '\r': true, ' ': true}
+
+// b2s views b as a string without copying; the string must not outlive the handler's use of b.
+func b2s(b []byte) string {
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
+// appendCompletion appends the non-streaming reply: n identical choices of tokens tokens.
+func appendCompletion(b []byte, id, created int64, modelRaw string, n, tokens int, finish string, prompt, cached int) []byte {
+	b = append(b, `{"id":"chatcmpl-`...)
+	b = strconv.AppendInt(b, id, 10)
+	b = append(b, `","object":"chat.completion","created":`...)
+	b = strconv.AppendInt(b, created, 10)
+	b = append(b, `,"model":`...)
+	b = append(b, modelRaw...)
+	b = append(b, `,"choices":[`...)
+	for i := range n {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"index":`...)
+		b = strconv.AppendInt(b, int64(i), 10)
+		b = append(b, `,"message":{"role":"assistant","content":"`...)
+		for t := range tokens {
+			b = appendToken(b, t)
+		}
+		b = append(b, `"},"logprobs":null,"finish_reason":"`...)
+		b = append(b, finish...)
+		b = append(b, `"}`...)
+	}
+	b = append(b, `],"usage":`...)
+	b = appendUsage(b, prompt, cached, n*tokens)
+	return append(b, '}')
+}
+
+// appendToken appends the text of completion token i, "tok<i> ".
+func appendToken(b []byte, i int) []byte {
+	b = append(b, "tok"...)
+	b = strconv.AppendInt(b, int64(i), 10)
+	return append(b, ' ')
+}
+
+// appendUsage appends a usage object. completion counts the tokens of all choices, as OpenAI and
+// vLLM count them; cached is the part of prompt served from the prefix cache.
+func appendUsage(b []byte, prompt, cached, completion int) []byte {
+	b = append(b, `{"prompt_tokens":`...)
+	b = strconv.AppendInt(b, int64(prompt), 10)
+	b = append(b, `,"total_tokens":`...)
+	b = strconv.AppendInt(b, int64(prompt+completion), 10)
+	b = append(b, `,"completion_tokens":`...)
+	b = strconv.AppendInt(b, int64(completion), 10)
+	b = append(b, `,"prompt_tokens_details":{"cached_tokens":`...)
+	b = strconv.AppendInt(b, int64(cached), 10)
+	return append(b, "}}"...)
+}
+
+// appendJSONString appends s as a JSON string literal.
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c < 0x20:
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
+}
+
+func (s *Server) buildModels(created int64) []byte {
+	models := s.opts.Models
+	if len(models) == 0 {
+		models = []string{defaultModel}
+	}
+	b := []byte(`{"object":"list","data":[`)
+	for i, m := range models {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"id":`...)
+		b = appendJSONString(b, m)
+		b = append(b, `,"object":"model","created":`...)
+		b = strconv.AppendInt(b, created, 10)
+		b = append(b, `,"owned_by":"tollgate-sim"}`...)
+	}
+	return append(b, "]}"...)
+}
+
+// Error shapes an upstream can answer in; see the package comment.
+type errorShape int
+
+const (
+	shapeNested errorShape = iota
+	shapeFlat
+	shapeBare
+	shapePlain
+)
+
+func parseShape(v []byte) (errorShape, bool) {
+	switch string(v) {
+	case "", "nested":
+		return shapeNested, true
+	case "flat":
+		return shapeFlat, true
+	case "bare":
+		return shapeBare, true
+	case "plain":
+		return shapePlain, true
+	}
+	return 0, false
+}
+
+// writeError writes e with the given status in the given shape. The code is the integer status,
+// as vLLM writes it.
+func writeError(ctx *fasthttp.RequestCtx, status int, shape errorShape, e apiError) {
+	ctx.SetStatusCode(status)
+	if shape == shapePlain {
+		ctx.SetContentType(contentTypePlain)
+		ctx.SetBodyString(e.msg)
+		return
+	}
+	ctx.SetContentType(contentTypeJSON)
+	b := ctx.Response.SwapBody(nil)[:0]
+	switch shape {
+	case shapeBare:
+		// vLLM's --api-key middleware answers exactly this, whatever the status.
+		b = append(b, `{"error":"Unauthorized"}`...)
+	case shapeFlat:
+		b = append(b, `{"object":"error",`...)
+		b = appendErrorFields(b, status, e)
+		b = append(b, '}')
+	default:
+		b = append(b, `{"error":{`...)
+		b = appendErrorFields(b, status, e)
+		b = append(b, "}}"...)
+	}
+	ctx.Response.SwapBody(b)
+}
+
+func appendErrorFields(b []byte, status int, e apiError) []byte {
+	b = append(b, `"message":`...)
+	b = appendJSONString(b, e.msg)
+	b = append(b, `,"type":`...)
+	b = appendJSONString(b, e.typ)
+	b = append(b, `,"param":`...)
+	if e.param == "" {
+		b = append(b, "null"...)
+	} else {
+		b = appendJSONString(b, e.param)
+	}
+	b = append(b, `,"code":`...)
+	return strconv.AppendInt(b, int64(status), 10)
+}
+
+// writeDetail answers like FastAPI does for unknown routes and methods, which is what vLLM sends.
+func writeDetail(ctx *fasthttp.RequestCtx, status int, detail, allow string) {
+	ctx.SetStatusCode(status)
+	ctx.SetContentType(contentTypeJSON)
+	if allow != "" {
+		ctx.Response.Header.Set("Allow", allow)
+	}
+	b := ctx.Response.SwapBody(nil)[:0]
+	b = append(b, `{"detail":`...)
+	b = appendJSONString(b, detail)
+	ctx.Response.SwapBody(append(b, '}'))
+}
+
+// Stream phases, in the order a normal stream goes through them.
+const (
+	phaseRole   = iota // one role chunk per choice, after the time to first token
+	phaseTokens        // one chunk per token per choice
+	phaseFinish        // one chunk per choice with an empty delta and the finish reason
+	phaseUsage         // the usage chunk, when include_usage is set
+	phaseDone          // data: [DONE]
+	phaseEOF           // nothing more
+	phaseError         // the in-band error event of X-Mock-Fail-After, then phaseDone
+	phaseBreak         // drop the connection (X-Mock-Break-After)
+)
+
+// stream generates the SSE events of one streamed reply. It is the response's body stream:
+// fasthttp calls Read from the connection's goroutine and writes each result as one HTTP chunk,
+// flushed at once. Read returns at most one event, sleeping first where the simulated model would
+// be generating, so events are spaced and never coalesced, and no goroutine of our own is needed.
+//
+// When the client goes away the chunk write fails, fasthttp stops calling Read and calls
+// CloseWithError with the write error: generation stops at once and the stream counts as
+// cancelled. Returning an error from Read makes fasthttp drop the connection mid-body, which is
+// how X-Mock-Break-After breaks a stream.
+type stream struct {
+	s    *Server
+	head []byte // `data: {"id":...,"choices":[`, shared by every chunk of this stream
+	buf  []byte // the event being read out
+	off  int    // how much of buf has been read
+
+	n, tokens, prompt int
+	cached            int
+	finish            string
+	includeUsage      bool
+	continuous        bool
+	failAfter         int // token events before the in-band error; -1 for never
+	breakAfter        int // token events before the connection is dropped; -1 for never
+
+	phase    int
+	choice   int  // the choice the next event of the current phase is for
+	tok      int  // the token the next token event is for
+	emitted  int  // token events produced so far, over all choices
+	finished bool // counted as completed; otherwise CloseWithError counts it as cancelled
+}
+
+func (st *stream) start(s *Server, id, created int64, r *chatRequest, tokens int, finish string, failAfter, breakAfter int) {
+	*st = stream{
+		s: s, head: st.head[:0], buf: st.buf[:0],
+		n: r.n, tokens: tokens, prompt: r.prompt, cached: r.cached, finish: finish,
+		includeUsage: r.includeUsage, continuous: r.continuous,
+		failAfter: failAfter, breakAfter: breakAfter,
+	}
+	h := append(st.head, `data: {"id":"chatcmpl-`...)
+	h = strconv.AppendInt(h, id, 10)
+	h = append(h, `","object":"chat.completion.chunk","created":`...)
+	h = strconv.AppendInt(h, created, 10)
+	h = append(h, `,"model":`...)
+	// Copied, because the request body it points into is gone once the handler returns.
+	h = append(h, r.modelRaw...)
+	st.head = append(h, `,"choices":[`...)
+}
+
+// Read implements io.Reader; see stream.
+func (st *stream) Read(p []byte) (int, error) {
+	if st.off == len(st.buf) {
+		if err := st.next(); err != nil {
+			return 0, err
+		}
+	}
+	n := copy(p, st.buf[st.off:])
+	st.off += n
+	return n, nil
+}
+
+// CloseWithError is called by fasthttp exactly once, when it is done with the stream: with nil
+// after the end, or with the error that ended it (a write error when the client went away).
+func (st *stream) CloseWithError(error) error {
+	s := st.s
+	if !st.finished {
+		s.cancelled.Add(1)
+	}
+	st.s = nil
+	s.streams.Put(st)
+	return nil
+}
+
+// next puts the next event in buf, or returns io.EOF at the end, or errBreak to drop the connection.
+func (st *stream) next() error {
+	st.buf, st.off = st.buf[:0], 0
+	opts := &st.s.opts
+	if st.phase == phaseTokens || (st.phase == phaseFinish && st.choice == 0) {
+		// Injections trigger after the given number of token events, before anything else is
+		// produced; a count the stream never reaches injects nothing.
+		switch st.emitted {
+		case st.failAfter:
+			st.phase = phaseError
+		case st.breakAfter:
+			st.phase = phaseBreak
+		}
+	}
+	switch st.phase {
+	case phaseRole:
+		if st.choice == 0 && opts.TimeToFirstToken > 0 {
+			time.Sleep(opts.TimeToFirstToken)
+		}
+		st.chunkStart()
+		st.buf = append(st.buf, `,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]`...)
+		st.chunkEnd(0)
+		if st.choice++; st.choice == st.n {
+			st.phase, st.choice = phaseTokens, 0
+		}
+	case phaseTokens:
+		if st.choice == 0 && st.tok > 0 && opts.InterTokenDelay > 0 {
+			time.Sleep(opts.InterTokenDelay)
+		}
+		st.chunkStart()
+		st.buf = append(st.buf, `,"delta":{"content":"`...)
+		st.buf = appendToken(st.buf, st.tok)
+		st.buf = append(st.buf, `"},"logprobs":null,"finish_reason":null}]`...)
+		st.emitted++
+		st.chunkEnd(st.emitted)
+		if st.choice++; st.choice == st.n {
+			st.choice = 0
+			if st.tok++; st.tok == st.tokens {
+				st.phase = phaseFinish
+			}
+		}
+	case phaseFinish:
+		st.chunkStart()
+		st.buf = append(st.buf, `,"delta":{},"logprobs":null,"finish_reason":"`...)
+		st.buf = append(st.buf, st.finish...)
+		st.buf = append(st.buf, `"}]`...)
+		st.chunkEnd(st.emitted)
+		if st.choice++; st.choice == st.n {
+			st.choice = 0
+			if st.includeUsage {
+				st.phase = phaseUsage
+			} else {
+				st.phase = phaseDone
+			}
+		}
+	case phaseUsage:
+		st.buf = append(st.buf, st.head...)
+		st.buf = append(st.buf, `],"usage":`...)
+		st.buf = appendUsage(st.buf, st.prompt, st.cached, st.emitted)
+		st.buf = append(st.buf, "}\n\n"...)
+		st.phase = phaseDone
+	case phaseError:
+		st.buf = append(st.buf, midStreamFailure...)
+		st.phase = phaseDone
+	case phaseDone:
+		// Counted before the client can see [DONE], so a test that reads to the end and then
+		// looks at Stats finds it completed.
+		st.complete()
+		st.buf = append(st.buf, doneEvent...)
+		st.phase = phaseEOF
+	case phaseBreak:
+		st.complete()
+		st.phase = phaseEOF
+		return errBreak
+	default:
+		return io.EOF
+	}
+	return nil
+}
+
+func (st *stream) complete() {
+	if !st.finished {
+		st.finished = true
+		st.s.completed.Add(1)
+	}
+}
+
+// chunkStart begins a chat.completion.chunk event with one choice and leaves it open after the
+// index, so the caller appends the rest of the choice and its closing "}]".
+func (st *stream) chunkStart() {
+	st.buf = append(st.buf, st.head...)
+	st.buf = append(st.buf, `{"index":`...)
+	st.buf = strconv.AppendInt(st.buf, int64(st.choice), 10)
+}
+
+// chunkEnd closes the event, adding the cumulative usage when continuous_usage_stats asked for it.
+func (st *stream) chunkEnd(completion int) {
+	if st.continuous {
+		st.buf = append(st.buf, `,"usage":`...)
+		st.buf = appendUsage(st.buf, st.prompt, st.cached, completion)
+	}
+	st.buf = append(st.buf, "}\n\n"...)
+}
