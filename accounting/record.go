@@ -1,0 +1,65 @@
+// Package accounting records token usage per team and project, enforces
+// rate limits and token budgets, and defines the store it needs.
+package accounting
+
+import "time"
+
+// Record is one chat completion as the gateway saw it: who asked, which
+// model and backend served it, and exactly how many tokens it used.
+//
+// The proxy fills a Record once the reply (or stream) is over and hands it
+// to a Recorder; the Recorder persists it asynchronously.
+type Record struct {
+	// RequestID is the X-Request-Id returned to the client.
+	RequestID string
+	// CallID, TraceID and ParentID place the completion in a trace. CallID
+	// and TraceID are always set; ParentID is empty for a root call.
+	CallID   string
+	TraceID  string
+	ParentID string
+
+	// KeyName is the name of the API key used, never the secret.
+	KeyName string
+	Team    string
+	Project string
+	// Model is the public model id the client asked for.
+	Model string
+	// ServedModel is the public id of the model that actually served the
+	// request; it differs from Model only after a fallback.
+	ServedModel string
+	// Backend is the name of the backend that served the request; empty
+	// when no backend was reached.
+	Backend string
+
+	// Status is the HTTP status returned to the client. A stream that
+	// failed after its first byte keeps status 200 and sets Error.
+	Status int
+	// Error describes a failure (an upstream error, an in-band stream
+	// error, a timeout); empty on success.
+	Error string
+	// Stream is true for a streamed completion.
+	Stream bool
+	// Incomplete marks a stream the client abandoned or the backend broke
+	// off: its counts are what was seen until then.
+	Incomplete bool
+
+	PromptTokens     int64
+	CompletionTokens int64
+	TotalTokens      int64
+	CachedTokens     int64
+
+	Started time.Time
+	Ended   time.Time
+
+	// Input and Output hold the request body and the reply (or the
+	// concatenated streamed content) only when traces.store_payloads is on.
+	Input  []byte
+	Output []byte
+}
+
+// Subject names whose usage a request counts against.
+type Subject struct {
+	Team    string
+	Project string
+	Key     string
+}

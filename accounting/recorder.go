@@ -1,0 +1,406 @@
+package accounting
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+)
+
+// Store is what the Recorder needs from persistence.
+type Store interface {
+	// InsertRecords persists recs in one transaction: all or none. It must
+	// not keep recs after it returns (the Recorder reuses the slice), and it
+	// should be idempotent per CallID, since a batch whose commit was
+	// reported failed is written again.
+	InsertRecords(ctx context.Context, recs []Record) error
+}
+
+// RecorderOptions size the Recorder's queue and batches. Zero values take
+// the defaults of config.Usage.
+type RecorderOptions struct {
+	// QueueSize bounds the records waiting to be written. Zero means 65536.
+	QueueSize int
+	// BatchSize is the most records written in one transaction. Zero means 512.
+	BatchSize int
+	// FlushInterval is the longest a record waits before its batch is
+	// written. Zero means 1s.
+	FlushInterval time.Duration
+}
+
+// backoff paces retries of a failed write: the first retry waits min, each
+// next one twice as long, up to max.
+type backoff struct {
+	min, max time.Duration
+}
+
+var defaultBackoff = backoff{min: 100 * time.Millisecond, max: 30 * time.Second}
+
+const (
+	// closedBit is set in Recorder.state once Close has begun; the bits
+	// below it count Record calls between their closed check and the end of
+	// their enqueue.
+	closedBit = int64(1) << 62
+
+	// backpressureLogEvery spaces the warnings about a full queue: the
+	// counter has every wait, the log only says it is happening.
+	backpressureLogEvery = 10 * time.Second
+)
+
+// Recorder persists usage records off the request path. Record puts a
+// record on a bounded queue; one writer goroutine takes records off it and
+// writes them in batches, retrying failed writes with backoff. Nothing is
+// dropped silently: a full queue makes Record wait, and a record that cannot
+// be written at all (see Close) is counted and logged at error level.
+//
+// The writer does not wait on the queue itself: it sleeps until a batch is
+// queued or the flush interval ticks. A send to a channel a goroutine is
+// parked on hands the value over and wakes that goroutine, which would cost
+// every request a wake-up; this way a request pays one buffered send, and
+// the writer wakes once per batch.
+type Recorder struct {
+	store    Store
+	log      *zap.Logger
+	metrics  *recorderMetrics
+	queue    chan Record
+	batch    int
+	interval time.Duration
+	backoff  backoff
+
+	// notify wakes the writer when a full batch is queued (or the queue is
+	// full); it holds at most one pending wake-up.
+	notify chan struct{}
+	// notifyAt is the queue length that makes a batch: BatchSize, or the
+	// queue size if that is smaller.
+	notifyAt int
+
+	// state is closedBit | in-flight Record calls. Close sets closedBit and
+	// waits for the count to reach zero before telling the writer to drain,
+	// so that no record can enter the queue after the final drain. Every
+	// Record writes it twice, so it has a cache line of its own: sharing one
+	// with the fields the writer reads would slow both sides.
+	_        [64]byte
+	state    atomic.Int64
+	_        [56]byte
+	idle     chan struct{} // closed when closing and no Record is in flight
+	idleOnce sync.Once
+
+	drain      chan struct{} // closed by Close: write what is queued, then exit
+	abort      chan struct{} // closed when Close gives up: stop waiting and retrying
+	ctx        context.Context
+	cancel     context.CancelFunc // cancels ctx, the context of store writes
+	done       chan struct{}      // closed when the writer goroutine has exited
+	writerLost int                // records the writer gave up on; read after done
+
+	// tokens caches the token counters by label values; only the writer
+	// goroutine uses it, so that it looks labels up without the CounterVec's
+	// hashing and locking.
+	tokens map[tokenLabels]tokenCounters
+
+	lastWarn atomic.Int64 // unix nanoseconds of the last backpressure warning
+}
+
+type tokenLabels struct{ team, project, model string }
+
+type tokenCounters struct{ prompt, completion prometheus.Counter }
+
+// NewRecorder starts a Recorder writing to st; Close stops it. Its metrics
+// are registered on reg (nil registers nothing).
+func NewRecorder(st Store, opts RecorderOptions, log *zap.Logger, reg prometheus.Registerer) *Recorder {
+	return newRecorder(st, opts, log, reg, defaultBackoff)
+}
+
+func newRecorder(st Store, opts RecorderOptions, log *zap.Logger, reg prometheus.Registerer, bo backoff) *Recorder {
+	if opts.QueueSize <= 0 {
+		opts.QueueSize = 65536
+	}
+	if opts.BatchSize <= 0 {
+		opts.BatchSize = 512
+	}
+	if opts.FlushInterval <= 0 {
+		opts.FlushInterval = time.Second
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &Recorder{
+		store:    st,
+		log:      log,
+		queue:    make(chan Record, opts.QueueSize),
+		batch:    opts.BatchSize,
+		interval: opts.FlushInterval,
+		backoff:  bo,
+		notify:   make(chan struct{}, 1),
+		notifyAt: min(opts.BatchSize, opts.QueueSize),
+		idle:     make(chan struct{}),
+		drain:    make(chan struct{}),
+		abort:    make(chan struct{}),
+		ctx:      ctx,
+		cancel:   cancel,
+		done:     make(chan struct{}),
+		tokens:   make(map[tokenLabels]tokenCounters),
+	}
+	r.metrics = newRecorderMetrics(reg, func() float64 { return float64(len(r.queue)) })
+	go r.run()
+	return r
+}
+
+// Record queues rec to be written. It does not wait for the write; it waits
+// only when the queue is full (backpressure), until the writer makes room.
+// After Close has begun, rec is not queued: it is counted as lost and
+// logged at error level.
+func (r *Recorder) Record(rec Record) {
+	if r.state.Add(1)&closedBit != 0 {
+		r.leave()
+		r.lose(rec, "recorded after the recorder was closed")
+		return
+	}
+	select {
+	case r.queue <- rec:
+		if len(r.queue) >= r.notifyAt {
+			r.wakeWriter()
+		}
+	default:
+		r.waitForRoom(rec)
+	}
+	r.leave()
+}
+
+// wakeWriter tells the writer a batch is waiting, unless it has been told.
+func (r *Recorder) wakeWriter() {
+	select {
+	case r.notify <- struct{}{}:
+	default:
+	}
+}
+
+// waitForRoom is Record's slow path: the queue is full, so the request
+// waits for the writer rather than lose its record.
+func (r *Recorder) waitForRoom(rec Record) {
+	r.metrics.backpressure.Inc()
+	r.warnBackpressure()
+	r.wakeWriter()
+	select {
+	case r.queue <- rec:
+	case <-r.abort:
+		r.lose(rec, "the queue was full when the shutdown deadline passed")
+	}
+}
+
+// warnBackpressure logs that recording waits, at most once per
+// backpressureLogEvery, so that a saturated store does not flood the log.
+func (r *Recorder) warnBackpressure() {
+	now := time.Now().UnixNano()
+	last := r.lastWarn.Load()
+	if now-last < int64(backpressureLogEvery) || !r.lastWarn.CompareAndSwap(last, now) {
+		return
+	}
+	r.log.Warn("usage queue full: requests wait for the usage writer",
+		zap.Int("queue_size", cap(r.queue)))
+}
+
+// leave ends a Record call; the last one out after Close began lets Close
+// go on.
+func (r *Recorder) leave() {
+	if r.state.Add(-1) == closedBit {
+		r.idleOnce.Do(r.signalIdle)
+	}
+}
+
+func (r *Recorder) signalIdle() { close(r.idle) }
+
+var errClosed = errors.New("close recorder: already closed")
+
+// Close stops accepting records, writes everything queued and waits for the
+// writer to exit. If ctx ends first, it gives up: the records not yet
+// written are counted as lost, each logged at error level, and the returned
+// error says how many. Close may be called once; later calls return an error.
+func (r *Recorder) Close(ctx context.Context) error {
+	for {
+		s := r.state.Load()
+		if s&closedBit != 0 {
+			return errClosed
+		}
+		if r.state.CompareAndSwap(s, s|closedBit) {
+			if s == 0 {
+				r.idleOnce.Do(r.signalIdle)
+			}
+			break
+		}
+	}
+	// Records being enqueued finish first; the writer keeps taking records
+	// off the queue meanwhile, so those waiting for room get it.
+	select {
+	case <-r.idle:
+	case <-ctx.Done():
+		return r.giveUp(ctx.Err())
+	}
+	close(r.drain)
+	select {
+	case <-r.done:
+		r.cancel()
+		return nil
+	case <-ctx.Done():
+		return r.giveUp(ctx.Err())
+	}
+}
+
+// giveUp ends a Close whose deadline passed: it stops the writer and any
+// Record waiting for room, then counts what was never written as lost.
+func (r *Recorder) giveUp(cause error) error {
+	close(r.abort)
+	r.cancel()
+	// With abort closed no Record call or write blocks any more, so these
+	// waits are short.
+	<-r.idle
+	<-r.done
+	n := r.writerLost
+	for len(r.queue) > 0 {
+		r.lose(<-r.queue, "still queued when the shutdown deadline passed")
+		n++
+	}
+	return fmt.Errorf("close recorder: %d usage records not written: %w", n, cause)
+}
+
+// lose counts and logs a record that will never be written. The log line
+// carries everything needed to account for the record by hand.
+func (r *Recorder) lose(rec Record, why string) {
+	r.metrics.lost.Inc()
+	r.log.Error("usage record lost: "+why,
+		zap.String("request_id", rec.RequestID),
+		zap.String("call_id", rec.CallID),
+		zap.String("key", rec.KeyName),
+		zap.String("team", rec.Team),
+		zap.String("project", rec.Project),
+		zap.String("model", rec.Model),
+		zap.Int64("prompt_tokens", rec.PromptTokens),
+		zap.Int64("completion_tokens", rec.CompletionTokens),
+		zap.Int64("total_tokens", rec.TotalTokens),
+		zap.Int64("cached_tokens", rec.CachedTokens),
+		zap.Time("started", rec.Started),
+	)
+}
+
+// run is the writer goroutine. It writes full batches as they are queued,
+// and everything queued at each tick of the flush interval, so that a quiet
+// gateway still writes within the interval and a busy one writes few, large
+// transactions.
+func (r *Recorder) run() {
+	defer close(r.done)
+	batch := make([]Record, 0, r.batch)
+	tick := time.NewTicker(r.interval)
+	defer tick.Stop()
+	for {
+		var ok bool
+		select {
+		case <-r.notify:
+			ok = r.flush(batch, r.notifyAt)
+		case <-tick.C:
+			ok = r.flush(batch, 1)
+		case <-r.drain:
+			// No Record is in flight any more, so the queue only shrinks.
+			r.flush(batch, 1)
+			return
+		case <-r.abort:
+			return
+		}
+		if !ok {
+			return
+		}
+	}
+}
+
+// flush writes batches while at least atLeast records are queued. It
+// returns false when Close gave up during a write.
+func (r *Recorder) flush(batch []Record, atLeast int) bool {
+	for len(r.queue) >= atLeast {
+		batch = batch[:0]
+		for len(batch) < r.batch && len(r.queue) > 0 {
+			batch = r.add(batch, <-r.queue)
+		}
+		if !r.write(batch) {
+			return false
+		}
+		// The batch's array is reused: drop the records' strings and
+		// payloads now rather than keep them until overwritten.
+		clear(batch)
+	}
+	return true
+}
+
+// add appends rec to batch and counts its tokens. Tokens are counted here,
+// once per record, rather than in Record (off the request path) or after
+// the write (a retried batch would count twice).
+func (r *Recorder) add(batch []Record, rec Record) []Record {
+	if rec.PromptTokens != 0 || rec.CompletionTokens != 0 {
+		k := tokenLabels{rec.Team, rec.Project, rec.Model}
+		c, ok := r.tokens[k]
+		if !ok {
+			c = tokenCounters{
+				prompt:     r.metrics.promptTokens.WithLabelValues(k.team, k.project, k.model),
+				completion: r.metrics.completionTokens.WithLabelValues(k.team, k.project, k.model),
+			}
+			r.tokens[k] = c
+		}
+		c.prompt.Add(float64(rec.PromptTokens))
+		c.completion.Add(float64(rec.CompletionTokens))
+	}
+	return append(batch, rec)
+}
+
+// write persists batch, retrying with backoff until it succeeds. It returns
+// false, after counting the batch as lost, only when Close gives up.
+func (r *Recorder) write(batch []Record) bool {
+	wait := r.backoff.min
+	var retry *time.Timer
+	for attempt := 1; ; attempt++ {
+		err := r.store.InsertRecords(r.ctx, batch)
+		if err == nil {
+			r.metrics.written.Add(float64(len(batch)))
+			if ce := r.log.Check(zap.DebugLevel, "usage records written"); ce != nil {
+				ce.Write(zap.Int("records", len(batch)), zap.Int("attempts", attempt))
+			}
+			if retry != nil {
+				retry.Stop()
+			}
+			return true
+		}
+		r.metrics.failed.Add(float64(len(batch)))
+		select {
+		case <-r.abort:
+			r.loseBatch(batch)
+			return false
+		default:
+		}
+		r.log.Error("write usage records failed; retrying",
+			zap.Error(err), zap.Int("records", len(batch)),
+			zap.Int("attempt", attempt), zap.Duration("retry_in", wait))
+		if retry == nil {
+			retry = time.NewTimer(wait)
+		} else {
+			retry.Reset(wait)
+		}
+		select {
+		case <-retry.C:
+		case <-r.abort:
+			retry.Stop()
+			r.loseBatch(batch)
+			return false
+		}
+		r.metrics.retried.Add(float64(len(batch)))
+		wait = min(2*wait, r.backoff.max)
+	}
+}
+
+func (r *Recorder) loseBatch(batch []Record) {
+	for _, rec := range batch {
+		r.lose(rec, "not written when the shutdown deadline passed")
+	}
+	r.writerLost += len(batch)
+}
