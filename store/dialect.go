@@ -1,0 +1,114 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// dialect is the SQL engine a DB talks to. Statements are written once,
+// with "?" placeholders and SQL that both engines accept; the dialect
+// rewrites the placeholders for PostgreSQL and supplies the few fragments
+// that differ (JSON access, the $expr compiler, LIMIT without a limit).
+type dialect int
+
+const (
+	dialectSQLite dialect = iota
+	dialectPostgres
+)
+
+// String is the engine's name, as config.Store.Driver spells it.
+func (d dialect) String() string {
+	if d == dialectPostgres {
+		return "postgres"
+	}
+	return "sqlite"
+}
+
+// rebind rewrites the ? placeholders of q as $1, $2, ... for PostgreSQL
+// and returns q unchanged for SQLite. A question mark inside a quoted
+// string or identifier (a jsonpath filter, say) is not a placeholder.
+func (d dialect) rebind(q string) string {
+	if d != dialectPostgres || strings.IndexByte(q, '?') < 0 {
+		return q
+	}
+	var sb strings.Builder
+	sb.Grow(len(q) + 16)
+	n := 0
+	var quote byte
+	for i := 0; i < len(q); i++ {
+		c := q[i]
+		switch {
+		case quote != 0:
+			// A doubled quote ('it''s') closes and reopens: same result.
+			if c == quote {
+				quote = 0
+			}
+		case c == '\'' || c == '"':
+			quote = c
+		case c == '?':
+			n++
+			sb.WriteByte('$')
+			sb.WriteString(strconv.Itoa(n))
+			continue
+		}
+		sb.WriteByte(c)
+	}
+	return sb.String()
+}
+
+// limitArg is the argument of "LIMIT ?" for limit, where a negative limit
+// means none: SQLite reads -1 as no limit, PostgreSQL reads NULL so and
+// rejects negative limits.
+func (d dialect) limitArg(limit int) any {
+	if limit >= 0 {
+		return limit
+	}
+	if d == dialectPostgres {
+		return nil
+	}
+	return -1
+}
+
+// querier is what *sql.DB, *sql.Conn and *sql.Tx share.
+type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	PrepareContext(ctx context.Context, query string) (*sql.Stmt, error)
+}
+
+// conn runs statements written with ? placeholders on q, in dialect d. It
+// is the one path every statement takes, so that none can reach
+// PostgreSQL with SQLite placeholders.
+type conn struct {
+	q querier
+	d dialect
+}
+
+func (c conn) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return c.q.ExecContext(ctx, c.d.rebind(query), args...)
+}
+
+func (c conn) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return c.q.QueryContext(ctx, c.d.rebind(query), args...)
+}
+
+func (c conn) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
+	return c.q.QueryRowContext(ctx, c.d.rebind(query), args...)
+}
+
+func (c conn) prepare(ctx context.Context, query string) (*sql.Stmt, error) {
+	return c.q.PrepareContext(ctx, c.d.rebind(query))
+}
+
+// isUniqueViolation reports whether err is PostgreSQL's unique_violation.
+// SQLite never reports it: its single writer cannot race on a key.
+func isUniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505"
+}

@@ -1,0 +1,113 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/tollgate-dev/tollgate/config"
+
+	// The pure-Go SQLite driver: no cgo, so the binary builds and runs on a
+	// fresh machine with nothing but Go.
+	_ "modernc.org/sqlite"
+)
+
+// PostgreSQL pool bounds. Each replica keeps at most maxPostgresConns
+// connections, so that a handful of replicas stay well inside the server's
+// default max_connections (100); idle ones are closed after a while so that
+// a quiet replica does not pin server processes.
+const (
+	maxPostgresConns        = 16
+	maxPostgresConnIdleTime = 5 * time.Minute
+)
+
+// DB is the store, on SQLite or PostgreSQL. It is safe for concurrent use.
+type DB struct {
+	db      *sql.DB
+	dialect dialect
+}
+
+// Open opens (creating it on first start) the store cfg describes and
+// applies pending schema migrations.
+func Open(ctx context.Context, cfg config.Store) (*DB, error) {
+	switch cfg.Driver {
+	case "", "sqlite":
+		return openSQLite(ctx, cfg.Path)
+	case "postgres":
+		return openPostgres(ctx, cfg.DSN)
+	}
+	return nil, fmt.Errorf("open store: driver %q is not supported", cfg.Driver)
+}
+
+func openSQLite(ctx context.Context, path string) (*DB, error) {
+	// WAL lets readers (the usage API, the CLI while the gateway runs)
+	// proceed while the writer commits; busy_timeout makes a second process
+	// wait for the lock instead of failing at once.
+	q := url.Values{}
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", "synchronous(NORMAL)")
+	q.Add("_pragma", "foreign_keys(1)")
+	dsn := "file:" + path + "?" + q.Encode()
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	if err := migrateSQLite(ctx, db, allMigrations()); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	return &DB{db: db, dialect: dialectSQLite}, nil
+}
+
+// openPostgres goes through pgx's database/sql adapter, so that both
+// engines share every statement that does not need to differ. The pool is
+// database/sql's.
+func openPostgres(ctx context.Context, dsn string) (*DB, error) {
+	if dsn == "" {
+		return nil, fmt.Errorf("open postgres: no dsn")
+	}
+	pgCfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		// The error may quote the DSN, password included; say only where.
+		return nil, fmt.Errorf("open postgres: parse dsn: %w", err)
+	}
+	db := stdlib.OpenDB(*pgCfg)
+	db.SetMaxOpenConns(maxPostgresConns)
+	db.SetMaxIdleConns(maxPostgresConns)
+	db.SetConnMaxIdleTime(maxPostgresConnIdleTime)
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open postgres %s: %w", pgCfg.Host, err)
+	}
+	if err := migratePostgres(ctx, db, allMigrations()); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open postgres %s: %w", pgCfg.Host, err)
+	}
+	return &DB{db: db, dialect: dialectPostgres}, nil
+}
+
+// Close closes the database.
+func (d *DB) Close() error { return d.db.Close() }
+
+// conn runs statements on the pool.
+func (d *DB) conn() conn { return conn{q: d.db, d: d.dialect} }
+
+// begin starts a transaction and returns it with a conn running statements
+// in it.
+func (d *DB) begin(ctx context.Context) (*sql.Tx, conn, error) {
+	tx, err := d.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, conn{}, err
+	}
+	return tx, conn{q: tx, d: d.dialect}, nil
+}

@@ -1,0 +1,911 @@
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/admin"
+)
+
+var _ admin.Store = (*DB)(nil)
+
+func formatTraceTime(t time.Time) string { return t.UTC().Format(admin.TimeLayout) }
+
+func parseTraceTime(s string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("parse stored time %q: %w", s, err)
+	}
+	return t, nil
+}
+
+// ensureProject returns the id of the project entity/name, creating it on
+// first use. The common case, an existing project, costs one read. It
+// works on its own and inside the usage writer's transaction.
+func ensureProject(ctx context.Context, c conn, entity, name string) (int64, error) {
+	const find = `SELECT id FROM projects WHERE entity = ? AND name = ?`
+	var id int64
+	err := c.queryRow(ctx, find, entity, name).Scan(&id)
+	if err == nil {
+		return id, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("find project: %w", err)
+	}
+	if _, err := c.exec(ctx,
+		`INSERT INTO projects (entity, name, created_at) VALUES (?, ?, ?) ON CONFLICT (entity, name) DO NOTHING`,
+		entity, name, formatTraceTime(time.Now())); err != nil {
+		return 0, fmt.Errorf("create project: %w", err)
+	}
+	if err := c.queryRow(ctx, find, entity, name).Scan(&id); err != nil {
+		return 0, fmt.Errorf("find project: %w", err)
+	}
+	return id, nil
+}
+
+// EnsureProject returns the project, creating it on first use.
+func (d *DB) EnsureProject(ctx context.Context, entity, name string) (admin.Project, error) {
+	id, err := ensureProject(ctx, d.conn(), entity, name)
+	if err != nil {
+		return admin.Project{}, err
+	}
+	return admin.Project{ID: id, Entity: entity, Name: name}, nil
+}
+
+// FindProject returns an existing project by entity and name.
+func (d *DB) FindProject(ctx context.Context, entity, name string) (admin.Project, error) {
+	p := admin.Project{Entity: entity, Name: name}
+	err := d.conn().queryRow(ctx, `SELECT id FROM projects WHERE entity = ? AND name = ?`, entity, name).Scan(&p.ID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return admin.Project{}, fmt.Errorf("project %s/%s: %w", entity, name, admin.ErrNotFound)
+	}
+	if err != nil {
+		return admin.Project{}, fmt.Errorf("find project: %w", err)
+	}
+	return p, nil
+}
+
+// ProjectByID returns an existing project by its internal integer id.
+func (d *DB) ProjectByID(ctx context.Context, id int64) (admin.Project, error) {
+	p := admin.Project{ID: id}
+	err := d.conn().queryRow(ctx, `SELECT entity, name FROM projects WHERE id = ?`, id).Scan(&p.Entity, &p.Name)
+	if errors.Is(err, sql.ErrNoRows) {
+		return admin.Project{}, fmt.Errorf("project %d: %w", id, admin.ErrNotFound)
+	}
+	if err != nil {
+		return admin.Project{}, fmt.Errorf("find project: %w", err)
+	}
+	return p, nil
+}
+
+// opDigest is the content digest of an op's code: the unpadded base64url
+// SHA-256, the form of Weave's digests.
+func opDigest(code string) string {
+	sum := sha256.Sum256([]byte(code))
+	return base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+// putOpVersionAttempts bounds PutOpVersion's retries on PostgreSQL. Each
+// lost race means that another publisher's version committed, so up to
+// this many publishers of new code for one op, racing, all get through.
+const putOpVersionAttempts = 32
+
+// PutOpVersion stores code as a version of the op. It is one statement, so
+// that on SQLite, whose writers take turns, concurrent publishers of one op
+// cannot both take the same version_index. On PostgreSQL two publishers of
+// new code can both read the same MAX(version_index); the loser's insert
+// then violates the primary key and is retried, now seeing the winner's
+// version. Publishing the code of a deleted version restores it.
+func (d *DB) PutOpVersion(ctx context.Context, projectID int64, objectID, code string, at time.Time) (admin.OpVersion, error) {
+	digest := opDigest(code)
+	for attempt := 1; ; attempt++ {
+		_, err := d.conn().exec(ctx, `
+			INSERT INTO ops (project_id, object_id, version_index, digest, code, created_at)
+			SELECT ?, ?, COALESCE(MAX(version_index) + 1, 0), ?, ?, ?
+			FROM ops WHERE project_id = ? AND object_id = ?
+			ON CONFLICT (project_id, object_id, digest) DO UPDATE SET deleted_at = NULL`,
+			projectID, objectID, digest, code, formatTraceTime(at), projectID, objectID)
+		if err == nil {
+			break
+		}
+		if !isUniqueViolation(err) || attempt == putOpVersionAttempts {
+			return admin.OpVersion{}, fmt.Errorf("put op version: %w", err)
+		}
+	}
+	op := admin.OpVersion{ObjectID: objectID, Digest: digest}
+	var created string
+	if err := d.conn().queryRow(ctx,
+		`SELECT version_index, created_at, code FROM ops WHERE project_id = ? AND object_id = ? AND digest = ?`,
+		projectID, objectID, digest).Scan(&op.VersionIndex, &created, &op.Code); err != nil {
+		return admin.OpVersion{}, fmt.Errorf("read op version: %w", err)
+	}
+	var err error
+	if op.CreatedAt, err = parseTraceTime(created); err != nil {
+		return admin.OpVersion{}, err
+	}
+	return op, nil
+}
+
+// ListOpVersions lists the project's live op versions by object_id, newest
+// version first.
+func (d *DB) ListOpVersions(ctx context.Context, projectID int64, limit, offset int) ([]admin.OpVersion, error) {
+	rows, err := d.conn().query(ctx, `
+		SELECT object_id, digest, version_index, created_at, code FROM ops
+		WHERE project_id = ? AND deleted_at IS NULL
+		ORDER BY object_id ASC, version_index DESC
+		LIMIT ? OFFSET ?`, projectID, d.dialect.limitArg(limit), offset)
+	if err != nil {
+		return nil, fmt.Errorf("list ops: %w", err)
+	}
+	defer rows.Close()
+	var out []admin.OpVersion
+	for rows.Next() {
+		var op admin.OpVersion
+		var created string
+		if err := rows.Scan(&op.ObjectID, &op.Digest, &op.VersionIndex, &created, &op.Code); err != nil {
+			return nil, fmt.Errorf("list ops: %w", err)
+		}
+		if op.CreatedAt, err = parseTraceTime(created); err != nil {
+			return nil, err
+		}
+		out = append(out, op)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list ops: %w", err)
+	}
+	return out, nil
+}
+
+// DeleteOp marks the op's live versions deleted.
+func (d *DB) DeleteOp(ctx context.Context, projectID int64, objectID string, at time.Time) (int, error) {
+	res, err := d.conn().exec(ctx,
+		`UPDATE ops SET deleted_at = ? WHERE project_id = ? AND object_id = ? AND deleted_at IS NULL`,
+		formatTraceTime(at), projectID, objectID)
+	if err != nil {
+		return 0, fmt.Errorf("delete op: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("delete op: %w", err)
+	}
+	return int(n), nil
+}
+
+// The statements of WriteCalls. A start takes its trace id from the
+// request or, when that is empty, from the parent inside the same
+// statement: every statement of the transaction writes, so SQLite never
+// has to upgrade a read transaction to a write one (which fails at once
+// under WAL when another writer committed in between).
+const (
+	startCallSQL = `
+		INSERT INTO calls (project_id, id, op_name, display_name, trace_id, parent_id, thread_id, turn_id,
+			started_at, attributes, inputs, svc_user_id, svc_run_id)
+		SELECT ?, ?, ?, ?, t.trace_id, ?, ?, ?, ?, ?, ?, ?, ?
+		FROM (SELECT COALESCE(NULLIF(?, ''),
+			(SELECT p.trace_id FROM calls p WHERE p.project_id = ? AND p.id = ?)) AS trace_id) t
+		WHERE t.trace_id IS NOT NULL
+		ON CONFLICT (project_id, id) DO NOTHING`
+	endCallSQL = `
+		UPDATE calls SET ended_at = ?, exception = ?, output = ?, summary = ?
+		WHERE project_id = ? AND id = ?`
+)
+
+// WriteCalls applies starts and ends in order, in one transaction.
+func (d *DB) WriteCalls(ctx context.Context, writes []admin.CallWrite) ([]string, error) {
+	tx, c, err := d.begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("write calls: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	var start, end *sql.Stmt
+	traces := make([]string, len(writes))
+	for i, w := range writes {
+		switch {
+		case w.Start != nil:
+			if start == nil {
+				if start, err = c.prepare(ctx, startCallSQL); err != nil {
+					return nil, fmt.Errorf("write calls: %w", err)
+				}
+				defer start.Close()
+			}
+			if traces[i], err = writeStart(ctx, c, start, w.Start); err != nil {
+				return nil, &admin.CallWriteError{Index: i, Err: err}
+			}
+		case w.End != nil:
+			if end == nil {
+				if end, err = c.prepare(ctx, endCallSQL); err != nil {
+					return nil, fmt.Errorf("write calls: %w", err)
+				}
+				defer end.Close()
+			}
+			if err := writeEnd(ctx, end, w.End); err != nil {
+				return nil, &admin.CallWriteError{Index: i, Err: err}
+			}
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("write calls: %w", err)
+	}
+	return traces, nil
+}
+
+func writeStart(ctx context.Context, c conn, stmt *sql.Stmt, s *admin.CallStart) (string, error) {
+	res, err := stmt.ExecContext(ctx,
+		s.ProjectID, s.ID, s.OpName, s.DisplayName, s.ParentID, s.ThreadID, s.TurnID,
+		formatTraceTime(s.StartedAt), jsonOrDefault(s.Attributes, "{}"), jsonOrDefault(s.Inputs, "{}"), s.SvcUserID, s.SvcRunID,
+		s.TraceID, s.ProjectID, s.ParentID)
+	if err != nil {
+		return "", fmt.Errorf("start call: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return "", fmt.Errorf("start call: %w", err)
+	} else if n == 1 {
+		if s.TraceID != "" {
+			return s.TraceID, nil
+		}
+		return traceOf(ctx, c, s.ProjectID, s.ID)
+	}
+	// Nothing inserted: the call exists (a retried start keeps the stored
+	// call and answers its trace id), or its parent is unknown.
+	trace, err := traceOf(ctx, c, s.ProjectID, s.ID)
+	if errors.Is(err, admin.ErrNotFound) {
+		return "", admin.ErrParentNotFound
+	}
+	return trace, err
+}
+
+func traceOf(ctx context.Context, c conn, projectID int64, id string) (string, error) {
+	var trace string
+	err := c.queryRow(ctx, `SELECT trace_id FROM calls WHERE project_id = ? AND id = ?`, projectID, id).Scan(&trace)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", fmt.Errorf("call %s: %w", id, admin.ErrNotFound)
+	}
+	if err != nil {
+		return "", fmt.Errorf("read trace id: %w", err)
+	}
+	return trace, nil
+}
+
+func writeEnd(ctx context.Context, stmt *sql.Stmt, e *admin.CallEnd) error {
+	var output any
+	if len(e.Output) > 0 && string(e.Output) != "null" {
+		output = string(e.Output)
+	}
+	res, err := stmt.ExecContext(ctx, formatTraceTime(e.EndedAt), e.Exception, output, jsonOrDefault(e.Summary, "{}"), e.ProjectID, e.ID)
+	if err != nil {
+		return fmt.Errorf("end call: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("end call: %w", err)
+	}
+	if n == 0 {
+		return fmt.Errorf("end call %s: %w", e.ID, admin.ErrNotFound)
+	}
+	return nil
+}
+
+func jsonOrDefault(m json.RawMessage, def string) string {
+	if len(m) == 0 {
+		return def
+	}
+	return string(m)
+}
+
+// callColumns are the columns scanCall reads, in its order.
+const callColumns = `c.id, c.op_name, c.display_name, c.trace_id, c.parent_id, c.thread_id, c.turn_id,
+	c.started_at, c.ended_at, c.exception, c.attributes, c.inputs, c.output, c.summary, c.svc_user_id, c.svc_run_id`
+
+type rowScanner interface{ Scan(dest ...any) error }
+
+func scanCall(sc rowScanner, projectID int64) (admin.Call, error) {
+	c := admin.Call{ProjectID: projectID}
+	var display, parent, thread, turn, ended, exception, output, user, run sql.NullString
+	var started string
+	var attrs, inputs, summary []byte
+	if err := sc.Scan(&c.ID, &c.OpName, &display, &c.TraceID, &parent, &thread, &turn,
+		&started, &ended, &exception, &attrs, &inputs, &output, &summary, &user, &run); err != nil {
+		return admin.Call{}, err
+	}
+	var err error
+	if c.StartedAt, err = parseTraceTime(started); err != nil {
+		return admin.Call{}, err
+	}
+	if ended.Valid {
+		t, err := parseTraceTime(ended.String)
+		if err != nil {
+			return admin.Call{}, err
+		}
+		c.EndedAt = &t
+	}
+	c.DisplayName, c.ParentID, c.ThreadID, c.TurnID = nullString(display), nullString(parent), nullString(thread), nullString(turn)
+	c.Exception, c.SvcUserID, c.SvcRunID = nullString(exception), nullString(user), nullString(run)
+	c.Attributes, c.Inputs, c.Summary = attrs, inputs, summary
+	if output.Valid {
+		c.Output = json.RawMessage(output.String)
+	}
+	return c, nil
+}
+
+func nullString(s sql.NullString) *string {
+	if !s.Valid {
+		return nil
+	}
+	return &s.String
+}
+
+// ReadCall returns one call.
+func (d *DB) ReadCall(ctx context.Context, projectID int64, id string) (admin.Call, error) {
+	row := d.conn().queryRow(ctx, `SELECT `+callColumns+` FROM calls c WHERE c.project_id = ? AND c.id = ?`, projectID, id)
+	c, err := scanCall(row, projectID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return admin.Call{}, fmt.Errorf("call %s: %w", id, admin.ErrNotFound)
+	}
+	if err != nil {
+		return admin.Call{}, fmt.Errorf("read call: %w", err)
+	}
+	return c, nil
+}
+
+// QueryCalls calls fn for each call the query selects, in its order
+// (started_at then id unless sort_by says otherwise).
+func (d *DB) QueryCalls(ctx context.Context, projectID int64, q admin.CallsQuery, fn func(*admin.Call) error) error {
+	where, err := whereCalls(d.dialect, projectID, q.Filter, q.Query)
+	if err != nil {
+		return fmt.Errorf("query calls: %w", err)
+	}
+	order, err := orderCalls(d.dialect, q.SortBy)
+	if err != nil {
+		return fmt.Errorf("query calls: %w", err)
+	}
+	args := append(append(where.args, order.args...), d.dialect.limitArg(q.Limit), q.Offset)
+	rows, err := d.conn().query(ctx,
+		`SELECT `+callColumns+` FROM calls c WHERE `+where.sql+` ORDER BY `+order.sql+` LIMIT ? OFFSET ?`, args...)
+	if err != nil {
+		return fmt.Errorf("query calls: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		c, err := scanCall(rows, projectID)
+		if err != nil {
+			return fmt.Errorf("query calls: %w", err)
+		}
+		if err := fn(&c); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("query calls: %w", err)
+	}
+	return nil
+}
+
+// FinishCall ends a call of op opName, keeping an earlier end time.
+func (d *DB) FinishCall(ctx context.Context, projectID int64, id, opName string, at time.Time, summary json.RawMessage, exception *string) error {
+	if d.dialect == dialectPostgres {
+		return d.finishCallPostgres(ctx, projectID, id, opName, at, summary, exception)
+	}
+	var patch any
+	if len(summary) > 0 {
+		patch = string(summary)
+	}
+	res, err := d.conn().exec(ctx, `
+		UPDATE calls SET
+			ended_at = COALESCE(ended_at, ?),
+			summary = CASE WHEN ? IS NULL THEN summary ELSE json_patch(summary, ?) END,
+			exception = COALESCE(?, exception)
+		WHERE project_id = ? AND id = ? AND op_name = ?`,
+		formatTraceTime(at), patch, patch, exception, projectID, id, opName)
+	if err != nil {
+		return fmt.Errorf("finish call: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("finish call: %w", err)
+	}
+	if n == 0 {
+		return fmt.Errorf("call %s: %w", id, admin.ErrNotFound)
+	}
+	return nil
+}
+
+// TraceUsageCalls selects at most limit calls for the usage roll-up, in
+// started_at order, reading only what the roll-up needs: ids, the
+// unfinished flag and summary.usage as JSON text.
+func (d *DB) TraceUsageCalls(ctx context.Context, projectID int64, filter *admin.CallsFilter, query *admin.Query, limit int) ([]admin.TraceUsageCall, error) {
+	where, err := whereCalls(d.dialect, projectID, filter, query)
+	if err != nil {
+		return nil, fmt.Errorf("select usage calls: %w", err)
+	}
+	// summary.usage as JSON text: PostgreSQL's json (not jsonb) gives the
+	// stored text of the member back as it is, as SQLite's -> does.
+	usage := `c.summary -> '$.usage'`
+	if d.dialect == dialectPostgres {
+		usage = `CAST(CAST(c.summary AS json) -> 'usage' AS text)`
+	}
+	rows, err := d.conn().query(ctx, `
+		SELECT c.id, c.parent_id, c.ended_at IS NULL, `+usage+`
+		FROM calls c WHERE `+where.sql+`
+		ORDER BY c.started_at, c.id LIMIT ?`, append(where.args, d.dialect.limitArg(limit))...)
+	if err != nil {
+		return nil, fmt.Errorf("select usage calls: %w", err)
+	}
+	defer rows.Close()
+	out := make([]admin.TraceUsageCall, 0, min(limit, 1024))
+	for rows.Next() {
+		var c admin.TraceUsageCall
+		var parent, usage sql.NullString
+		if err := rows.Scan(&c.ID, &parent, &c.Unfinished, &usage); err != nil {
+			return nil, fmt.Errorf("select usage calls: %w", err)
+		}
+		c.ParentID, c.Usage = parent.String, usage.String
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("select usage calls: %w", err)
+	}
+	return out, nil
+}
+
+// sqlFrag is a piece of SQL with the arguments of its placeholders, in order.
+type sqlFrag struct {
+	sql  string
+	args []any
+}
+
+func rawSQL(s string) sqlFrag { return sqlFrag{sql: s} }
+
+// join concatenates fragments with sep, keeping their arguments in order.
+func joinSQL(sep string, fs ...sqlFrag) sqlFrag {
+	var sb strings.Builder
+	var args []any
+	for i, f := range fs {
+		if i > 0 {
+			sb.WriteString(sep)
+		}
+		sb.WriteString(f.sql)
+		args = append(args, f.args...)
+	}
+	return sqlFrag{sql: sb.String(), args: args}
+}
+
+// wrap surrounds f with prefix and suffix.
+func wrapSQL(prefix string, f sqlFrag, suffix string) sqlFrag {
+	return sqlFrag{sql: prefix + f.sql + suffix, args: f.args}
+}
+
+// whereCalls compiles the project scope, the filter and the query into one
+// WHERE condition over the calls table aliased c.
+func whereCalls(d dialect, projectID int64, filter *admin.CallsFilter, query *admin.Query) (sqlFrag, error) {
+	conds := []sqlFrag{{sql: "c.project_id = ?", args: []any{projectID}}}
+	if filter != nil {
+		conds = append(conds, filterConds(d, filter)...)
+	}
+	if query != nil && query.Expr != nil {
+		compile := compileCond
+		if d == dialectPostgres {
+			compile = pgCond
+		}
+		f, err := compile(query.Expr)
+		if err != nil {
+			return sqlFrag{}, err
+		}
+		conds = append(conds, f)
+	}
+	return joinSQL(" AND ", conds...), nil
+}
+
+// filterConds compiles a CallsFilter; empty lists set no condition.
+func filterConds(d dialect, f *admin.CallsFilter) []sqlFrag {
+	refs := refsCond
+	if d == dialectPostgres {
+		refs = pgRefsCond
+	}
+	var conds []sqlFrag
+	if len(f.OpNames) > 0 {
+		conds = append(conds, opNamesCond(f.OpNames))
+	}
+	if len(f.InputRefs) > 0 {
+		conds = append(conds, refs("c.inputs", f.InputRefs))
+	}
+	if len(f.OutputRefs) > 0 {
+		conds = append(conds, refs("c.output", f.OutputRefs))
+	}
+	for _, m := range []struct {
+		col  string
+		vals []string
+	}{
+		{"c.parent_id", f.ParentIDs},
+		{"c.trace_id", f.TraceIDs},
+		{"c.id", f.CallIDs},
+		{"c.thread_id", f.ThreadIDs},
+		{"c.turn_id", f.TurnIDs},
+		{"c.svc_user_id", f.SvcUserIDs},
+		{"c.svc_run_id", f.SvcRunIDs},
+	} {
+		if len(m.vals) > 0 {
+			conds = append(conds, inStrings(m.col, m.vals))
+		}
+	}
+	if f.TraceRootsOnly {
+		conds = append(conds, rawSQL("c.parent_id IS NULL"))
+	}
+	return conds
+}
+
+func tracePlaceholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}
+
+func inStrings(col string, vals []string) sqlFrag {
+	args := make([]any, len(vals))
+	for i, v := range vals {
+		args[i] = v
+	}
+	return sqlFrag{sql: col + " IN (" + tracePlaceholders(len(vals)) + ")", args: args}
+}
+
+// opNamesCond matches op names exactly, and "name:*" as name itself or any
+// "name:<version>" (Weave's ref to every version of an op).
+func opNamesCond(names []string) sqlFrag {
+	var exact []string
+	var alts []sqlFrag
+	for _, n := range names {
+		if prefix, ok := strings.CutSuffix(n, ":*"); ok {
+			exact = append(exact, prefix)
+			p := prefix + ":"
+			alts = append(alts, sqlFrag{sql: "substr(c.op_name, 1, ?) = ?", args: []any{len(p), p}})
+			continue
+		}
+		exact = append(exact, n)
+	}
+	return wrapSQL("(", joinSQL(" OR ", append([]sqlFrag{inStrings("c.op_name", exact)}, alts...)...), ")")
+}
+
+// refsCond matches calls whose JSON document col holds one of refs as a
+// string value anywhere in it. It is SQLite's; pgRefsCond is PostgreSQL's.
+func refsCond(col string, refs []string) sqlFrag {
+	in := inStrings("t.atom", refs)
+	return sqlFrag{
+		sql:  "EXISTS (SELECT 1 FROM json_tree(" + col + ") t WHERE t.type = 'text' AND " + in.sql + ")",
+		args: in.args,
+	}
+}
+
+// columnSQL maps a call field to its column. The list is closed: only these
+// names ever reach the SQL text.
+func columnSQL(name string) (string, bool) {
+	switch name {
+	case "id", "op_name", "display_name", "trace_id", "parent_id", "thread_id", "turn_id",
+		"started_at", "ended_at", "exception", "svc_user_id", "svc_run_id",
+		"attributes", "inputs", "output", "summary":
+		return "c." + name, true
+	}
+	return "", false
+}
+
+func isJSONColumn(name string) bool {
+	switch name {
+	case "attributes", "inputs", "output", "summary":
+		return true
+	}
+	return false
+}
+
+// jsonPath renders keys as an SQLite JSON path with every label quoted, so
+// that keys holding dots, dashes or slashes (model names) work.
+func jsonPath(keys []string) string {
+	var sb strings.Builder
+	sb.WriteString("$")
+	for _, k := range keys {
+		sb.WriteString(`."`)
+		sb.WriteString(strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(k))
+		sb.WriteString(`"`)
+	}
+	return sb.String()
+}
+
+// fieldSQL compiles a $getField. A JSON column's value is read with
+// json_extract, which gives SQL numbers, text and 0/1 for booleans, so
+// comparisons with literals work without $convert.
+func fieldSQL(f admin.GetField) (sqlFrag, error) {
+	col, ok := columnSQL(f.Column)
+	if !ok {
+		return sqlFrag{}, fmt.Errorf("unknown call field %q", f.Column)
+	}
+	if !isJSONColumn(f.Column) {
+		if len(f.Path) > 0 {
+			return sqlFrag{}, fmt.Errorf("call field %q has no keys", f.Column)
+		}
+		return rawSQL(col), nil
+	}
+	return sqlFrag{sql: "json_extract(" + col + ", ?)", args: []any{jsonPath(f.Path)}}, nil
+}
+
+func literalArg(v any) any {
+	switch x := v.(type) {
+	case bool:
+		if x {
+			return int64(1)
+		}
+		return int64(0)
+	case json.RawMessage:
+		return string(x)
+	}
+	return v
+}
+
+// compileValue compiles an operand where a value is expected.
+func compileValue(op admin.Operand) (sqlFrag, error) {
+	switch x := op.(type) {
+	case admin.Literal:
+		if x.Value == nil {
+			return rawSQL("NULL"), nil
+		}
+		return sqlFrag{sql: "?", args: []any{literalArg(x.Value)}}, nil
+	case admin.GetField:
+		return fieldSQL(x)
+	case admin.Convert:
+		return compileConvert(x)
+	}
+	return compileCond(op)
+}
+
+func compileConvert(x admin.Convert) (sqlFrag, error) {
+	if x.To == admin.ToExists {
+		if f, ok := x.Input.(admin.GetField); ok && isJSONColumn(f.Column) {
+			col, _ := columnSQL(f.Column)
+			return sqlFrag{sql: "(json_type(" + col + ", ?) IS NOT NULL)", args: []any{jsonPath(f.Path)}}, nil
+		}
+	}
+	in, err := compileValue(x.Input)
+	if err != nil {
+		return sqlFrag{}, err
+	}
+	switch x.To {
+	case admin.ToDouble:
+		return wrapSQL("CAST(", in, " AS REAL)"), nil
+	case admin.ToInt:
+		return wrapSQL("CAST(", in, " AS INTEGER)"), nil
+	case admin.ToString:
+		return wrapSQL("CAST(", in, " AS TEXT)"), nil
+	case admin.ToExists:
+		return wrapSQL("(", in, " IS NOT NULL)"), nil
+	case admin.ToBool:
+		// Numbers are true when non-zero, text when it reads as true.
+		return joinSQL("", rawSQL("(CASE WHEN "), in, rawSQL(" IS NULL THEN NULL WHEN typeof("), in,
+			rawSQL(") IN ('integer', 'real') THEN "), in, rawSQL(" != 0 ELSE lower("), in,
+			rawSQL(") IN ('true', '1', 'yes', 'y', 't', 'on') END)")), nil
+	}
+	return sqlFrag{}, fmt.Errorf("unknown $convert target %q", x.To)
+}
+
+// compileCond compiles an operand where a condition is expected. A value
+// there is true unless it is null, 0 or the empty string, so that a
+// non-empty {"$literal": "x"} (the spec's example) is true.
+func compileCond(op admin.Operand) (sqlFrag, error) {
+	switch x := op.(type) {
+	case admin.AndOp:
+		return compileList(x.Operands, " AND ", "1")
+	case admin.OrOp:
+		return compileList(x.Operands, " OR ", "0")
+	case admin.NotOp:
+		in, err := compileCond(x.Operand)
+		if err != nil {
+			return sqlFrag{}, err
+		}
+		return wrapSQL("(NOT COALESCE(", in, ", 0))"), nil
+	case admin.CompareOp:
+		return compileCompare(x)
+	case admin.InOp:
+		return compileIn(x)
+	case admin.ContainsOp:
+		in, err := compileValue(x.Input)
+		if err != nil {
+			return sqlFrag{}, err
+		}
+		sub, err := compileValue(x.Substr)
+		if err != nil {
+			return sqlFrag{}, err
+		}
+		if x.CaseInsensitive {
+			return joinSQL("", rawSQL("(instr(lower(CAST("), in, rawSQL(" AS TEXT)), lower(CAST("), sub, rawSQL(" AS TEXT))) > 0)")), nil
+		}
+		return joinSQL("", rawSQL("(instr(CAST("), in, rawSQL(" AS TEXT), CAST("), sub, rawSQL(" AS TEXT)) > 0)")), nil
+	case admin.Literal, admin.GetField, admin.Convert:
+		v, err := compileValue(op)
+		if err != nil {
+			return sqlFrag{}, err
+		}
+		return wrapSQL("(COALESCE(", v, ", 0) NOT IN (0, ''))"), nil
+	}
+	return sqlFrag{}, fmt.Errorf("unknown query operand %T", op)
+}
+
+func compileList(ops []admin.Operand, sep, empty string) (sqlFrag, error) {
+	if len(ops) == 0 {
+		return rawSQL(empty), nil
+	}
+	fs := make([]sqlFrag, len(ops))
+	for i, op := range ops {
+		f, err := compileCond(op)
+		if err != nil {
+			return sqlFrag{}, err
+		}
+		fs[i] = f
+	}
+	return wrapSQL("(", joinSQL(sep, fs...), ")"), nil
+}
+
+func compileCompare(x admin.CompareOp) (sqlFrag, error) {
+	left, right := timeLiteral(x.Left, x.Right), timeLiteral(x.Right, x.Left)
+	if x.Op == admin.OpEq {
+		if isNull(left) || isNull(right) {
+			other := left
+			if isNull(left) {
+				other = right
+			}
+			v, err := compileValue(other)
+			if err != nil {
+				return sqlFrag{}, err
+			}
+			return wrapSQL("(", v, " IS NULL)"), nil
+		}
+	}
+	var op string
+	switch x.Op {
+	case admin.OpEq:
+		op = " = "
+	case admin.OpGt:
+		op = " > "
+	case admin.OpGte:
+		op = " >= "
+	case admin.OpLt:
+		op = " < "
+	case admin.OpLte:
+		op = " <= "
+	default:
+		return sqlFrag{}, fmt.Errorf("unknown comparison %q", x.Op)
+	}
+	l, err := compileValue(left)
+	if err != nil {
+		return sqlFrag{}, err
+	}
+	r, err := compileValue(right)
+	if err != nil {
+		return sqlFrag{}, err
+	}
+	cond := wrapSQL("(", joinSQL(op, l, r), ")")
+	if x.Op == admin.OpEq {
+		return cond, nil
+	}
+	// Ordering compares like types only, as Mongo's type bracketing does:
+	// SQLite would otherwise rank any text above any number, so that
+	// {"$gt": [field, 5]} matched every text value. $convert compares
+	// across types.
+	if g, ok := typeGuard(right); ok && !isLiteral(left) {
+		cond = joinSQL("", rawSQL("(typeof("), l, rawSQL(") "+g+" AND "), cond, rawSQL(")"))
+	}
+	if g, ok := typeGuard(left); ok && !isLiteral(right) {
+		cond = joinSQL("", rawSQL("(typeof("), r, rawSQL(") "+g+" AND "), cond, rawSQL(")"))
+	}
+	return cond, nil
+}
+
+// typeGuard returns the typeof() test matching a number or string literal.
+func typeGuard(op admin.Operand) (string, bool) {
+	l, ok := op.(admin.Literal)
+	if !ok {
+		return "", false
+	}
+	switch l.Value.(type) {
+	case int64, float64:
+		return "IN ('integer', 'real')", true
+	case string:
+		return "= 'text'", true
+	}
+	return "", false
+}
+
+func isLiteral(op admin.Operand) bool {
+	_, ok := op.(admin.Literal)
+	return ok
+}
+
+func compileIn(x admin.InOp) (sqlFrag, error) {
+	if len(x.Values) == 0 {
+		return rawSQL("0"), nil
+	}
+	l, err := compileValue(x.Left)
+	if err != nil {
+		return sqlFrag{}, err
+	}
+	vals := make([]sqlFrag, len(x.Values))
+	for i, v := range x.Values {
+		if vals[i], err = compileValue(timeLiteral(v, x.Left)); err != nil {
+			return sqlFrag{}, err
+		}
+	}
+	return joinSQL("", rawSQL("("), l, rawSQL(" IN ("), joinSQL(", ", vals...), rawSQL("))")), nil
+}
+
+func isNull(op admin.Operand) bool {
+	l, ok := op.(admin.Literal)
+	return ok && l.Value == nil
+}
+
+// timeLiteral rewrites a literal compared with started_at or ended_at into
+// the stored timestamp form, so that "2026-11-21T10:00:00Z" and Unix
+// seconds compare as times rather than as text. Anything else is returned
+// as is.
+func timeLiteral(op, other admin.Operand) admin.Operand {
+	f, ok := other.(admin.GetField)
+	if !ok || (f.Column != "started_at" && f.Column != "ended_at") {
+		return op
+	}
+	l, ok := op.(admin.Literal)
+	if !ok {
+		return op
+	}
+	switch v := l.Value.(type) {
+	case string:
+		for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05.999999999", "2006-01-02"} {
+			if t, err := time.Parse(layout, v); err == nil {
+				return admin.Literal{Value: formatTraceTime(t)}
+			}
+		}
+	case int64:
+		return admin.Literal{Value: formatTraceTime(time.Unix(v, 0))}
+	case float64:
+		sec := int64(v)
+		return admin.Literal{Value: formatTraceTime(time.Unix(sec, int64((v-float64(sec))*1e9)))}
+	}
+	return op
+}
+
+// orderCalls compiles sort_by; the call id breaks ties so that pages are
+// stable.
+func orderCalls(d dialect, sortBy []admin.SortBy) (sqlFrag, error) {
+	if len(sortBy) == 0 {
+		return rawSQL("c.started_at ASC, c.id ASC"), nil
+	}
+	fs := make([]sqlFrag, 0, len(sortBy)+1)
+	byID := false
+	for _, s := range sortBy {
+		var f sqlFrag
+		var err error
+		if d == dialectPostgres {
+			f, err = pgOrderKey(s.Field, s.Desc)
+		} else {
+			f, err = sqliteOrderKey(s.Field, s.Desc)
+		}
+		if err != nil {
+			return sqlFrag{}, err
+		}
+		fs = append(fs, f)
+		byID = byID || (s.Field.Column == "id")
+	}
+	if !byID {
+		fs = append(fs, rawSQL("c.id ASC"))
+	}
+	return joinSQL(", ", fs...), nil
+}
+
+// sqliteOrderKey is the ORDER BY term of one sort_by field on SQLite.
+func sqliteOrderKey(field admin.GetField, desc bool) (sqlFrag, error) {
+	f, err := fieldSQL(field)
+	if err != nil {
+		return sqlFrag{}, err
+	}
+	if desc {
+		return wrapSQL("", f, " DESC"), nil
+	}
+	return wrapSQL("", f, " ASC"), nil
+}

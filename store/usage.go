@@ -1,0 +1,195 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/accounting"
+	"github.com/tollgate-dev/tollgate/admin"
+)
+
+// DB is the persistence of the usage recorder, the limiter and the usage API.
+var (
+	_ accounting.Store       = (*DB)(nil)
+	_ accounting.LimitsStore = (*DB)(nil)
+	_ admin.UsageStore       = (*DB)(nil)
+)
+
+// insertUsageSQL ignores a call_id already stored: the recorder writes a
+// batch again when a commit is reported failed, and a record written twice
+// must not fail the batch forever.
+const insertUsageSQL = `INSERT INTO usage_records (
+	call_id, request_id, trace_id, parent_id, key_name, team, project,
+	model, served_model, backend, status, error, stream, incomplete,
+	prompt_tokens, completion_tokens, total_tokens, cached_tokens, started, ended
+) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (call_id) DO NOTHING`
+
+// InsertRecords writes recs, their usage rows and their trace calls, in one
+// transaction. Several replicas may insert at once on PostgreSQL: call ids
+// are distinct between them, and insertGatewayCalls creates projects in a
+// fixed order, so their transactions cannot deadlock.
+func (d *DB) InsertRecords(ctx context.Context, recs []accounting.Record) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	tx, c, err := d.begin(ctx)
+	if err != nil {
+		return fmt.Errorf("insert records: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	stmt, err := c.prepare(ctx, insertUsageSQL)
+	if err != nil {
+		return fmt.Errorf("insert records: %w", err)
+	}
+	defer stmt.Close()
+	for i := range recs {
+		r := &recs[i]
+		if _, err := stmt.ExecContext(ctx,
+			r.CallID, r.RequestID, r.TraceID, r.ParentID, r.KeyName, r.Team, r.Project,
+			r.Model, r.ServedModel, r.Backend, r.Status, r.Error, r.Stream, r.Incomplete,
+			r.PromptTokens, r.CompletionTokens, r.TotalTokens, r.CachedTokens,
+			unixNano(r.Started), unixNano(r.Ended),
+		); err != nil {
+			return fmt.Errorf("insert records: call %s: %w", r.CallID, err)
+		}
+	}
+	if err := insertGatewayCalls(ctx, c, recs); err != nil {
+		return fmt.Errorf("insert records: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("insert records: commit: %w", err)
+	}
+	return nil
+}
+
+// unixNano is t in unix nanoseconds, 0 for the zero time (whose UnixNano
+// is undefined).
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// SpentTokens sums the total tokens of the records started at or after
+// since, per team, project and key. A record whose total is 0 counts its
+// prompt and completion tokens, so that a proxy leaving the total unset
+// cannot reset a budget.
+func (d *DB) SpentTokens(ctx context.Context, since time.Time) ([]accounting.SpentRow, error) {
+	// SUM of BIGINT is NUMERIC on PostgreSQL; the cast keeps it an integer.
+	rows, err := d.conn().query(ctx, `SELECT team, project, key_name,
+		CAST(SUM(CASE WHEN total_tokens > 0 THEN total_tokens ELSE prompt_tokens + completion_tokens END) AS BIGINT)
+		FROM usage_records WHERE started >= ?
+		GROUP BY team, project, key_name`, since.UnixNano())
+	if err != nil {
+		return nil, fmt.Errorf("spent tokens: %w", err)
+	}
+	defer rows.Close()
+	var out []accounting.SpentRow
+	for rows.Next() {
+		var r accounting.SpentRow
+		if err := rows.Scan(&r.Subject.Team, &r.Subject.Project, &r.Subject.Key, &r.Tokens); err != nil {
+			return nil, fmt.Errorf("spent tokens: %w", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("spent tokens: %w", err)
+	}
+	return out, nil
+}
+
+// UsageBuckets sums the usage q selects per bucket and group, in bucket
+// order, then by group. Buckets with no usage have no row.
+func (d *DB) UsageBuckets(ctx context.Context, q admin.UsageQuery) ([]admin.UsageRow, error) {
+	if q.BucketWidth <= 0 {
+		return nil, fmt.Errorf("usage buckets: bucket width %v is not positive", q.BucketWidth)
+	}
+	if q.Teams != nil && len(q.Teams) == 0 {
+		return nil, nil
+	}
+	start := q.Start.UnixNano()
+	args := []any{start, int64(q.BucketWidth)}
+	groupCols := []string{"bucket"}
+	var sb strings.Builder
+	sb.WriteString("SELECT (started - ?) / ? AS bucket")
+	if q.GroupByProject {
+		sb.WriteString(", team, project")
+		groupCols = append(groupCols, "team", "project")
+	} else {
+		sb.WriteString(", '', ''")
+	}
+	if q.GroupByModel {
+		sb.WriteString(", model")
+		groupCols = append(groupCols, "model")
+	} else {
+		sb.WriteString(", ''")
+	}
+	if q.GroupByKey {
+		sb.WriteString(", key_name")
+		groupCols = append(groupCols, "key_name")
+	} else {
+		sb.WriteString(", ''")
+	}
+	sb.WriteString(`, CAST(SUM(prompt_tokens) AS BIGINT), CAST(SUM(completion_tokens) AS BIGINT),
+		CAST(SUM(cached_tokens) AS BIGINT),
+		SUM(CASE WHEN backend <> '' THEN 1 ELSE 0 END)
+		FROM usage_records WHERE started >= ? AND started < ?`)
+	args = append(args, start, q.End.UnixNano())
+	if q.Teams != nil {
+		sb.WriteString(" AND team IN (" + placeholders(len(q.Teams)) + ")")
+		for _, t := range q.Teams {
+			args = append(args, t)
+		}
+	}
+	if len(q.Projects) > 0 {
+		sb.WriteString(" AND (")
+		for i, p := range q.Projects {
+			if i > 0 {
+				sb.WriteString(" OR ")
+			}
+			sb.WriteString("(team = ? AND project = ?)")
+			args = append(args, p.Team, p.Project)
+		}
+		sb.WriteString(")")
+	}
+	if len(q.Models) > 0 {
+		sb.WriteString(" AND model IN (" + placeholders(len(q.Models)) + ")")
+		for _, m := range q.Models {
+			args = append(args, m)
+		}
+	}
+	cols := strings.Join(groupCols, ", ")
+	sb.WriteString(" GROUP BY " + cols + " ORDER BY " + cols)
+
+	rows, err := d.conn().query(ctx, sb.String(), args...)
+	if err != nil {
+		return nil, fmt.Errorf("usage buckets: %w", err)
+	}
+	defer rows.Close()
+	var out []admin.UsageRow
+	for rows.Next() {
+		var (
+			r      admin.UsageRow
+			bucket int64
+		)
+		if err := rows.Scan(&bucket, &r.Team, &r.Project, &r.Model, &r.KeyName,
+			&r.InputTokens, &r.OutputTokens, &r.CachedTokens, &r.Requests); err != nil {
+			return nil, fmt.Errorf("usage buckets: %w", err)
+		}
+		r.BucketStart = time.Unix(0, start+bucket*int64(q.BucketWidth)).UTC()
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("usage buckets: %w", err)
+	}
+	return out, nil
+}
+
+// placeholders is n comma-separated "?".
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}
