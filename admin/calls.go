@@ -1,0 +1,498 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/valyala/fasthttp"
+
+	"github.com/tollgate-dev/tollgate/auth"
+)
+
+// callJSON is a call on the wire. Timestamps are Weave-style RFC 3339
+// strings with microseconds; project_id is always "entity/project".
+type callJSON struct {
+	ID          string          `json:"id"`
+	ProjectID   string          `json:"project_id"`
+	OpName      string          `json:"op_name"`
+	DisplayName *string         `json:"display_name"`
+	TraceID     string          `json:"trace_id"`
+	ParentID    *string         `json:"parent_id"`
+	ThreadID    *string         `json:"thread_id"`
+	TurnID      *string         `json:"turn_id"`
+	StartedAt   string          `json:"started_at"`
+	EndedAt     *string         `json:"ended_at"`
+	Exception   *string         `json:"exception"`
+	Attributes  json.RawMessage `json:"attributes"`
+	Inputs      json.RawMessage `json:"inputs"`
+	Output      json.RawMessage `json:"output"`
+	Summary     json.RawMessage `json:"summary"`
+	SvcUserID   *string         `json:"svc_user_id"`
+	SvcRunID    *string         `json:"svc_run_id"`
+}
+
+func renderCall(p Project, c *Call) callJSON {
+	out := callJSON{
+		ID: c.ID, ProjectID: p.Entity + "/" + p.Name, OpName: c.OpName, DisplayName: c.DisplayName,
+		TraceID: c.TraceID, ParentID: c.ParentID, ThreadID: c.ThreadID, TurnID: c.TurnID,
+		StartedAt: formatTime(c.StartedAt), Exception: c.Exception,
+		Attributes: orEmptyObject(c.Attributes), Inputs: orEmptyObject(c.Inputs), Output: c.Output,
+		Summary: orEmptyObject(c.Summary), SvcUserID: c.SvcUserID, SvcRunID: c.SvcRunID,
+	}
+	if c.EndedAt != nil {
+		s := formatTime(*c.EndedAt)
+		out.EndedAt = &s
+	}
+	return out
+}
+
+func orEmptyObject(m json.RawMessage) json.RawMessage {
+	if len(m) == 0 {
+		return json.RawMessage("{}")
+	}
+	return m
+}
+
+// startReq is a validated call start whose project is not resolved yet.
+type startReq struct {
+	projectID string
+	start     CallStart
+}
+
+// parseCallStart validates a Weave StartedCallSchemaForInsert. Unknown keys
+// are ignored, as pydantic does by default. The svc_user_id defaults to the
+// key's name; wb_user_id and wb_run_id, the names the Weave SDK uses, are
+// accepted for svc_user_id and svc_run_id.
+func parseCallStart(v *validation, key *auth.Key, raw any, loc []any) (startReq, error) {
+	obj, ok := v.object(raw, loc, "StartedCallSchemaForInsert")
+	if !ok {
+		return startReq{}, nil
+	}
+	var r startReq
+	r.projectID, _ = v.reqString(obj, "project_id", loc)
+	r.start.OpName, _ = v.reqString(obj, "op_name", loc)
+	if ts, ok := obj["started_at"]; ok {
+		r.start.StartedAt, _ = parseTime(v, ts, at(loc, "started_at"))
+	} else {
+		v.add(at(loc, "started_at"), "missing", "Field required", obj)
+	}
+	id := v.optString(obj, "id", loc)
+	trace := v.optString(obj, "trace_id", loc)
+	r.start.ParentID = nonEmpty(v.optString(obj, "parent_id", loc))
+	r.start.DisplayName = v.optString(obj, "display_name", loc)
+	r.start.ThreadID = v.optString(obj, "thread_id", loc)
+	r.start.TurnID = v.optString(obj, "turn_id", loc)
+	r.start.Attributes = v.optDict(obj, "attributes", loc)
+	r.start.Inputs = v.optDict(obj, "inputs", loc)
+	r.start.SvcUserID = firstString(v.optString(obj, "svc_user_id", loc), v.optString(obj, "wb_user_id", loc))
+	r.start.SvcRunID = firstString(v.optString(obj, "svc_run_id", loc), v.optString(obj, "wb_run_id", loc))
+	if r.start.SvcUserID == nil {
+		name := key.Name
+		r.start.SvcUserID = &name
+	}
+	if id != nil && *id != "" {
+		r.start.ID = *id
+	} else {
+		u, err := uuid.NewV7()
+		if err != nil {
+			return startReq{}, err
+		}
+		r.start.ID = u.String()
+	}
+	switch {
+	case trace != nil && *trace != "":
+		r.start.TraceID = *trace
+	case r.start.ParentID == nil:
+		u, err := uuid.NewV7()
+		if err != nil {
+			return startReq{}, err
+		}
+		r.start.TraceID = u.String()
+	}
+	// Otherwise TraceID stays empty and the store takes the parent's.
+	return r, nil
+}
+
+// endReq is a validated call end whose project is not resolved yet.
+type endReq struct {
+	projectID string
+	end       CallEnd
+}
+
+// parseCallEnd validates a Weave EndedCallSchemaForInsert.
+func parseCallEnd(v *validation, raw any, loc []any) endReq {
+	obj, ok := v.object(raw, loc, "EndedCallSchemaForInsert")
+	if !ok {
+		return endReq{}
+	}
+	var r endReq
+	r.projectID, _ = v.reqString(obj, "project_id", loc)
+	r.end.ID, _ = v.reqString(obj, "id", loc)
+	if ts, ok := obj["ended_at"]; ok {
+		r.end.EndedAt, _ = parseTime(v, ts, at(loc, "ended_at"))
+	} else {
+		v.add(at(loc, "ended_at"), "missing", "Field required", obj)
+	}
+	r.end.Exception = v.optString(obj, "exception", loc)
+	if out, ok := obj["output"]; ok && out != nil {
+		r.end.Output = mustJSON(out)
+	}
+	r.end.Summary = v.optDict(obj, "summary", loc)
+	return r
+}
+
+func nonEmpty(s *string) *string {
+	if s == nil || *s == "" {
+		return nil
+	}
+	return s
+}
+
+func firstString(a, b *string) *string {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// parseTime reads a datetime the way pydantic does: an RFC 3339 string
+// (a missing zone means UTC, a space may replace the "T"), or a Unix time
+// in seconds (or milliseconds, when too large for seconds).
+func parseTime(v *validation, raw any, loc []any) (time.Time, bool) {
+	switch x := raw.(type) {
+	case string:
+		s := strings.TrimSpace(x)
+		for _, layout := range []string{
+			time.RFC3339Nano, "2006-01-02T15:04:05.999999999", "2006-01-02 15:04:05.999999999Z07:00",
+			"2006-01-02 15:04:05.999999999", "2006-01-02T15:04:05.999999999Z0700",
+		} {
+			if t, err := time.Parse(layout, s); err == nil {
+				return t.UTC(), true
+			}
+		}
+		if s != "" {
+			if t, ok := unixTime(json.Number(s)); ok {
+				return t, true
+			}
+		}
+		v.add(loc, "datetime_from_date_parsing", "Input should be a valid datetime or date, invalid datetime", raw)
+	case json.Number:
+		if t, ok := unixTime(x); ok {
+			return t, true
+		}
+		v.add(loc, "datetime_parsing", "Input should be a valid datetime, unable to parse number", raw)
+	default:
+		v.add(loc, "datetime_type", "Input should be a valid datetime", raw)
+	}
+	return time.Time{}, false
+}
+
+func unixTime(n json.Number) (time.Time, bool) {
+	f, err := n.Float64()
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return time.Time{}, false
+	}
+	// pydantic reads values above 2e10 as milliseconds.
+	if math.Abs(f) > 2e10 {
+		f /= 1000
+	}
+	if math.Abs(f) > 1e11 {
+		return time.Time{}, false
+	}
+	sec, frac := math.Modf(f)
+	return time.Unix(int64(sec), int64(math.Round(frac*1e6))*1e3).UTC(), true
+}
+
+// projectCache resolves each distinct project_id of a request once.
+type projectCache struct {
+	s   *Service
+	ctx context.Context
+	key *auth.Key
+	m   map[string]Project
+}
+
+func (c *projectCache) forWrite(raw string, loc []any) (Project, *apiError) {
+	if p, ok := c.m[raw]; ok {
+		return p, nil
+	}
+	p, _, e := c.s.resolveProject(c.ctx, c.key, raw, loc, forWrite)
+	if e != nil {
+		return Project{}, e
+	}
+	if c.m == nil {
+		c.m = make(map[string]Project)
+	}
+	c.m[raw] = p
+	return p, nil
+}
+
+// writeCalls stores the writes and maps store failures to the item they
+// concern; locs[i] is the location of write i in the request.
+func (s *Service) writeCalls(ctx context.Context, writes []CallWrite, locs [][]any) ([]string, *apiError) {
+	traces, err := s.store.WriteCalls(ctx, writes)
+	if err == nil {
+		return traces, nil
+	}
+	var we *CallWriteError
+	if !errors.As(err, &we) || we.Index < 0 || we.Index >= len(writes) {
+		return nil, internalError(err)
+	}
+	switch {
+	case errors.Is(err, ErrParentNotFound):
+		return nil, invalid([]fieldError{{
+			Loc: at(locs[we.Index], "trace_id"), Type: "missing", Input: nil,
+			Msg: "Field required: parent_id names no known call, so trace_id must be sent",
+		}})
+	case errors.Is(err, ErrNotFound) && writes[we.Index].End != nil:
+		return nil, notFound("Call " + strconv.Quote(writes[we.Index].End.ID))
+	}
+	return nil, internalError(err)
+}
+
+type startRes struct {
+	ID      string `json:"id"`
+	TraceID string `json:"trace_id"`
+}
+
+// callStart serves POST /call/start {"start": {...}}.
+func (s *Service) callStart(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, _ pathParams) *apiError {
+	body, e := bodyObject(rc.PostBody(), true)
+	if e != nil {
+		return e
+	}
+	var v validation
+	loc := at(bodyLoc, "start")
+	raw, ok := body["start"]
+	if !ok {
+		v.add(loc, "missing", "Field required", body)
+		return v.err()
+	}
+	r, err := parseCallStart(&v, key, raw, loc)
+	if err != nil {
+		return internalError(err)
+	}
+	if v.failed() {
+		return v.err()
+	}
+	pc := projectCache{s: s, ctx: ctx, key: key}
+	p, e := pc.forWrite(r.projectID, at(loc, "project_id"))
+	if e != nil {
+		return e
+	}
+	r.start.ProjectID = p.ID
+	traces, e := s.writeCalls(ctx, []CallWrite{{Start: &r.start}}, [][]any{loc})
+	if e != nil {
+		return e
+	}
+	writeJSON(rc, fasthttp.StatusOK, startRes{ID: r.start.ID, TraceID: traces[0]})
+	return nil
+}
+
+// callEnd serves POST /call/end {"end": {...}}.
+func (s *Service) callEnd(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, _ pathParams) *apiError {
+	body, e := bodyObject(rc.PostBody(), true)
+	if e != nil {
+		return e
+	}
+	var v validation
+	loc := at(bodyLoc, "end")
+	raw, ok := body["end"]
+	if !ok {
+		v.add(loc, "missing", "Field required", body)
+		return v.err()
+	}
+	r := parseCallEnd(&v, raw, loc)
+	if v.failed() {
+		return v.err()
+	}
+	pc := projectCache{s: s, ctx: ctx, key: key}
+	p, e := pc.forWrite(r.projectID, at(loc, "project_id"))
+	if e != nil {
+		return e
+	}
+	r.end.ProjectID = p.ID
+	if _, e := s.writeCalls(ctx, []CallWrite{{End: &r.end}}, [][]any{loc}); e != nil {
+		return e
+	}
+	writeJSON(rc, fasthttp.StatusOK, struct{}{})
+	return nil
+}
+
+// callUpsertBatch serves POST /call/upsert_batch: starts and ends applied in
+// order, all or nothing.
+func (s *Service) callUpsertBatch(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, _ pathParams) *apiError {
+	body, e := bodyObject(rc.PostBody(), true)
+	if e != nil {
+		return e
+	}
+	var v validation
+	raw, ok := body["batch"]
+	if !ok {
+		v.add(at(bodyLoc, "batch"), "missing", "Field required", body)
+		return v.err()
+	}
+	list, ok := raw.([]any)
+	if !ok {
+		v.add(at(bodyLoc, "batch"), "list_type", "Input should be a valid list", raw)
+		return v.err()
+	}
+	type item struct {
+		projectID string
+		write     CallWrite
+		loc       []any
+	}
+	items := make([]item, 0, len(list))
+	for i, it := range list {
+		iloc := at(bodyLoc, "batch", i)
+		obj, ok := v.object(it, iloc, "CallBatchStartMode | CallBatchEndMode")
+		if !ok {
+			continue
+		}
+		mode, ok := v.reqString(obj, "mode", iloc)
+		if ok && mode != "start" && mode != "end" {
+			v.addCtx(at(iloc, "mode"), "literal_error", "Input should be 'start' or 'end'", mode,
+				map[string]any{"expected": "'start' or 'end'"})
+			ok = false
+		}
+		reqRaw, hasReq := obj["req"]
+		if !hasReq {
+			v.add(at(iloc, "req"), "missing", "Field required", obj)
+		}
+		if !ok || !hasReq {
+			continue
+		}
+		rloc := at(iloc, "req")
+		req, ok := v.object(reqRaw, rloc, "CallStartReq | CallEndReq")
+		if !ok {
+			continue
+		}
+		inner, ok := req[mode]
+		if !ok {
+			v.add(at(rloc, mode), "missing", "Field required", req)
+			continue
+		}
+		loc := at(rloc, mode)
+		if mode == "start" {
+			r, err := parseCallStart(&v, key, inner, loc)
+			if err != nil {
+				return internalError(err)
+			}
+			items = append(items, item{projectID: r.projectID, write: CallWrite{Start: &r.start}, loc: loc})
+		} else {
+			r := parseCallEnd(&v, inner, loc)
+			items = append(items, item{projectID: r.projectID, write: CallWrite{End: &r.end}, loc: loc})
+		}
+	}
+	if v.failed() {
+		return v.err()
+	}
+	pc := projectCache{s: s, ctx: ctx, key: key}
+	writes := make([]CallWrite, len(items))
+	locs := make([][]any, len(items))
+	for i, it := range items {
+		p, e := pc.forWrite(it.projectID, at(it.loc, "project_id"))
+		if e != nil {
+			return e
+		}
+		if it.write.Start != nil {
+			it.write.Start.ProjectID = p.ID
+		} else {
+			it.write.End.ProjectID = p.ID
+		}
+		writes[i], locs[i] = it.write, it.loc
+	}
+	traces, e := s.writeCalls(ctx, writes, locs)
+	if e != nil {
+		return e
+	}
+	res := make([]any, len(writes))
+	for i, w := range writes {
+		if w.Start != nil {
+			res[i] = startRes{ID: w.Start.ID, TraceID: traces[i]}
+		} else {
+			res[i] = struct{}{}
+		}
+	}
+	writeJSON(rc, fasthttp.StatusOK, map[string]any{"res": res})
+	return nil
+}
+
+// callRead serves POST /call/read {"project_id","id"} → {"call": {...}}.
+func (s *Service) callRead(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, _ pathParams) *apiError {
+	body, e := bodyObject(rc.PostBody(), true)
+	if e != nil {
+		return e
+	}
+	var v validation
+	projectID, _ := v.reqString(body, "project_id", bodyLoc)
+	id, _ := v.reqString(body, "id", bodyLoc)
+	if v.failed() {
+		return v.err()
+	}
+	p, found, e := s.resolveProject(ctx, key, projectID, at(bodyLoc, "project_id"), forRead)
+	if e != nil {
+		return e
+	}
+	if !found {
+		return notFound("Call")
+	}
+	c, err := s.store.ReadCall(ctx, p.ID, id)
+	if errors.Is(err, ErrNotFound) {
+		return notFound("Call")
+	}
+	if err != nil {
+		return internalError(err)
+	}
+	writeJSON(rc, fasthttp.StatusOK, map[string]callJSON{"call": renderCall(p, &c)})
+	return nil
+}
+
+// callsStreamQuery serves POST /calls/stream_query, answering JSON Lines.
+// Keys of the Weave request this server does not implement (columns,
+// expand_columns, include_costs, ...) are ignored; filter and query are
+// strict.
+func (s *Service) callsStreamQuery(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, _ pathParams) *apiError {
+	body, e := bodyObject(rc.PostBody(), true)
+	if e != nil {
+		return e
+	}
+	var v validation
+	projectID, _ := v.reqString(body, "project_id", bodyLoc)
+	q := CallsQuery{
+		Filter: parseFilter(&v, body["filter"], at(bodyLoc, "filter")),
+		Query:  parseQuery(&v, body["query"], at(bodyLoc, "query")),
+		SortBy: parseSortBy(&v, body["sort_by"], at(bodyLoc, "sort_by")),
+		Limit:  v.optNonNegInt(body, "limit", bodyLoc, -1),
+		Offset: v.optNonNegInt(body, "offset", bodyLoc, 0),
+	}
+	if v.failed() {
+		return v.err()
+	}
+	p, found, e := s.resolveProject(ctx, key, projectID, at(bodyLoc, "project_id"), forRead)
+	if e != nil {
+		return e
+	}
+	rc.SetStatusCode(fasthttp.StatusOK)
+	rc.SetContentType("application/jsonl")
+	if !found {
+		return nil
+	}
+	enc := json.NewEncoder(rc)
+	enc.SetEscapeHTML(false)
+	err := s.store.QueryCalls(ctx, p.ID, q, func(c *Call) error {
+		return enc.Encode(renderCall(p, c))
+	})
+	if err != nil {
+		// The answer is buffered, so a failure midway can still become a
+		// clean 500 instead of a truncated stream.
+		rc.ResetBody()
+		return internalError(err)
+	}
+	return nil
+}

@@ -1,0 +1,205 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+
+	"github.com/tollgate-dev/tollgate/auth"
+)
+
+// EvaluationOpName is the op of an evaluation run's root call.
+const EvaluationOpName = "Evaluation.evaluate"
+
+// evaluationRunJSON is an evaluation run as read back. evaluation and model
+// are the refs the run was created with, usually strings.
+type evaluationRunJSON struct {
+	EvaluationRunID       string          `json:"evaluation_run_id"`
+	Evaluation            json.RawMessage `json:"evaluation"`
+	Model                 json.RawMessage `json:"model"`
+	Status                string          `json:"status"`
+	StartedAt             string          `json:"started_at"`
+	FinishedAt            *string         `json:"finished_at"`
+	Summary               json.RawMessage `json:"summary"`
+	SourceEvaluationRunID *string         `json:"source_evaluation_run_id"`
+}
+
+// runAttributes are the attributes an evaluation run's call carries, so
+// that a run reads back exactly as created even if its inputs are
+// rewritten.
+type runAttributes struct {
+	EvaluationRun struct {
+		Evaluation            string  `json:"evaluation"`
+		Model                 string  `json:"model"`
+		SourceEvaluationRunID *string `json:"source_evaluation_run_id"`
+	} `json:"evaluation_run"`
+}
+
+// renderRun reads a run from its root call. Calls ingested by a Weave SDK
+// (without the run attributes) read from their inputs.
+func renderRun(c *Call) evaluationRunJSON {
+	out := evaluationRunJSON{
+		EvaluationRunID: c.ID,
+		Evaluation:      jsonValue(c.Attributes, "evaluation_run.evaluation", c.Inputs, "self"),
+		Model:           jsonValue(c.Attributes, "evaluation_run.model", c.Inputs, "model"),
+		Status:          "success",
+		StartedAt:       formatTime(c.StartedAt),
+		Summary:         orEmptyObject(c.Summary),
+	}
+	switch {
+	case c.EndedAt == nil:
+		out.Status = "running"
+	case c.Exception != nil:
+		out.Status = "error"
+	}
+	if c.EndedAt != nil {
+		s := formatTime(*c.EndedAt)
+		out.FinishedAt = &s
+	}
+	if src := gjson.GetBytes(c.Attributes, "evaluation_run.source_evaluation_run_id"); src.Type == gjson.String {
+		s := src.String()
+		out.SourceEvaluationRunID = &s
+	}
+	return out
+}
+
+// jsonValue returns the value at path in doc, else at fallbackPath in
+// fallback, else null.
+func jsonValue(doc []byte, path string, fallback []byte, fallbackPath string) json.RawMessage {
+	if r := gjson.GetBytes(doc, path); r.Exists() {
+		return json.RawMessage(r.Raw)
+	}
+	if r := gjson.GetBytes(fallback, fallbackPath); r.Exists() {
+		return json.RawMessage(r.Raw)
+	}
+	return json.RawMessage("null")
+}
+
+// createEvaluationRun serves POST /v2/{entity}/{project}/evaluation_runs.
+// It does not check that the refs point anywhere, as Weave does not.
+func (s *Service) createEvaluationRun(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, p pathParams) *apiError {
+	body, e := bodyObject(rc.PostBody(), true)
+	if e != nil {
+		return e
+	}
+	var v validation
+	evaluation, _ := v.reqString(body, "evaluation", bodyLoc)
+	model, _ := v.reqString(body, "model", bodyLoc)
+	source := v.optString(body, "source_evaluation_run_id", bodyLoc)
+	if v.failed() {
+		return v.err()
+	}
+	proj, _, e := s.namedProject(ctx, p.entity, p.project, forWrite)
+	if e != nil {
+		return e
+	}
+	u, err := uuid.NewV7()
+	if err != nil {
+		return internalError(err)
+	}
+	id := u.String()
+	var attrs runAttributes
+	attrs.EvaluationRun.Evaluation = evaluation
+	attrs.EvaluationRun.Model = model
+	attrs.EvaluationRun.SourceEvaluationRunID = source
+	user := key.Name
+	start := CallStart{
+		ProjectID: proj.ID, ID: id, TraceID: id, OpName: EvaluationOpName, StartedAt: time.Now(),
+		Attributes: mustJSON(attrs),
+		Inputs:     mustJSON(map[string]string{"self": evaluation, "model": model}),
+		SvcUserID:  &user,
+	}
+	if _, e := s.writeCalls(ctx, []CallWrite{{Start: &start}}, [][]any{bodyLoc}); e != nil {
+		return e
+	}
+	writeJSON(rc, fasthttp.StatusOK, map[string]string{"evaluation_run_id": id})
+	return nil
+}
+
+// readEvaluationRun serves GET /v2/{entity}/{project}/evaluation_runs/{id}.
+func (s *Service) readEvaluationRun(ctx context.Context, rc *fasthttp.RequestCtx, _ *auth.Key, p pathParams) *apiError {
+	proj, found, e := s.namedProject(ctx, p.entity, p.project, forRead)
+	if e != nil {
+		return e
+	}
+	if !found {
+		return notFound("Evaluation run")
+	}
+	c, err := s.store.ReadCall(ctx, proj.ID, p.id)
+	if errors.Is(err, ErrNotFound) || (err == nil && c.OpName != EvaluationOpName) {
+		return notFound("Evaluation run")
+	}
+	if err != nil {
+		return internalError(err)
+	}
+	writeJSON(rc, fasthttp.StatusOK, renderRun(&c))
+	return nil
+}
+
+// listEvaluationRuns serves GET /v2/{entity}/{project}/evaluation_runs,
+// newest first.
+func (s *Service) listEvaluationRuns(ctx context.Context, rc *fasthttp.RequestCtx, _ *auth.Key, p pathParams) *apiError {
+	limit, offset, e := pageParams(rc)
+	if e != nil {
+		return e
+	}
+	proj, found, e := s.namedProject(ctx, p.entity, p.project, forRead)
+	if e != nil {
+		return e
+	}
+	var runs []evaluationRunJSON
+	if found {
+		q := CallsQuery{
+			Filter: &CallsFilter{OpNames: []string{EvaluationOpName}},
+			SortBy: []SortBy{{Field: GetField{Column: "started_at"}, Desc: true}, {Field: GetField{Column: "id"}, Desc: true}},
+			Limit:  limit, Offset: offset,
+		}
+		err := s.store.QueryCalls(ctx, proj.ID, q, func(c *Call) error {
+			runs = append(runs, renderRun(c))
+			return nil
+		})
+		if err != nil {
+			return internalError(err)
+		}
+	}
+	writeList(rc, runs)
+	return nil
+}
+
+// finishEvaluationRun serves POST .../evaluation_runs/{id}/finish with an
+// optional body {"summary": {...}, "exception": "..."}. The summary is
+// merged into the run's (a JSON merge patch); finishing twice keeps the
+// first finish time.
+func (s *Service) finishEvaluationRun(ctx context.Context, rc *fasthttp.RequestCtx, _ *auth.Key, p pathParams) *apiError {
+	body, e := bodyObject(rc.PostBody(), false)
+	if e != nil {
+		return e
+	}
+	var v validation
+	summary := v.optDict(body, "summary", bodyLoc)
+	exception := v.optString(body, "exception", bodyLoc)
+	if v.failed() {
+		return v.err()
+	}
+	proj, found, e := s.namedProject(ctx, p.entity, p.project, forRead)
+	if e != nil {
+		return e
+	}
+	if !found {
+		return notFound("Evaluation run")
+	}
+	err := s.store.FinishCall(ctx, proj.ID, p.id, EvaluationOpName, time.Now(), summary, exception)
+	if errors.Is(err, ErrNotFound) {
+		return notFound("Evaluation run")
+	}
+	if err != nil {
+		return internalError(err)
+	}
+	writeJSON(rc, fasthttp.StatusOK, map[string]bool{"success": true})
+	return nil
+}

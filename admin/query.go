@@ -1,0 +1,525 @@
+package admin
+
+import (
+	"encoding/json"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// CallsFilter selects calls by membership, as Weave's CallsFilter does.
+// Every set field narrows the selection (they are ANDed); within a list the
+// values are alternatives. An empty list, like an absent one, sets no
+// condition, because Weave tests the lists for truthiness.
+type CallsFilter struct {
+	// OpNames match op_name exactly; an entry ending in ":*" matches every
+	// op_name with that prefix (Weave's "any version" op ref).
+	OpNames []string
+	// InputRefs and OutputRefs match calls whose inputs (output) hold one of
+	// the refs as a JSON string value anywhere in the document, at any depth.
+	InputRefs  []string
+	OutputRefs []string
+	ParentIDs  []string
+	TraceIDs   []string
+	CallIDs    []string
+	ThreadIDs  []string
+	TurnIDs    []string
+	// TraceRootsOnly keeps only calls without a parent.
+	TraceRootsOnly bool
+	SvcUserIDs     []string
+	SvcRunIDs      []string
+}
+
+// Query is the "query" field of a calls request: {"$expr": operation}.
+type Query struct {
+	Expr Operand
+}
+
+// Operand is a node of a query expression: an operation (which yields a
+// boolean) or a value ($literal, $getField, $convert).
+type Operand interface{ operand() }
+
+// AndOp is {"$and": [...]}; an empty list is true.
+type AndOp struct{ Operands []Operand }
+
+// OrOp is {"$or": [...]}; an empty list is false.
+type OrOp struct{ Operands []Operand }
+
+// NotOp is {"$not": [x]}. A missing field makes the inner comparison
+// unknown, and NOT of unknown is taken as true, so that
+// {"$not":[{"$eq":[field, "x"]}]} also selects calls without the field.
+type NotOp struct{ Operand Operand }
+
+// Comparison names a binary comparison operator.
+type Comparison string
+
+// The comparison operators of the query language.
+const (
+	OpEq  Comparison = "$eq"
+	OpGt  Comparison = "$gt"
+	OpGte Comparison = "$gte"
+	OpLt  Comparison = "$lt"
+	OpLte Comparison = "$lte"
+)
+
+// CompareOp is {"$eq": [a, b]} and its ordering siblings. $eq with a null
+// literal tests for null (a missing field included). The ordering operators
+// compare a value with a number or string literal only when the value is of
+// the same kind, as Mongo's type bracketing does; $convert compares across
+// kinds. A literal compared with started_at or ended_at may be an RFC 3339
+// string or Unix seconds.
+type CompareOp struct {
+	Op          Comparison
+	Left, Right Operand
+}
+
+// InOp is {"$in": [a, [b, ...]]}.
+type InOp struct {
+	Left   Operand
+	Values []Operand
+}
+
+// ContainsOp is {"$contains": {"input": a, "substr": b, "case_insensitive": bool}}:
+// substring containment of the operands' text.
+type ContainsOp struct {
+	Input, Substr   Operand
+	CaseInsensitive bool
+}
+
+// Literal is {"$literal": value}. Value is nil, bool, string, int64,
+// float64, or json.RawMessage for an array or object (compared as its
+// compact JSON text).
+type Literal struct{ Value any }
+
+// GetField is {"$getField": "dotted.path"} resolved against the call
+// columns: Column is a call field (see isCallField), Path the keys inside
+// a JSON column (attributes, inputs, output, summary), empty for the column
+// itself.
+type GetField struct {
+	Column string
+	Path   []string
+}
+
+// ConvertTo names the target type of a $convert.
+type ConvertTo string
+
+// The targets of $convert.
+const (
+	ToDouble ConvertTo = "double"
+	ToString ConvertTo = "string"
+	ToInt    ConvertTo = "int"
+	ToBool   ConvertTo = "bool"
+	ToExists ConvertTo = "exists"
+)
+
+// Convert is {"$convert": {"input": a, "to": "double|string|int|bool|exists"}}.
+type Convert struct {
+	Input Operand
+	To    ConvertTo
+}
+
+func (AndOp) operand()      {}
+func (OrOp) operand()       {}
+func (NotOp) operand()      {}
+func (CompareOp) operand()  {}
+func (InOp) operand()       {}
+func (ContainsOp) operand() {}
+func (Literal) operand()    {}
+func (GetField) operand()   {}
+func (Convert) operand()    {}
+
+// SortBy orders a calls query by a field.
+type SortBy struct {
+	Field GetField
+	Desc  bool
+}
+
+// CallsQuery is a calls selection with its order and page. Limit < 0 means
+// no limit.
+type CallsQuery struct {
+	Filter *CallsFilter
+	Query  *Query
+	SortBy []SortBy
+	Limit  int
+	Offset int
+}
+
+// isCallField reports whether name is a call field a query may read.
+func isCallField(name string) bool {
+	switch name {
+	case "id", "op_name", "display_name", "trace_id", "parent_id", "thread_id", "turn_id",
+		"started_at", "ended_at", "exception", "svc_user_id", "svc_run_id":
+		return true
+	}
+	return isJSONField(name)
+}
+
+// isJSONField reports whether name is a call field holding a JSON document.
+func isJSONField(name string) bool {
+	switch name {
+	case "attributes", "inputs", "output", "summary":
+		return true
+	}
+	return false
+}
+
+const operatorsList = "$and, $or, $not, $eq, $gt, $gte, $lt, $lte, $in, $contains"
+
+// parseFilter validates a CallsFilter; null gives nil.
+func parseFilter(v *validation, raw any, loc []any) *CallsFilter {
+	if raw == nil {
+		return nil
+	}
+	obj, ok := v.object(raw, loc, "CallsFilter")
+	if !ok {
+		return nil
+	}
+	v.strict(obj, loc, "op_names", "input_refs", "output_refs", "parent_ids", "trace_ids", "call_ids",
+		"thread_ids", "turn_ids", "trace_roots_only", "svc_user_ids", "svc_run_ids")
+	return &CallsFilter{
+		OpNames:        v.optStringList(obj, "op_names", loc),
+		InputRefs:      v.optStringList(obj, "input_refs", loc),
+		OutputRefs:     v.optStringList(obj, "output_refs", loc),
+		ParentIDs:      v.optStringList(obj, "parent_ids", loc),
+		TraceIDs:       v.optStringList(obj, "trace_ids", loc),
+		CallIDs:        v.optStringList(obj, "call_ids", loc),
+		ThreadIDs:      v.optStringList(obj, "thread_ids", loc),
+		TurnIDs:        v.optStringList(obj, "turn_ids", loc),
+		TraceRootsOnly: v.optBool(obj, "trace_roots_only", loc, false),
+		SvcUserIDs:     v.optStringList(obj, "svc_user_ids", loc),
+		SvcRunIDs:      v.optStringList(obj, "svc_run_ids", loc),
+	}
+}
+
+// parseQuery validates a query object; null gives nil. Its $expr must be
+// an operation, not a bare value, as in Weave.
+func parseQuery(v *validation, raw any, loc []any) *Query {
+	if raw == nil {
+		return nil
+	}
+	obj, ok := v.object(raw, loc, "Query")
+	if !ok {
+		return nil
+	}
+	v.strict(obj, loc, "$expr")
+	expr, ok := obj["$expr"]
+	if !ok {
+		v.add(at(loc, "$expr"), "missing", "Field required", obj)
+		return nil
+	}
+	op := parseOperand(v, expr, at(loc, "$expr"))
+	if op == nil {
+		return nil
+	}
+	switch op.(type) {
+	case Literal, GetField, Convert:
+		v.add(at(loc, "$expr"), "value_error", "Value error, $expr must be an operation, one of "+operatorsList, expr)
+		return nil
+	}
+	return &Query{Expr: op}
+}
+
+// parseOperand validates one operand: an object with exactly one operator
+// key. It returns nil after reporting an error.
+func parseOperand(v *validation, raw any, loc []any) Operand {
+	obj, ok := raw.(map[string]any)
+	if !ok {
+		v.add(loc, "dict_type", "Input should be a valid dictionary", raw)
+		return nil
+	}
+	var key string
+	known := 0
+	for k := range obj {
+		if isOperandKey(k) {
+			key = k
+			known++
+		}
+	}
+	if known != 1 {
+		v.add(loc, "value_error",
+			"Value error, an operand must have exactly one key: $literal, $getField, $convert, "+operatorsList, raw)
+		return nil
+	}
+	n := len(v.errs)
+	v.strict(obj, loc, key)
+	if len(v.errs) > n {
+		return nil
+	}
+	arg, loc := obj[key], at(loc, key)
+	switch key {
+	case "$literal":
+		return parseLiteral(arg)
+	case "$getField":
+		s, ok := v.str(arg, loc)
+		if !ok {
+			return nil
+		}
+		f, ok := parseFieldPath(v, s, loc)
+		if !ok {
+			return nil
+		}
+		return f
+	case "$convert":
+		return parseConvert(v, arg, loc)
+	case "$and", "$or":
+		list, ok := arg.([]any)
+		if !ok {
+			v.add(loc, "list_type", "Input should be a valid list", arg)
+			return nil
+		}
+		ops := make([]Operand, 0, len(list))
+		for i, item := range list {
+			ops = append(ops, parseOperand(v, item, at(loc, i)))
+		}
+		if len(v.errs) > n {
+			return nil
+		}
+		if key == "$and" {
+			return AndOp{Operands: ops}
+		}
+		return OrOp{Operands: ops}
+	case "$not":
+		items, ok := tuple(v, arg, loc, 1)
+		if !ok {
+			return nil
+		}
+		x := parseOperand(v, items[0], at(loc, 0))
+		if x == nil {
+			return nil
+		}
+		return NotOp{Operand: x}
+	case "$eq", "$gt", "$gte", "$lt", "$lte":
+		items, ok := tuple(v, arg, loc, 2)
+		if !ok {
+			return nil
+		}
+		l, r := parseOperand(v, items[0], at(loc, 0)), parseOperand(v, items[1], at(loc, 1))
+		if l == nil || r == nil {
+			return nil
+		}
+		return CompareOp{Op: Comparison(key), Left: l, Right: r}
+	case "$in":
+		items, ok := tuple(v, arg, loc, 2)
+		if !ok {
+			return nil
+		}
+		l := parseOperand(v, items[0], at(loc, 0))
+		list, ok := items[1].([]any)
+		if !ok {
+			v.add(at(loc, 1), "list_type", "Input should be a valid list", items[1])
+			return nil
+		}
+		values := make([]Operand, 0, len(list))
+		for i, item := range list {
+			values = append(values, parseOperand(v, item, at(loc, 1, i)))
+		}
+		if l == nil || len(v.errs) > n {
+			return nil
+		}
+		return InOp{Left: l, Values: values}
+	case "$contains":
+		return parseContains(v, arg, loc)
+	}
+	return nil
+}
+
+func isOperandKey(k string) bool {
+	switch k {
+	case "$literal", "$getField", "$convert", "$and", "$or", "$not",
+		"$eq", "$gt", "$gte", "$lt", "$lte", "$in", "$contains":
+		return true
+	}
+	return false
+}
+
+// tuple checks that raw is a list of exactly n items, reporting pydantic's
+// tuple errors otherwise.
+func tuple(v *validation, raw any, loc []any, n int) ([]any, bool) {
+	list, ok := raw.([]any)
+	if !ok {
+		v.add(loc, "list_type", "Input should be a valid list", raw)
+		return nil, false
+	}
+	if len(list) < n {
+		for i := len(list); i < n; i++ {
+			v.add(at(loc, i), "missing", "Field required", raw)
+		}
+		return nil, false
+	}
+	if len(list) > n {
+		v.addCtx(loc, "too_long",
+			"Tuple should have at most "+strconv.Itoa(n)+" item"+plural(n)+" after validation, not "+strconv.Itoa(len(list)),
+			raw, map[string]any{"field_type": "Tuple", "max_length": n, "actual_length": len(list)})
+		return nil, false
+	}
+	return list, true
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+func parseLiteral(raw any) Literal {
+	switch x := raw.(type) {
+	case json.Number:
+		if i, err := x.Int64(); err == nil {
+			return Literal{Value: i}
+		}
+		f, err := x.Float64()
+		if err != nil || math.IsInf(f, 0) {
+			// An integer beyond int64: keep its digits, compared as text.
+			return Literal{Value: x.String()}
+		}
+		return Literal{Value: f}
+	case map[string]any, []any:
+		return Literal{Value: mustJSON(x)}
+	}
+	// nil, bool, string.
+	return Literal{Value: raw}
+}
+
+func parseConvert(v *validation, raw any, loc []any) Operand {
+	obj, ok := v.object(raw, loc, "ConvertSpec")
+	if !ok {
+		return nil
+	}
+	n := len(v.errs)
+	v.strict(obj, loc, "input", "to")
+	var in Operand
+	if x, ok := obj["input"]; ok {
+		in = parseOperand(v, x, at(loc, "input"))
+	} else {
+		v.add(at(loc, "input"), "missing", "Field required", obj)
+	}
+	to, ok := obj["to"]
+	if !ok {
+		v.add(at(loc, "to"), "missing", "Field required", obj)
+		return nil
+	}
+	t, _ := to.(string)
+	switch ConvertTo(t) {
+	case ToDouble, ToString, ToInt, ToBool, ToExists:
+	default:
+		v.addCtx(at(loc, "to"), "literal_error", "Input should be 'double', 'string', 'int', 'bool' or 'exists'", to,
+			map[string]any{"expected": "'double', 'string', 'int', 'bool' or 'exists'"})
+		return nil
+	}
+	if in == nil || len(v.errs) > n {
+		return nil
+	}
+	return Convert{Input: in, To: ConvertTo(t)}
+}
+
+func parseContains(v *validation, raw any, loc []any) Operand {
+	obj, ok := v.object(raw, loc, "ContainsSpec")
+	if !ok {
+		return nil
+	}
+	n := len(v.errs)
+	v.strict(obj, loc, "input", "substr", "case_insensitive")
+	var in, sub Operand
+	if x, ok := obj["input"]; ok {
+		in = parseOperand(v, x, at(loc, "input"))
+	} else {
+		v.add(at(loc, "input"), "missing", "Field required", obj)
+	}
+	if x, ok := obj["substr"]; ok {
+		sub = parseOperand(v, x, at(loc, "substr"))
+	} else {
+		v.add(at(loc, "substr"), "missing", "Field required", obj)
+	}
+	ci := v.optBool(obj, "case_insensitive", loc, false)
+	if in == nil || sub == nil || len(v.errs) > n {
+		return nil
+	}
+	return ContainsOp{Input: in, Substr: sub, CaseInsensitive: ci}
+}
+
+// parseFieldPath resolves a $getField path. Segments are separated by dots;
+// "\." is a literal dot and "\\" a backslash. Because model names often
+// hold dots ("gpt-4.1"), summary.usage.<model>.<count> without escapes takes
+// everything between "usage" and the last segment as the model name.
+func parseFieldPath(v *validation, path string, loc []any) (GetField, bool) {
+	segs, escaped, ok := splitPath(path)
+	if !ok {
+		v.add(loc, "value_error", "Value error, malformed field path "+strconv.Quote(path), path)
+		return GetField{}, false
+	}
+	col := segs[0]
+	if !isCallField(col) || (len(segs) > 1 && !isJSONField(col)) {
+		v.add(loc, "value_error", "Value error, unknown call field "+strconv.Quote(path), path)
+		return GetField{}, false
+	}
+	rest := segs[1:]
+	if col == "summary" && !escaped && len(rest) >= 4 && rest[0] == "usage" {
+		rest = []string{"usage", strings.Join(rest[1:len(rest)-1], "."), rest[len(rest)-1]}
+	}
+	if len(rest) == 0 {
+		rest = nil
+	}
+	return GetField{Column: col, Path: rest}, true
+}
+
+func splitPath(path string) (segs []string, escaped, ok bool) {
+	var cur strings.Builder
+	for i := 0; i < len(path); i++ {
+		c := path[i]
+		switch {
+		case c == '\\' && i+1 < len(path) && (path[i+1] == '.' || path[i+1] == '\\'):
+			cur.WriteByte(path[i+1])
+			escaped = true
+			i++
+		case c == '.':
+			if cur.Len() == 0 {
+				return nil, false, false
+			}
+			segs = append(segs, cur.String())
+			cur.Reset()
+		default:
+			cur.WriteByte(c)
+		}
+	}
+	if cur.Len() == 0 {
+		return nil, false, false
+	}
+	return append(segs, cur.String()), escaped, true
+}
+
+// parseSortBy validates a sort_by list of {"field", "direction"}.
+func parseSortBy(v *validation, raw any, loc []any) []SortBy {
+	if raw == nil {
+		return nil
+	}
+	list, ok := raw.([]any)
+	if !ok {
+		v.add(loc, "list_type", "Input should be a valid list", raw)
+		return nil
+	}
+	out := make([]SortBy, 0, len(list))
+	for i, item := range list {
+		iloc := at(loc, i)
+		obj, ok := v.object(item, iloc, "SortBy")
+		if !ok {
+			continue
+		}
+		field, fok := v.reqString(obj, "field", iloc)
+		dir, dok := v.reqString(obj, "direction", iloc)
+		if dok && dir != "asc" && dir != "desc" {
+			v.addCtx(at(iloc, "direction"), "literal_error", "Input should be 'asc' or 'desc'", dir,
+				map[string]any{"expected": "'asc' or 'desc'"})
+			dok = false
+		}
+		if !fok || !dok {
+			continue
+		}
+		f, ok := parseFieldPath(v, field, at(iloc, "field"))
+		if !ok {
+			continue
+		}
+		out = append(out, SortBy{Field: f, Desc: dir == "desc"})
+	}
+	return out
+}

@@ -1,0 +1,349 @@
+// Package admin serves tollgate's service API (projects, ops, evaluation
+// runs, calls and trace usage in the W&B Weave wire) and defines the store
+// it needs.
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"go.uber.org/zap"
+
+	"github.com/tollgate-dev/tollgate/auth"
+	"github.com/tollgate-dev/tollgate/config"
+)
+
+// Project is a team's (entity's) project, with the integer behind its
+// opaque internal id.
+type Project struct {
+	ID     int64
+	Entity string
+	Name   string
+}
+
+// OpVersion is one version of an op: its source code, content digest and
+// position among the op's versions.
+type OpVersion struct {
+	ObjectID     string
+	Digest       string
+	VersionIndex int
+	CreatedAt    time.Time
+	Code         string
+}
+
+// CallStart is the start of a call as ingested. An empty TraceID asks the
+// store to take the parent's trace id.
+type CallStart struct {
+	ProjectID   int64
+	ID          string
+	OpName      string
+	DisplayName *string
+	TraceID     string
+	ParentID    *string
+	ThreadID    *string
+	TurnID      *string
+	StartedAt   time.Time
+	// Attributes and Inputs are JSON objects.
+	Attributes json.RawMessage
+	Inputs     json.RawMessage
+	SvcUserID  *string
+	SvcRunID   *string
+}
+
+// CallEnd is the end of a call: it sets ended_at, exception, output and
+// summary.
+type CallEnd struct {
+	ProjectID int64
+	ID        string
+	EndedAt   time.Time
+	Exception *string
+	// Output is any JSON value; nil stores null.
+	Output json.RawMessage
+	// Summary is a JSON object; nil stores {}.
+	Summary json.RawMessage
+}
+
+// CallWrite is one item of an ingest batch: exactly one of Start and End.
+type CallWrite struct {
+	Start *CallStart
+	End   *CallEnd
+}
+
+// Call is a stored call.
+type Call struct {
+	ProjectID   int64
+	ID          string
+	OpName      string
+	DisplayName *string
+	TraceID     string
+	ParentID    *string
+	ThreadID    *string
+	TurnID      *string
+	StartedAt   time.Time
+	EndedAt     *time.Time
+	Exception   *string
+	Attributes  json.RawMessage
+	Inputs      json.RawMessage
+	Output      json.RawMessage
+	Summary     json.RawMessage
+	SvcUserID   *string
+	SvcRunID    *string
+}
+
+// TraceUsageCall is what the trace usage roll-up needs of a selected call.
+type TraceUsageCall struct {
+	ID       string
+	ParentID string
+	// Unfinished is true when the call has no ended_at.
+	Unfinished bool
+	// Usage is the call's summary.usage as JSON text; empty when absent.
+	Usage string
+}
+
+// Store persists projects, ops and calls. *store.DB implements it. Methods
+// that look one thing up return an error wrapping ErrNotFound when it does
+// not exist.
+type Store interface {
+	// EnsureProject returns the project, creating it on first use.
+	EnsureProject(ctx context.Context, entity, name string) (Project, error)
+	// FindProject returns an existing project by entity and name.
+	FindProject(ctx context.Context, entity, name string) (Project, error)
+	// ProjectByID returns an existing project by its internal integer id.
+	ProjectByID(ctx context.Context, id int64) (Project, error)
+
+	// PutOpVersion stores code as a version of the op objectID: the same
+	// code gives back the existing version, new code the next
+	// version_index.
+	PutOpVersion(ctx context.Context, projectID int64, objectID, code string, at time.Time) (OpVersion, error)
+	// ListOpVersions lists the project's op versions that are not deleted,
+	// by object_id ascending then version_index descending. limit < 0 means
+	// no limit.
+	ListOpVersions(ctx context.Context, projectID int64, limit, offset int) ([]OpVersion, error)
+	// DeleteOp marks every version of the op deleted and returns how many
+	// were.
+	DeleteOp(ctx context.Context, projectID int64, objectID string, at time.Time) (int, error)
+
+	// WriteCalls applies starts and ends in order, in one transaction, and
+	// returns the trace id of each start ("" for ends). A start whose call
+	// exists already is kept as it was (retries are idempotent). Failures
+	// are a *CallWriteError wrapping ErrNotFound (an end of an unknown call)
+	// or ErrParentNotFound.
+	WriteCalls(ctx context.Context, writes []CallWrite) ([]string, error)
+	// ReadCall returns one call.
+	ReadCall(ctx context.Context, projectID int64, id string) (Call, error)
+	// QueryCalls calls fn for each call the query selects, in its order.
+	QueryCalls(ctx context.Context, projectID int64, q CallsQuery, fn func(*Call) error) error
+	// FinishCall ends a call that has op_name opName: ended_at is set to at
+	// unless the call ended already, summary (when not nil) is merged into
+	// the call's summary as a JSON merge patch, and exception (when not nil)
+	// is set.
+	FinishCall(ctx context.Context, projectID int64, id, opName string, at time.Time, summary json.RawMessage, exception *string) error
+	// TraceUsageCalls selects at most limit calls with filter and query, by
+	// started_at then id, for the trace usage roll-up.
+	TraceUsageCalls(ctx context.Context, projectID int64, filter *CallsFilter, query *Query, limit int) ([]TraceUsageCall, error)
+}
+
+// Options configures a Service.
+type Options struct {
+	// Keys authenticates requests.
+	Keys *auth.Keyring
+	// Store persists projects, ops and calls.
+	Store Store
+	// Pricing holds the per-model prices /trace/usage uses with
+	// include_costs, by public model id.
+	Pricing map[string]config.Pricing
+	// Log receives server errors; nil means no logging.
+	Log *zap.Logger
+}
+
+// Service serves the service API.
+type Service struct {
+	keys    *auth.Keyring
+	store   Store
+	pricing map[string]config.Pricing
+	log     *zap.Logger
+}
+
+// New returns a Service.
+func New(opts Options) *Service {
+	log := opts.Log
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Service{keys: opts.Keys, store: opts.Store, pricing: opts.Pricing, log: log}
+}
+
+// handler serves one route once the caller is authenticated. For the /v2/
+// routes the entity of the path is already authorized.
+type handler func(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, p pathParams) *apiError
+
+// pathParams are the parameters of a /v2/{entity}/{project}/... path.
+type pathParams struct {
+	entity, project string
+	// id is the op's object id or the evaluation run's id.
+	id string
+}
+
+// route is the handlers of one path by method.
+type route struct {
+	get, post, del handler
+}
+
+func (r route) handler(method []byte) (handler, bool) {
+	var h handler
+	switch string(method) {
+	case fasthttp.MethodGet:
+		h = r.get
+	case fasthttp.MethodPost:
+		h = r.post
+	case fasthttp.MethodDelete:
+		h = r.del
+	}
+	return h, h != nil
+}
+
+func (r route) allow() string {
+	var m []string
+	if r.get != nil {
+		m = append(m, fasthttp.MethodGet)
+	}
+	if r.post != nil {
+		m = append(m, fasthttp.MethodPost)
+	}
+	if r.del != nil {
+		m = append(m, fasthttp.MethodDelete)
+	}
+	return strings.Join(m, ", ")
+}
+
+// Handle serves the service API. It returns false when the path is not one
+// of its routes, so the caller can try others (the usage API, /metrics) or
+// answer 404.
+func (s *Service) Handle(rc *fasthttp.RequestCtx) bool {
+	r, p, ok := s.match(string(rc.Path()))
+	if !ok {
+		return false
+	}
+	h, ok := r.handler(rc.Method())
+	if !ok {
+		rc.Response.Header.Set("Allow", r.allow())
+		writeJSON(rc, fasthttp.StatusMethodNotAllowed, map[string]string{"detail": "Method Not Allowed"})
+		return true
+	}
+	key := s.authenticate(rc)
+	if key == nil {
+		s.writeError(rc, unauthorized())
+		return true
+	}
+	if p.entity != "" && !key.AllowsTeam(p.entity) {
+		s.writeError(rc, forbidden(p.entity))
+		return true
+	}
+	// The store gets a context of its own rather than the RequestCtx:
+	// database/sql and the SQLite driver watch a context from goroutines
+	// that may outlive the handler, and fasthttp reuses a RequestCtx as
+	// soon as the handler returns. Cancelling on return also releases them.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if e := h(ctx, rc, key, p); e != nil {
+		s.writeError(rc, e)
+	}
+	return true
+}
+
+// match finds the route of path. A single trailing slash is ignored, as
+// clients built on FastAPI's redirects expect.
+func (s *Service) match(path string) (route, pathParams, bool) {
+	if len(path) > 1 {
+		path = strings.TrimSuffix(path, "/")
+	}
+	switch path {
+	case "/service/projects_info":
+		return route{post: s.projectsInfo}, pathParams{}, true
+	case "/call/start":
+		return route{post: s.callStart}, pathParams{}, true
+	case "/call/end":
+		return route{post: s.callEnd}, pathParams{}, true
+	case "/call/upsert_batch":
+		return route{post: s.callUpsertBatch}, pathParams{}, true
+	case "/call/read":
+		return route{post: s.callRead}, pathParams{}, true
+	case "/calls/stream_query":
+		return route{post: s.callsStreamQuery}, pathParams{}, true
+	case "/trace/usage":
+		return route{post: s.serveTraceUsage}, pathParams{}, true
+	}
+	rest, ok := strings.CutPrefix(path, "/v2/")
+	if !ok {
+		return route{}, pathParams{}, false
+	}
+	segs := strings.Split(rest, "/")
+	if len(segs) < 3 || segs[0] == "" || segs[1] == "" {
+		return route{}, pathParams{}, false
+	}
+	p := pathParams{entity: segs[0], project: segs[1]}
+	switch {
+	case len(segs) == 3 && segs[2] == "ops":
+		return route{get: s.listOps, post: s.createOp}, p, true
+	case len(segs) == 4 && segs[2] == "ops" && segs[3] != "":
+		p.id = segs[3]
+		return route{del: s.deleteOp}, p, true
+	case len(segs) == 3 && segs[2] == "evaluation_runs":
+		return route{get: s.listEvaluationRuns, post: s.createEvaluationRun}, p, true
+	case len(segs) == 4 && segs[2] == "evaluation_runs" && segs[3] != "":
+		p.id = segs[3]
+		return route{get: s.readEvaluationRun}, p, true
+	case len(segs) == 5 && segs[2] == "evaluation_runs" && segs[3] != "" && segs[4] == "finish":
+		p.id = segs[3]
+		return route{post: s.finishEvaluationRun}, p, true
+	}
+	return route{}, pathParams{}, false
+}
+
+// authenticate returns the key of the request's Authorization header
+// (Basic with the key as password, or Bearer), or nil.
+func (s *Service) authenticate(ctx *fasthttp.RequestCtx) *auth.Key {
+	if s.keys == nil {
+		return nil
+	}
+	header := ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)
+	var buf [128]byte
+	return s.keys.Lookup(auth.Secret(buf[:0], header))
+}
+
+// wantsJSONLines reports whether the client asked for JSON Lines.
+func wantsJSONLines(ctx *fasthttp.RequestCtx) bool {
+	return strings.Contains(string(ctx.Request.Header.Peek(fasthttp.HeaderAccept)), "application/jsonl")
+}
+
+// writeList answers with items as a JSON array, or as JSON Lines when the
+// client sent Accept: application/jsonl (the real server streams them).
+func writeList[T any](rc *fasthttp.RequestCtx, items []T) {
+	if !wantsJSONLines(rc) {
+		if items == nil {
+			items = []T{}
+		}
+		writeJSON(rc, fasthttp.StatusOK, items)
+		return
+	}
+	rc.SetStatusCode(fasthttp.StatusOK)
+	rc.SetContentType("application/jsonl")
+	enc := json.NewEncoder(rc)
+	enc.SetEscapeHTML(false)
+	for _, it := range items {
+		if err := enc.Encode(it); err != nil {
+			return
+		}
+	}
+}
+
+// formatTime renders a timestamp the Weave way: RFC 3339 in UTC with
+// microseconds.
+func formatTime(t time.Time) string { return t.UTC().Format(TimeLayout) }
+
+// TimeLayout is how call timestamps look on the wire and in the store:
+// fixed width, so that their text order is their time order.
+const TimeLayout = "2006-01-02T15:04:05.000000Z"

@@ -1,0 +1,419 @@
+package admin
+
+import (
+	"context"
+	"math"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+
+	"github.com/tollgate-dev/tollgate/auth"
+	"github.com/tollgate-dev/tollgate/config"
+)
+
+// defaultTraceUsageLimit is how many calls /trace/usage processes when the
+// request sets no limit.
+const defaultTraceUsageLimit = 10000
+
+// counts is one model's usage in one call, own or rolled up. The costs are
+// only written out when the request asked for them.
+type counts struct {
+	requests, prompt, completion, total, cacheRead, cacheCreation int64
+
+	promptCost, completionCost, cacheReadCost, cacheCreationCost float64
+}
+
+func (c *counts) add(o *counts) {
+	c.requests += o.requests
+	c.prompt += o.prompt
+	c.completion += o.completion
+	c.total += o.total
+	c.cacheRead += o.cacheRead
+	c.cacheCreation += o.cacheCreation
+	c.promptCost += o.promptCost
+	c.completionCost += o.completionCost
+	c.cacheReadCost += o.cacheReadCost
+	c.cacheCreationCost += o.cacheCreationCost
+}
+
+func (c *counts) zero() bool {
+	return c.requests == 0 && c.prompt == 0 && c.completion == 0 && c.total == 0 &&
+		c.cacheRead == 0 && c.cacheCreation == 0 &&
+		c.promptCost == 0 && c.completionCost == 0 && c.cacheReadCost == 0 && c.cacheCreationCost == 0
+}
+
+// modelEntry is one model's counts in one call's list. The lists of all
+// calls live in one arena (traceUsage.entries), linked by index, so that
+// the roll-up allocates a few growing slices instead of a map per call.
+type modelEntry struct {
+	model int32
+	next  int32
+	c     counts
+}
+
+// traceUsage is the result of the roll-up.
+type traceUsage struct {
+	ids        []string
+	head, tail []int32
+	entries    []modelEntry
+	models     []string
+	unfinished []string
+	costs      bool
+}
+
+// computeTraceUsage rolls the selected calls' usage up their parent links,
+// per the reference algorithm: every call gets its own usage (prompt =
+// prompt_tokens + input_tokens, completion = completion_tokens +
+// output_tokens, total filled in as prompt + completion when 0, all-zero
+// entries dropped) plus that of all its selected descendants. A call whose
+// parent is not selected is a root.
+//
+// It is linear in the number of calls: one pass builds the id index and
+// counts each call's selected children, then calls are folded into their
+// parents leaves first (Kahn's order), each exactly once. Calls on a parent
+// cycle (which well-formed traces never have) keep their own usage plus
+// what reached them from outside the cycle.
+//
+// Costs, with includeCosts, use pricing by model id (a model without a price
+// costs 0), per million tokens:
+//   - prompt: uncached prompt tokens at prompt_per_mtok plus cached ones
+//     (cache_read_input_tokens, at most the prompt tokens, since OpenAI's
+//     prompt_tokens include cached_tokens) at cached_prompt_per_mtok when
+//     that is set, else at prompt_per_mtok;
+//   - completion: completion tokens at completion_per_mtok;
+//   - cache read: cache_read_input_tokens at that same cached price. It is
+//     the cached share of the prompt cost, shown apart, not an extra charge;
+//   - cache creation: 0, as no price is configured for it.
+func computeTraceUsage(calls []TraceUsageCall, pricing map[string]config.Pricing, includeCosts bool) *traceUsage {
+	n := len(calls)
+	u := &traceUsage{
+		ids:     make([]string, 0, n),
+		head:    make([]int32, n),
+		tail:    make([]int32, n),
+		entries: make([]modelEntry, 0, n+n/2),
+		costs:   includeCosts,
+	}
+	index := make(map[string]int32, n)
+	dup := make([]bool, n)
+	for i := range calls {
+		if _, seen := index[calls[i].ID]; seen {
+			dup[i] = true
+			continue
+		}
+		index[calls[i].ID] = int32(i)
+	}
+	modelIndex := make(map[string]int32)
+	parent := make([]int32, n)
+	pending := make([]int32, n)
+	for i := range calls {
+		u.head[i], u.tail[i], parent[i] = -1, -1, -1
+		if dup[i] {
+			continue
+		}
+		c := &calls[i]
+		u.ids = append(u.ids, c.ID)
+		if c.Unfinished {
+			u.unfinished = append(u.unfinished, c.ID)
+		}
+		if c.ParentID != "" {
+			if p, ok := index[c.ParentID]; ok && p != int32(i) {
+				parent[i] = p
+				pending[p]++
+			}
+		}
+		u.addOwn(int32(i), c.Usage, modelIndex, pricing, includeCosts)
+	}
+	stack := make([]int32, 0, n)
+	for i := range calls {
+		if !dup[i] && pending[i] == 0 {
+			stack = append(stack, int32(i))
+		}
+	}
+	for len(stack) > 0 {
+		i := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		p := parent[i]
+		if p < 0 {
+			continue
+		}
+		u.merge(p, i)
+		if pending[p]--; pending[p] == 0 {
+			stack = append(stack, p)
+		}
+	}
+	// ids holds the distinct calls in input order; line head up with it.
+	u.headOrder(dup)
+	return u
+}
+
+// headOrder drops the duplicate calls' slots so that head[k] belongs to
+// ids[k].
+func (u *traceUsage) headOrder(dup []bool) {
+	k := 0
+	for i := range dup {
+		if dup[i] {
+			continue
+		}
+		u.head[k] = u.head[i]
+		k++
+	}
+	u.head = u.head[:k]
+	u.tail = nil
+}
+
+// addOwn parses a call's summary.usage and appends its non-zero model
+// entries to the call's list.
+func (u *traceUsage) addOwn(i int32, usage string, modelIndex map[string]int32, pricing map[string]config.Pricing, includeCosts bool) {
+	if len(usage) == 0 {
+		return
+	}
+	doc := gjson.Parse(usage)
+	if !doc.IsObject() {
+		return
+	}
+	doc.ForEach(func(key, val gjson.Result) bool {
+		if !val.IsObject() {
+			return true
+		}
+		var c counts
+		var input, output int64
+		val.ForEach(func(k, v gjson.Result) bool {
+			switch k.Str {
+			case "requests":
+				c.requests = v.Int()
+			case "prompt_tokens":
+				c.prompt = v.Int()
+			case "input_tokens":
+				input = v.Int()
+			case "completion_tokens":
+				c.completion = v.Int()
+			case "output_tokens":
+				output = v.Int()
+			case "total_tokens":
+				c.total = v.Int()
+			case "cache_read_input_tokens":
+				c.cacheRead = v.Int()
+			case "cache_creation_input_tokens":
+				c.cacheCreation = v.Int()
+			}
+			return true
+		})
+		c.prompt += input
+		c.completion += output
+		if c.total == 0 {
+			c.total = c.prompt + c.completion
+		}
+		if includeCosts {
+			priceCounts(&c, pricing[key.Str])
+		}
+		if c.zero() {
+			return true
+		}
+		m, ok := modelIndex[key.Str]
+		if !ok {
+			m = int32(len(u.models))
+			u.models = append(u.models, key.Str)
+			modelIndex[key.Str] = m
+		}
+		if e := u.find(i, m); e >= 0 {
+			// A repeated key in one usage object: sum both.
+			u.entries[e].c.add(&c)
+			return true
+		}
+		u.push(i, m, c)
+		return true
+	})
+}
+
+func priceCounts(c *counts, p config.Pricing) {
+	cachedPrice := p.PromptPerMTok
+	if p.CachedPromptPerMTok > 0 {
+		cachedPrice = p.CachedPromptPerMTok
+	}
+	cached := min(max(c.cacheRead, 0), max(c.prompt, 0))
+	c.promptCost = (float64(c.prompt-cached)*p.PromptPerMTok + float64(cached)*cachedPrice) / 1e6
+	c.completionCost = float64(c.completion) * p.CompletionPerMTok / 1e6
+	c.cacheReadCost = float64(c.cacheRead) * cachedPrice / 1e6
+	c.cacheCreationCost = 0
+}
+
+// find returns the entry of model m in call i's list, or -1.
+func (u *traceUsage) find(i, m int32) int32 {
+	for e := u.head[i]; e >= 0; e = u.entries[e].next {
+		if u.entries[e].model == m {
+			return e
+		}
+	}
+	return -1
+}
+
+// push appends a new entry for model m to call i's list.
+func (u *traceUsage) push(i, m int32, c counts) {
+	e := int32(len(u.entries))
+	u.entries = append(u.entries, modelEntry{model: m, next: -1, c: c})
+	if u.tail[i] < 0 {
+		u.head[i] = e
+	} else {
+		u.entries[u.tail[i]].next = e
+	}
+	u.tail[i] = e
+}
+
+// merge adds call i's (already rolled-up) entries into its parent p's.
+func (u *traceUsage) merge(p, i int32) {
+	for e := u.head[i]; e >= 0; e = u.entries[e].next {
+		m := u.entries[e].model
+		if pe := u.find(p, m); pe >= 0 {
+			c := u.entries[e].c
+			u.entries[pe].c.add(&c)
+			continue
+		}
+		u.push(p, m, u.entries[e].c)
+	}
+}
+
+// appendJSON writes {"call_usage": {...}, "unfinished_call_ids": [...]}.
+func (u *traceUsage) appendJSON(dst []byte) []byte {
+	dst = append(dst, `{"call_usage":{`...)
+	for k, id := range u.ids {
+		if k > 0 {
+			dst = append(dst, ',')
+		}
+		dst = appendJSONString(dst, id)
+		dst = append(dst, ":{"...)
+		for e, first := u.head[k], true; e >= 0; e, first = u.entries[e].next, false {
+			if !first {
+				dst = append(dst, ',')
+			}
+			ent := &u.entries[e]
+			dst = appendJSONString(dst, u.models[ent.model])
+			dst = u.appendCounts(append(dst, ':'), &ent.c)
+		}
+		dst = append(dst, '}')
+	}
+	dst = append(dst, `},"unfinished_call_ids":[`...)
+	for k, id := range u.unfinished {
+		if k > 0 {
+			dst = append(dst, ',')
+		}
+		dst = appendJSONString(dst, id)
+	}
+	return append(dst, "]}"...)
+}
+
+func (u *traceUsage) appendCounts(dst []byte, c *counts) []byte {
+	dst = append(dst, `{"requests":`...)
+	dst = strconv.AppendInt(dst, c.requests, 10)
+	dst = append(dst, `,"prompt_tokens":`...)
+	dst = strconv.AppendInt(dst, c.prompt, 10)
+	dst = append(dst, `,"completion_tokens":`...)
+	dst = strconv.AppendInt(dst, c.completion, 10)
+	dst = append(dst, `,"total_tokens":`...)
+	dst = strconv.AppendInt(dst, c.total, 10)
+	dst = append(dst, `,"cache_read_input_tokens":`...)
+	dst = strconv.AppendInt(dst, c.cacheRead, 10)
+	dst = append(dst, `,"cache_creation_input_tokens":`...)
+	dst = strconv.AppendInt(dst, c.cacheCreation, 10)
+	dst = append(dst, `,"prompt_tokens_total_cost":`...)
+	dst = u.appendCost(dst, c.promptCost)
+	dst = append(dst, `,"completion_tokens_total_cost":`...)
+	dst = u.appendCost(dst, c.completionCost)
+	dst = append(dst, `,"cache_read_input_tokens_total_cost":`...)
+	dst = u.appendCost(dst, c.cacheReadCost)
+	dst = append(dst, `,"cache_creation_input_tokens_total_cost":`...)
+	dst = u.appendCost(dst, c.cacheCreationCost)
+	return append(dst, '}')
+}
+
+// appendCost writes a cost as encoding/json would, or null without costs.
+func (u *traceUsage) appendCost(dst []byte, f float64) []byte {
+	if !u.costs || math.IsNaN(f) || math.IsInf(f, 0) {
+		return append(dst, "null"...)
+	}
+	abs := math.Abs(f)
+	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		return strconv.AppendFloat(dst, f, 'e', -1, 64)
+	}
+	return strconv.AppendFloat(dst, f, 'f', -1, 64)
+}
+
+// appendJSONString appends s as a JSON string. Invalid UTF-8 becomes
+// U+FFFD, as encoding/json does.
+func appendJSONString(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		b := s[i]
+		if b < utf8.RuneSelf {
+			if b >= 0x20 && b != '"' && b != '\\' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch b {
+			case '"', '\\':
+				dst = append(dst, '\\', b)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hex[b>>4], hex[b&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// serveTraceUsage serves POST /trace/usage. The request is strict: unknown keys
+// are refused.
+func (s *Service) serveTraceUsage(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, _ pathParams) *apiError {
+	body, e := bodyObject(rc.PostBody(), true)
+	if e != nil {
+		return e
+	}
+	var v validation
+	v.strict(body, bodyLoc, "project_id", "filter", "query", "include_costs", "limit")
+	projectID, _ := v.reqString(body, "project_id", bodyLoc)
+	filter := parseFilter(&v, body["filter"], at(bodyLoc, "filter"))
+	query := parseQuery(&v, body["query"], at(bodyLoc, "query"))
+	includeCosts := v.optBool(body, "include_costs", bodyLoc, false)
+	limit := v.optNonNegInt(body, "limit", bodyLoc, defaultTraceUsageLimit)
+	if v.failed() {
+		return v.err()
+	}
+	p, found, e := s.resolveProject(ctx, key, projectID, at(bodyLoc, "project_id"), forRead)
+	if e != nil {
+		return e
+	}
+	var calls []TraceUsageCall
+	if found && limit > 0 {
+		var err error
+		if calls, err = s.store.TraceUsageCalls(ctx, p.ID, filter, query, limit); err != nil {
+			return internalError(err)
+		}
+	}
+	u := computeTraceUsage(calls, s.pricing, includeCosts)
+	rc.SetStatusCode(fasthttp.StatusOK)
+	rc.SetContentType("application/json")
+	rc.SetBody(u.appendJSON(make([]byte, 0, 64+len(calls)*128)))
+	return nil
+}
