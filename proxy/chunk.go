@@ -1,0 +1,219 @@
+package proxy
+
+import (
+	"bytes"
+
+	"github.com/tidwall/gjson"
+)
+
+// usageCounts are the token counts a backend reported.
+type usageCounts struct {
+	prompt, completion, total, cached int64
+	// reported is true once a usage object was seen.
+	reported bool
+}
+
+// set takes the counts from a usage object. Streams with
+// continuous_usage_stats carry cumulative usage on every chunk, so the last
+// object seen is the whole count: setting, never adding, is what keeps them
+// from being counted twice.
+func (u *usageCounts) set(v gjson.Result) {
+	if !v.IsObject() {
+		return
+	}
+	u.reported = true
+	u.prompt = v.Get("prompt_tokens").Int()
+	u.completion = v.Get("completion_tokens").Int()
+	u.total = v.Get("total_tokens").Int()
+	u.cached = v.Get("prompt_tokens_details.cached_tokens").Int()
+	if u.total == 0 {
+		u.total = u.prompt + u.completion
+	}
+}
+
+// chunkProcessor rewrites and accounts the events of one stream: it maps
+// the model id back to the public one, removes the usage chunk the client
+// did not ask for, and keeps the usage and the count of content deltas.
+type chunkProcessor struct {
+	// stripUsage drops the usage-only chunk: the gateway asked the backend
+	// for usage on the client's behalf, and the client did not ask for it.
+	stripUsage bool
+	// stripContinuous removes the usage member from content chunks: the
+	// gateway asked for continuous usage, and the client did not.
+	stripContinuous bool
+	// publicModel, when non-nil, is the quoted public model id that
+	// replaces the upstream one in every chunk.
+	publicModel []byte
+
+	usage usageCounts
+	// deltas counts choice deltas that carried generated content: the
+	// completion tokens streamed, when the backend reported no usage.
+	deltas int64
+	events int64
+	done   bool
+	// errMessage is the message of an in-band error event, if one came.
+	errMessage string
+}
+
+func (c *chunkProcessor) reset(stripUsage, stripContinuous bool, publicModel []byte) {
+	*c = chunkProcessor{stripUsage: stripUsage, stripContinuous: stripContinuous, publicModel: publicModel}
+}
+
+// process appends to dst what the client receives for one upstream event.
+func (c *chunkProcessor) process(dst, ev []byte) []byte {
+	start, end, ok := eventData(ev)
+	if !ok {
+		// Comments and multi-line events pass through untouched.
+		return append(dst, ev...)
+	}
+	data := ev[start:end]
+	if bytes.Equal(data, doneData) {
+		c.done = true
+		return append(dst, ev...)
+	}
+	c.events++
+	var (
+		modelStart, modelEnd = -1, -1
+		usageKey             = -1
+		usage                gjson.Result
+		hasChoices           bool
+		nonEmptyChoices      bool
+	)
+	gjson.Parse(b2s(data)).ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "model":
+			if v.Type == gjson.String && v.Index > 0 {
+				modelStart, modelEnd = v.Index, v.Index+len(v.Raw)
+			}
+		case "usage":
+			usage, usageKey = v, k.Index
+		case "choices":
+			hasChoices = true
+			v.ForEach(func(_, choice gjson.Result) bool {
+				nonEmptyChoices = true
+				if deltaHasContent(choice.Get("delta")) {
+					c.deltas++
+				}
+				return true
+			})
+		case "error":
+			c.errMessage = inBandErrorMessage(v)
+		}
+		return true
+	})
+	// Two edits at most, applied in order of position: the model id
+	// replaced, the usage member cut.
+	type edit struct {
+		start, end int
+		with       []byte
+	}
+	var edits [2]edit
+	n := 0
+	if usage.Exists() && usage.Type != gjson.Null {
+		c.usage.set(usage)
+		if hasChoices && !nonEmptyChoices {
+			if c.stripUsage {
+				return dst
+			}
+		} else if c.stripContinuous && usageKey > 0 {
+			from, to := memberSpan(data, usageKey, usage.Index+len(usage.Raw))
+			edits[n] = edit{start + from, start + to, nil}
+			n++
+		}
+	}
+	if c.publicModel != nil && modelStart >= 0 {
+		edits[n] = edit{start + modelStart, start + modelEnd, c.publicModel}
+		n++
+	}
+	if n == 2 && edits[1].start < edits[0].start {
+		edits[0], edits[1] = edits[1], edits[0]
+	}
+	pos := 0
+	for _, e := range edits[:n] {
+		dst = append(dst, ev[pos:e.start]...)
+		dst = append(dst, e.with...)
+		pos = e.end
+	}
+	return append(dst, ev[pos:]...)
+}
+
+// memberSpan returns the byte range to cut from a JSON object to remove the
+// member whose key starts at keyStart and whose value ends at valueEnd,
+// with the comma that separates it from a neighbour, so the object stays
+// valid.
+func memberSpan(obj []byte, keyStart, valueEnd int) (from, to int) {
+	i := keyStart - 1
+	for i >= 0 && isJSONSpace(obj[i]) {
+		i--
+	}
+	if i >= 0 && obj[i] == ',' {
+		return i, valueEnd
+	}
+	j := valueEnd
+	for j < len(obj) && isJSONSpace(obj[j]) {
+		j++
+	}
+	if j < len(obj) && obj[j] == ',' {
+		return keyStart, j + 1
+	}
+	return keyStart, valueEnd
+}
+
+func isJSONSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// completionTokens is the best count of generated tokens: the backend's
+// own, or the number of content deltas streamed when it reported none.
+func (c *chunkProcessor) completionTokens() int64 {
+	if c.usage.reported {
+		return c.usage.completion
+	}
+	return c.deltas
+}
+
+// deltaHasContent reports whether a streamed delta carried generated
+// tokens: content, reasoning or a tool call fragment.
+func deltaHasContent(d gjson.Result) bool {
+	if !d.IsObject() {
+		return false
+	}
+	has := false
+	d.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "content", "reasoning", "reasoning_content":
+			if v.Type == gjson.String && v.Raw != `""` {
+				has = true
+			}
+		case "tool_calls", "function_call":
+			if v.Type != gjson.Null {
+				has = true
+			}
+		}
+		return !has
+	})
+	return has
+}
+
+// inBandErrorMessage extracts a readable message from an in-band error
+// value, which is an object with "message" or a bare string.
+func inBandErrorMessage(v gjson.Result) string {
+	if v.Type == gjson.String {
+		return v.String()
+	}
+	if m := v.Get("message"); m.Exists() {
+		return m.String()
+	}
+	return "upstream stream error"
+}
+
+// rewriteModel appends body to dst with its top-level "model" value
+// replaced by publicModel (already quoted). It returns body unchanged when
+// there is no string model.
+func rewriteModel(dst, body, publicModel []byte) []byte {
+	m := gjson.Get(b2s(body), "model")
+	if m.Type != gjson.String || m.Index <= 0 {
+		return append(dst, body...)
+	}
+	dst = append(dst, body[:m.Index]...)
+	dst = append(dst, publicModel...)
+	return append(dst, body[m.Index+len(m.Raw):]...)
+}

@@ -1,0 +1,303 @@
+// Package proxy is the client-facing side of the gateway: the fasthttp
+// server, validation of chat completion bodies, the chat completion path
+// and SSE passthrough.
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
+	"go.uber.org/zap"
+
+	"github.com/tollgate-dev/tollgate/accounting"
+	"github.com/tollgate-dev/tollgate/auth"
+	"github.com/tollgate-dev/tollgate/backends"
+	"github.com/tollgate-dev/tollgate/config"
+)
+
+// Recorder takes the usage record of every chat completion.
+type Recorder interface {
+	Record(accounting.Record)
+}
+
+// Limiter reserves an estimate against rate limits and budgets before a
+// request is forwarded, and settles the real count afterwards.
+type Limiter interface {
+	Reserve(s accounting.Subject, estimate int64) (accounting.Reservation, error)
+	Settle(r accounting.Reservation, used int64)
+}
+
+// Options configure a Server.
+type Options struct {
+	Config   *config.Config
+	Registry *backends.Registry
+	Keys     *auth.Keyring
+	Recorder Recorder
+	Limiter  Limiter
+	// Log is the request logger. Nil means no logging.
+	Log *zap.Logger
+	// Metrics registers the proxy's series. Nil means they are kept but
+	// not exported.
+	Metrics prometheus.Registerer
+	// Next serves every path the proxy does not own (the admin module,
+	// /metrics). Nil means such paths get a 404.
+	Next fasthttp.RequestHandler
+}
+
+// state is what one configuration generation needs. Requests load it once,
+// so a reload never changes the state under a request in flight.
+type state struct {
+	cfg     *config.Config
+	reg     *backends.Registry
+	keys    *auth.Keyring
+	limiter Limiter
+	models  []byte // the /v1/models reply, built once
+	// active counts chat completions using this generation, so that a
+	// retired generation is closed only once they are all done.
+	active atomic.Int64
+}
+
+// acquire returns the current generation, counted as used until release.
+// The second load closes the race with Swap: a generation swapped out
+// between the load and the count is let go and the new one taken, so once
+// Swap has returned, a retired generation's count only goes down.
+func (s *Server) acquire() *state {
+	for {
+		st := s.state.Load()
+		st.active.Add(1)
+		if s.state.Load() == st {
+			return st
+		}
+		st.active.Add(-1)
+	}
+}
+
+func (st *state) release() { st.active.Add(-1) }
+
+// Server is the gateway's client-facing HTTP server.
+type Server struct {
+	state    atomic.Pointer[state]
+	keys     *auth.Keyring
+	recorder Recorder
+	log      *zap.Logger
+	metrics  *metrics
+	next     fasthttp.RequestHandler
+	srv      *fasthttp.Server
+	started  time.Time
+	// retryBudget caps retries across all requests; it lives as long as
+	// the server, across reloads.
+	retryBudget *backends.RetryBudget
+	// streams counts stream slots taken, against server.max_streams.
+	streams atomic.Int64
+}
+
+// New builds a Server. It does not listen; call Serve.
+func New(opts Options) (*Server, error) {
+	if opts.Config == nil || opts.Registry == nil || opts.Keys == nil || opts.Recorder == nil || opts.Limiter == nil {
+		return nil, fmt.Errorf("proxy: Config, Registry, Keys, Recorder and Limiter are required")
+	}
+	s := &Server{
+		keys:     opts.Keys,
+		recorder: opts.Recorder,
+		log:      opts.Log,
+		metrics:  newMetrics(opts.Metrics),
+		next:     opts.Next,
+		started:  time.Now(),
+
+		retryBudget: backends.NewRetryBudget(opts.Config.Retries),
+	}
+	if s.log == nil {
+		s.log = zap.NewNop()
+	}
+	s.Swap(Generation{Config: opts.Config, Registry: opts.Registry, Limiter: opts.Limiter})
+	sc := opts.Config.Server
+	s.srv = &fasthttp.Server{
+		Handler:            s.Handler,
+		Name:               "tollgate",
+		MaxRequestBodySize: sc.MaxBodyBytes,
+		ReadBufferSize:     sc.MaxHeaderBytes,
+		ReadTimeout:        sc.ReadTimeout,
+		IdleTimeout:        sc.IdleTimeout,
+		// The connection cap is the listener's (see limitListener), which
+		// answers in the OpenAI shape; fasthttp's own stays above it.
+		Concurrency:           sc.MaxConnections + 1,
+		CloseOnShutdown:       true,
+		NoDefaultServerHeader: true,
+		// Parse errors must not quote request bytes: they hold API keys.
+		SecureErrorLogMessage: true,
+		// Release a connection's buffers while it waits for its next
+		// request, so idle keep-alive connections cost little memory. It
+		// also makes fasthttp wait for a new connection's first byte while
+		// the connection still counts as idle: without it, a client that
+		// opens a connection and sends nothing holds graceful shutdown
+		// for the whole read timeout.
+		ReduceMemoryUsage: true,
+		// The response to a bad request line or an oversized body is
+		// written by fasthttp itself; make it speak the OpenAI shape.
+		ErrorHandler: s.serveTransportError,
+		// Streams are written by the server's own worker through the
+		// stream body reader, so no write timeout may cut a long stream;
+		// a client that stops reading is caught by the upstream idle
+		// timeout, because the stream then stops reading upstream.
+		WriteTimeout: 0,
+	}
+	return s, nil
+}
+
+// Generation is what one configuration needs at run time. A reload builds
+// a new one and swaps it in; API keys are not part of it because the
+// Keyring is replaced in place.
+type Generation struct {
+	Config   *config.Config
+	Registry *backends.Registry
+	Limiter  Limiter
+}
+
+// Swap installs a new configuration generation. It returns the previous
+// one, and a wait that returns once no request uses it any more (or ctx
+// ends): requests in flight finish on the generation they started with,
+// and its backends may be closed after the wait.
+func (s *Server) Swap(g Generation) (Generation, func(ctx context.Context) error) {
+	st := &state{cfg: g.Config, reg: g.Registry, keys: s.keys, limiter: g.Limiter, models: buildModelList(g.Registry, s.started)}
+	old := s.state.Swap(st)
+	if old == nil {
+		return Generation{}, func(context.Context) error { return nil }
+	}
+	wait := func(ctx context.Context) error {
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for old.active.Load() > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-t.C:
+			}
+		}
+		return nil
+	}
+	return Generation{Config: old.cfg, Registry: old.reg, Limiter: old.limiter}, wait
+}
+
+// Serve serves on ln until Shutdown, with at most server.max_connections
+// connections open at once.
+func (s *Server) Serve(ln net.Listener) error {
+	return s.srv.Serve(newLimitListener(ln, s.state.Load().cfg.Server.MaxConnections))
+}
+
+// Shutdown stops accepting connections and waits for in-flight requests
+// and streams to finish, or for ctx to end.
+func (s *Server) Shutdown(ctx context.Context) error {
+	return s.srv.ShutdownWithContext(ctx)
+}
+
+var (
+	pathChat      = "/v1/chat/completions"
+	pathChatSlash = "/v1/chat/completions/"
+	pathModels    = "/v1/models"
+	pathHealthz   = "/healthz"
+	pathReadyz    = "/readyz"
+)
+
+// Handler routes a request. It is exported so that tests and other
+// listeners (admin_listen) can serve the same routes.
+func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
+	path := ctx.Path()
+	switch string(path) {
+	case pathChat, pathChatSlash:
+		if !ctx.IsPost() {
+			s.methodNotAllowed(ctx, fasthttp.MethodPost)
+			return
+		}
+		s.serveChat(ctx)
+	case pathModels:
+		if !ctx.IsGet() {
+			s.methodNotAllowed(ctx, fasthttp.MethodGet)
+			return
+		}
+		s.serveModels(ctx)
+	case pathHealthz:
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{"status":"ok"}`)
+	case pathReadyz:
+		s.serveReady(ctx)
+	default:
+		if s.next != nil {
+			s.next(ctx)
+			return
+		}
+		writeError(ctx, &apiError{Status: fasthttp.StatusNotFound, Type: "invalid_request_error",
+			Message: "Unknown path " + string(path) + "."})
+	}
+}
+
+func (s *Server) methodNotAllowed(ctx *fasthttp.RequestCtx, allow string) {
+	ctx.Response.Header.Set(fasthttp.HeaderAllow, allow)
+	writeError(ctx, &apiError{Status: fasthttp.StatusMethodNotAllowed, Type: "invalid_request_error",
+		Message: "Method " + string(ctx.Method()) + " is not allowed on " + string(ctx.Path()) + "; use " + allow + "."})
+}
+
+// serveTransportError answers requests fasthttp refused before they reached
+// the handler: a request not received in time (408), an oversized body
+// (413), headers too large (431) or a malformed request (400), in the
+// OpenAI error shape. The error's own text is never echoed: fasthttp's
+// parse errors can quote the request, Authorization header included.
+func (s *Server) serveTransportError(ctx *fasthttp.RequestCtx, err error) {
+	e := &apiError{Status: fasthttp.StatusBadRequest, Type: "invalid_request_error", Message: "The request is not valid HTTP/1.1."}
+	var (
+		netErr net.Error
+		small  *fasthttp.ErrSmallBuffer
+	)
+	switch {
+	case errors.As(err, &netErr) && netErr.Timeout():
+		e.Status = fasthttp.StatusRequestTimeout
+		e.Message = "The request was not received within the gateway's read timeout."
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		e.Status = fasthttp.StatusRequestEntityTooLarge
+		e.Message = "The request body exceeds the gateway's limit of " + strconv.Itoa(s.state.Load().cfg.Server.MaxBodyBytes) + " bytes."
+	case errors.As(err, &small), errors.Is(err, fasthttp.ErrSmallReadBuffer):
+		e.Status = fasthttp.StatusRequestHeaderFieldsTooLarge
+		e.Message = "The request headers exceed the gateway's limit of " + strconv.Itoa(s.state.Load().cfg.Server.MaxHeaderBytes) + " bytes."
+	}
+	writeError(ctx, e)
+}
+
+func (s *Server) serveModels(ctx *fasthttp.RequestCtx) {
+	st := s.state.Load()
+	if _, e := s.authenticate(ctx, st); e != nil {
+		writeError(ctx, e)
+		return
+	}
+	ctx.SetContentType("application/json")
+	ctx.SetBody(st.models)
+}
+
+func (s *Server) serveReady(ctx *fasthttp.RequestCtx) {
+	st := s.state.Load()
+	ctx.SetContentType("application/json")
+	if !st.reg.Ready() {
+		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+	}
+	ctx.SetBody(appendBackendStates(nil, st.reg))
+}
+
+// authenticate resolves the request's API key.
+func (s *Server) authenticate(ctx *fasthttp.RequestCtx, st *state) (*auth.Key, *apiError) {
+	h := ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)
+	if len(h) == 0 {
+		return nil, &apiError{Status: fasthttp.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
+			Message: "You didn't provide an API key. Send it as 'Authorization: Bearer <key>'."}
+	}
+	key := st.keys.Lookup(auth.Secret(nil, h))
+	if key == nil {
+		return nil, &apiError{Status: fasthttp.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
+			Message: "Incorrect API key provided."}
+	}
+	return key, nil
+}

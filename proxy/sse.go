@@ -1,0 +1,157 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"io"
+)
+
+// maxEventBytes bounds one upstream SSE event. A chunk of a chat completion
+// is a few hundred bytes; an event this large means the upstream is not
+// speaking SSE, and buffering it further would let it exhaust memory.
+const maxEventBytes = 1 << 20
+
+// errEventTooLarge is returned when an upstream event exceeds maxEventBytes.
+var errEventTooLarge = errors.New("upstream SSE event exceeds 1 MiB")
+
+// eventScanner splits an upstream SSE byte stream into events, each ending
+// with a blank line. It keeps one growable buffer and returns slices of it,
+// valid until the next call, so scanning allocates nothing once the buffer
+// has grown to the size of the largest event.
+type eventScanner struct {
+	src   io.Reader
+	buf   []byte
+	start int // first byte not yet returned
+	end   int // end of the bytes read from src
+	// scanned is how far past start the search for the end of the
+	// unfinished event has got, so each read only searches the new bytes:
+	// rescanning from the event's start would be quadratic in its size.
+	scanned int
+	err     error
+}
+
+func (s *eventScanner) reset(src io.Reader) {
+	s.src = src
+	s.start, s.end, s.scanned = 0, 0, 0
+	s.err = nil
+}
+
+// next returns the next complete event, including its terminating blank
+// line. At the end of the stream it returns the error that ended it (io.EOF
+// for a clean end) together with any bytes of an unfinished event.
+func (s *eventScanner) next() ([]byte, error) {
+	for {
+		if ev := s.buffered(); ev != nil {
+			return ev, nil
+		}
+		if s.err != nil {
+			rest := s.buf[s.start:s.end]
+			s.start, s.scanned = s.end, 0
+			return rest, s.err
+		}
+		s.fill()
+	}
+}
+
+// buffered returns the next complete event already in the buffer, or nil,
+// without reading from src. The proxy uses it to send events that arrived
+// together in one write, without waiting for more.
+func (s *eventScanner) buffered() []byte {
+	if s.start == s.end {
+		return nil
+	}
+	n := eventEnd(s.buf[s.start:s.end], s.scanned)
+	if n < 0 {
+		s.scanned = s.end - s.start
+		return nil
+	}
+	ev := s.buf[s.start : s.start+n]
+	s.start += n
+	s.scanned = 0
+	return ev
+}
+
+// fill reads more bytes from src, compacting or growing the buffer first.
+func (s *eventScanner) fill() {
+	if s.start > 0 && s.start == s.end {
+		s.start, s.end = 0, 0
+	}
+	if s.end == len(s.buf) {
+		switch {
+		case s.start > 0:
+			s.end = copy(s.buf, s.buf[s.start:s.end])
+			s.start = 0
+		case len(s.buf) >= maxEventBytes:
+			s.err = errEventTooLarge
+			return
+		default:
+			nb := make([]byte, max(2*len(s.buf), 2048))
+			s.end = copy(nb, s.buf[s.start:s.end])
+			s.start = 0
+			s.buf = nb
+		}
+	}
+	n, err := s.src.Read(s.buf[s.end:])
+	s.end += n
+	if err != nil {
+		s.err = err
+	}
+}
+
+// eventEnd returns the length of the first event in b, including the blank
+// line that ends it ("\n\n", or "\n\r\n" as in "\r\n\r\n"), or -1 when b
+// holds no complete event. The first from bytes are known to hold no end,
+// so the search resumes just before them (an end may straddle the edge).
+func eventEnd(b []byte, from int) int {
+	from = max(from-2, 0)
+	end := -1
+	if i := bytes.Index(b[from:], lfLF); i >= 0 {
+		end = from + i + len(lfLF)
+	}
+	// Only a CRLF end found before an LF one matters.
+	limit := len(b)
+	if end >= 0 {
+		limit = end
+	}
+	if i := bytes.Index(b[from:limit], lfCRLF); i >= 0 {
+		end = from + i + len(lfCRLF)
+	}
+	return end
+}
+
+var (
+	lfLF   = []byte("\n\n")
+	lfCRLF = []byte("\n\r\n")
+)
+
+var (
+	dataPrefix = []byte("data:")
+	doneData   = []byte("[DONE]")
+)
+
+// eventData returns the offsets of the payload of an event with exactly one
+// data line, and false for events that have none (comments, keep-alives) or
+// several. The payload ev[start:end] excludes the "data:" field name, one
+// optional leading space and the line ending.
+func eventData(ev []byte) (start, end int, ok bool) {
+	if !bytes.HasPrefix(ev, dataPrefix) {
+		return 0, 0, false
+	}
+	start = len(dataPrefix)
+	nl := bytes.IndexByte(ev[start:], '\n')
+	if nl < 0 {
+		return 0, 0, false
+	}
+	end = start + nl
+	// Everything after the data line must be the blank line ending the event.
+	if rest := ev[end+1:]; len(rest) > 2 || (len(rest) > 0 && rest[0] != '\n' && rest[0] != '\r') {
+		return 0, 0, false
+	}
+	if end > start && ev[end-1] == '\r' {
+		end--
+	}
+	if end > start && ev[start] == ' ' {
+		start++
+	}
+	return start, end, true
+}

@@ -1,0 +1,209 @@
+package proxy
+
+import (
+	"errors"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/tollgate-dev/tollgate/backends"
+)
+
+// streamBody passes an upstream SSE stream to the client event by event.
+//
+// It is the client response's body stream: after the handler returns, the
+// fasthttp worker serving the connection calls Read, writes each result as
+// one HTTP chunk and flushes it, so every event reaches the client as soon
+// as it arrives, with no extra goroutine or pipe per stream. When the
+// stream ends, or a write to the client fails because the client went
+// away, fasthttp calls CloseWithError, which closes the upstream
+// connection (so the backend stops generating), settles the reservation and
+// records usage. Nothing here touches the RequestCtx, which fasthttp may
+// reuse once the handler has returned.
+type streamBody struct {
+	srv     *Server
+	c       completion
+	backend *backends.Backend
+	resp    *fasthttp.Response
+
+	scan  eventScanner
+	chunk chunkProcessor
+	out   []byte
+	pos   int
+
+	// upstreamErr is why the upstream stream ended early; nil after a
+	// clean end.
+	upstreamErr error
+	ended       bool // the upstream stream is over (cleanly or not)
+	eof         bool // the upstream body was read to its end
+	firstEvent  bool // an event has been sent to the client
+}
+
+var streamBodies = sync.Pool{New: func() any { return new(streamBody) }}
+
+// maxCoalesce bounds how many bytes of already-arrived events are sent in
+// one chunk. Events that arrived together go out together, which adds no
+// delay, and events never wait for one another.
+const maxCoalesce = 16 << 10
+
+// startStream answers 200 with an event stream fed by resp. Ownership of
+// resp, of b's acquisition and of c's reservation moves to the streamBody.
+// replyModel, when non-nil, is the quoted model id every chunk must name.
+func (s *Server) startStream(ctx *fasthttp.RequestCtx, c *completion, b *backends.Backend, resp *fasthttp.Response, replyModel []byte) {
+	sb := streamBodies.Get().(*streamBody)
+	sb.srv, sb.c, sb.backend, sb.resp = s, *c, b, resp
+	// The model bytes point into the client's request body, which fasthttp
+	// reuses once the handler returns.
+	sb.c.req.Model = nil
+	sb.scan.reset(resp.BodyStream())
+	sb.chunk.reset(!c.req.IncludeUsage, b.ContinuousUsage() && !c.req.ContinuousUsage, replyModel)
+	sb.out, sb.pos = sb.out[:0], 0
+	sb.upstreamErr, sb.ended, sb.eof, sb.firstEvent = nil, false, false, false
+
+	ctx.SetStatusCode(fasthttp.StatusOK)
+	ctx.Response.Header.SetContentTypeBytes(eventStream)
+	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
+	// Tell buffering reverse proxies in front of the gateway (nginx) to
+	// pass events through as they come.
+	ctx.Response.Header.Set("X-Accel-Buffering", "no")
+	// The headers go out at once, so the client knows the request was
+	// accepted before the first token is generated.
+	ctx.Response.ImmediateHeaderFlush = true
+	ctx.Response.SetBodyStream(sb, -1)
+	s.metrics.streamsInFlight.Inc()
+}
+
+// Read returns the next events for the client. It blocks until at least
+// one event arrived, and returns io.EOF once the stream is over.
+func (sb *streamBody) Read(p []byte) (int, error) {
+	for sb.pos >= len(sb.out) {
+		if sb.ended {
+			return 0, io.EOF
+		}
+		sb.out, sb.pos = sb.out[:0], 0
+		sb.fill()
+	}
+	n := copy(p, sb.out[sb.pos:])
+	sb.pos += n
+	if !sb.firstEvent && n > 0 {
+		sb.firstEvent = true
+		ttft := time.Since(sb.c.rec.Started)
+		sb.srv.metrics.timeToFirstTok.WithLabelValues(sb.c.rec.Model).Observe(ttft.Seconds())
+		// For a stream, the first event, not the headers, is what tells a
+		// slow backend from a fast one.
+		sb.backend.ReportSuccess(ttft)
+	}
+	return n, nil
+}
+
+// fill reads one upstream event, plus any others already buffered, into
+// out. When the upstream ends without [DONE] — broken off, timed out, or
+// speaking something other than SSE — it appends an in-band error event
+// and [DONE], which is how clients learn of an error after the 200.
+func (sb *streamBody) fill() {
+	ev, err := sb.scan.next()
+	if err != nil {
+		sb.endUpstream(err)
+		return
+	}
+	sb.out = sb.chunk.process(sb.out, ev)
+	for len(sb.out) < maxCoalesce {
+		ev := sb.scan.buffered()
+		if ev == nil {
+			break
+		}
+		sb.out = sb.chunk.process(sb.out, ev)
+	}
+}
+
+// endUpstream handles the end of the upstream body.
+func (sb *streamBody) endUpstream(err error) {
+	sb.ended = true
+	if errors.Is(err, io.EOF) {
+		sb.eof = true
+		if sb.chunk.done {
+			return
+		}
+		err = errUpstreamTruncated
+	}
+	if sb.chunk.done {
+		// The stream was complete; whatever came after [DONE] is moot.
+		return
+	}
+	sb.upstreamErr = err
+	e := upstreamError(err, sb.backend.Name)
+	if errors.Is(err, errUpstreamTruncated) {
+		e.Message = "Backend " + sb.backend.Name + " ended the stream before it was complete."
+	} else if errors.Is(err, errEventTooLarge) {
+		e.Message = "Backend " + sb.backend.Name + " sent an event over 1 MiB; it is not speaking SSE."
+	}
+	sb.out = appendInBandError(sb.out, e)
+}
+
+var errUpstreamTruncated = errors.New("upstream stream ended without [DONE]")
+
+// appendInBandError appends an error event and the closing [DONE] event.
+func appendInBandError(dst []byte, e *apiError) []byte {
+	dst = append(dst, "data: "...)
+	dst = appendErrorJSON(dst, e)
+	return append(dst, "\n\ndata: [DONE]\n\n"...)
+}
+
+// CloseWithError ends the stream. fasthttp calls it once, with the error
+// that stopped writing to the client (nil when the stream was written to
+// its end).
+func (sb *streamBody) CloseWithError(clientErr error) error {
+	s := sb.srv
+	if !sb.eof {
+		// The upstream body was not read to its end (the client left, or
+		// the upstream broke): the connection cannot be reused, and
+		// closing it is what tells the backend to stop generating.
+		sb.resp.SetConnectionClose()
+	}
+	sb.resp.CloseBodyStream() //nolint:errcheck // the connection is closed or released either way
+	fasthttp.ReleaseResponse(sb.resp)
+	sb.backend.Release()
+	s.metrics.streamsInFlight.Dec()
+
+	c := &sb.c
+	c.setUsage(&sb.chunk.usage, sb.chunk.completionTokens())
+	c.rec.Status = fasthttp.StatusOK
+	switch {
+	case clientErr != nil:
+		c.rec.Incomplete = true
+		c.rec.Error = "client closed the stream: " + clientErr.Error()
+		s.metrics.streamErrors.WithLabelValues(c.rec.Model, "abandoned").Inc()
+	case sb.chunk.errMessage != "":
+		c.rec.Error = "in-band stream error: " + sb.chunk.errMessage
+		s.metrics.streamErrors.WithLabelValues(c.rec.Model, "inband").Inc()
+		if !sb.chunk.usage.reported {
+			// An error is charged only what the backend reported.
+			c.rec.PromptTokens, c.rec.CompletionTokens, c.rec.TotalTokens, c.rec.CachedTokens = 0, 0, 0, 0
+		}
+	case sb.upstreamErr != nil:
+		c.rec.Incomplete = true
+		c.rec.Error = "upstream stream broken: " + sb.upstreamErr.Error()
+		s.metrics.streamErrors.WithLabelValues(c.rec.Model, "broken").Inc()
+	}
+	if c.rec.Incomplete && !sb.chunk.usage.reported {
+		// No usage arrived (the backend does not send continuous usage),
+		// so the backend never counted the prompt: charge the gateway's
+		// estimate of it, and the content deltas streamed as the
+		// completion.
+		c.rec.PromptTokens = promptEstimate(&c.req)
+		c.rec.TotalTokens = c.rec.PromptTokens + c.rec.CompletionTokens
+	}
+	c.rec.Ended = time.Now()
+	s.settle(c)
+
+	sb.srv, sb.backend, sb.resp = nil, nil, nil
+	sb.c = completion{}
+	sb.scan.reset(nil)
+	if cap(sb.out) > maxCoalesce*2 {
+		sb.out = nil
+	}
+	streamBodies.Put(sb)
+	return nil
+}

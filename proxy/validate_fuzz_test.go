@@ -1,0 +1,122 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+// FuzzValidateChat checks, on arbitrary bodies, that ValidateChat never panics and that
+// what it accepts and reports agrees with a full decode by encoding/json: the accepted
+// body is valid JSON, and the model, stream flags, counts and offsets it reports match the
+// decoded body. Duplicate known keys are refused, so "last copy wins" in encoding/json
+// cannot make the two disagree.
+func FuzzValidateChat(f *testing.F) {
+	seeds := []string{
+		string(typicalChatBody),
+		withFields(""),
+		withFields(`"model":"caf\u00e9","stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":true},"max_completion_tokens":5,"max_tokens":9,"n":2,"priority":-1`),
+		withFields(`"model":null,"stream_options":null,"seed":-9223372036854775808,"top_k":-1`),
+		withFields(`"temperature":3`),
+		withFields(`"temperature":1,"temperature":1`),
+		withFields(`"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"string"}}}}}],"tool_choice":"none"`),
+		withFields(`"response_format":{"type":"json_schema","json_schema":{"name":"n","schema":{},"strict":true}}`),
+		withFields(`"structured_outputs":{"regex":"a","choice":["a"]}`),
+		withFields(`"engine_xargs":{"a":["x",1]},"repetition_detection":{"min_count":0}`),
+		withFields(`"stop":["\"","\\"],"stop_token_ids":[1,2],"bad_words":[]`),
+		withFields(`"continue_final_message":true,"add_generation_prompt":false`),
+		withMessages(`{"role":"user","content":[{"type":"text","text":"a\"b\\"},{"type":"image_url","image_url":{"url":"u"}}]},{"role":"assistant","content":null,"tool_calls":[]}`),
+		withMessages(`{"r\u006fle":"user","content":"\ud83d\ude00 \u0000"}`),
+		`{"messages":[{"role":"user","content":"x"}],"model":"\ud800"}`,
+		`{"messages":[{"role":"user","content":"x"}],"model":"` + "\xff\xfe" + `"}`,
+		"{\"messages\" :\n[ {\"role\" : \"user\" , \"content\" : \"x\"} ] , \"model\" : \"m\" }",
+		`{"messages":[[[[[[[[[[]]]]]]]]]]}`,
+		`{"messages":[{"role":"user","content":"x"}],"x":[{"}":"]"},"\\\"",{"a":[]}]}`,
+		`[]`, `""`, `{`, `{"messages":[`, "", " ", `{"messages":[{"role":"user","content":"x"}]} {}`,
+		`{"messages":1e5}`, `{"messages":[{"role":"user","content":"x"}],"n":-0}`,
+	}
+	for _, s := range seeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		orig := bytes.Clone(body)
+		var req ChatRequest
+		verr := ValidateChat(body, &req)
+		if !bytes.Equal(body, orig) {
+			t.Fatalf("ValidateChat modified the body")
+		}
+		if verr != nil {
+			if verr.Message == "" || !strings.HasSuffix(verr.Message, ".") {
+				t.Fatalf("error message %q is not a sentence", verr.Message)
+			}
+			return
+		}
+		if !json.Valid(body) {
+			t.Fatalf("accepted a body encoding/json calls invalid: %q", body)
+		}
+		var doc map[string]any
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.UseNumber()
+		if err := dec.Decode(&doc); err != nil {
+			t.Fatalf("accepted a body that is not an object: %v", err)
+		}
+
+		msgs, ok := doc["messages"].([]any)
+		if !ok || len(msgs) == 0 || len(msgs) != req.Messages {
+			t.Fatalf("Messages = %d, decoded messages %v", req.Messages, doc["messages"])
+		}
+		if req.N < 1 || req.MaxTokens < 0 || req.PromptBytes < 0 {
+			t.Fatalf("impossible counts: N %d MaxTokens %d PromptBytes %d", req.N, req.MaxTokens, req.PromptBytes)
+		}
+		if req.Stream != (doc["stream"] == true) {
+			t.Fatalf("Stream = %v, decoded %v", req.Stream, doc["stream"])
+		}
+
+		model, present := doc["model"]
+		switch {
+		case !present:
+			if req.ModelStart != 0 || req.ModelEnd != 0 || req.Model != nil {
+				t.Fatalf("model absent but reported at %d:%d as %q", req.ModelStart, req.ModelEnd, req.Model)
+			}
+		default:
+			if !reflect.DeepEqual(decodeValue(t, body[req.ModelStart:req.ModelEnd]), model) {
+				t.Fatalf("body[ModelStart:ModelEnd] = %q, decoded model %q", body[req.ModelStart:req.ModelEnd], model)
+			}
+			// encoding/json replaces invalid UTF-8 with U+FFFD; Model keeps the bytes sent.
+			if s, isString := model.(string); isString && utf8.Valid(req.Model) && string(req.Model) != s {
+				t.Fatalf("Model = %q, decoded %q", req.Model, s)
+			}
+			if model == nil && req.Model != nil {
+				t.Fatalf("null model reported as %q", req.Model)
+			}
+		}
+
+		so, present := doc["stream_options"]
+		if present {
+			if !reflect.DeepEqual(decodeValue(t, body[req.StreamOptionsStart:req.StreamOptionsEnd]), so) {
+				t.Fatalf("body[StreamOptionsStart:StreamOptionsEnd] = %q, decoded %v", body[req.StreamOptionsStart:req.StreamOptionsEnd], so)
+			}
+			if opts, isObject := so.(map[string]any); isObject {
+				if !req.StreamOptions || req.IncludeUsage != (opts["include_usage"] == true) || req.ContinuousUsage != (opts["continuous_usage_stats"] == true) {
+					t.Fatalf("stream options %v reported as %+v", opts, req)
+				}
+			}
+		} else if req.StreamOptions || req.StreamOptionsStart != 0 || req.StreamOptionsEnd != 0 {
+			t.Fatalf("stream_options absent but reported")
+		}
+	})
+}
+
+func decodeValue(t *testing.T, raw []byte) any {
+	t.Helper()
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&v); err != nil {
+		t.Fatalf("offsets delimit %q, which does not decode: %v", raw, err)
+	}
+	return v
+}
