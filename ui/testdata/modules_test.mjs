@@ -1,0 +1,107 @@
+// Unit tests of the dashboard's pure modules, run by `node --test` (the Go
+// test TestJavaScriptModules runs this file when node is installed).
+import assert from 'node:assert/strict';
+import test from 'node:test';
+
+import { histogramBuckets, histogramQuantile, parsePrometheus, summarize } from '../static/metrics.js';
+import { buildTree, sumUsage } from '../static/trace.js';
+import { aggregate, rangeStart } from '../static/usage.js';
+
+const exposition = `# HELP tollgate_requests_total Chat completion requests.
+# TYPE tollgate_requests_total counter
+tollgate_requests_total{backend="sim",model="demo",status="200"} 8
+tollgate_requests_total{backend="sim",model="demo",status="500"} 2
+tollgate_requests_total{backend="",model="we\\"ird\\\\name",status="404"} 1
+# TYPE tollgate_request_duration_seconds histogram
+tollgate_request_duration_seconds_bucket{model="demo",le="0.1"} 2
+tollgate_request_duration_seconds_bucket{model="demo",le="0.5"} 6
+tollgate_request_duration_seconds_bucket{model="demo",le="1"} 10
+tollgate_request_duration_seconds_bucket{model="demo",le="+Inf"} 10
+tollgate_request_duration_seconds_sum{model="demo"} 4.2
+tollgate_request_duration_seconds_count{model="demo"} 10
+tollgate_streams_in_flight 3
+go_gc_duration_seconds{quantile="0.5"} NaN
+this line is not a sample
+`;
+
+test('parsePrometheus reads labels, escapes and special values', () => {
+  const f = parsePrometheus(exposition);
+  assert.equal(f.get('tollgate_requests_total').length, 3);
+  assert.deepEqual(f.get('tollgate_requests_total')[2].labels, { backend: '', model: 'we"ird\\name', status: '404' });
+  assert.equal(f.get('tollgate_streams_in_flight')[0].value, 3);
+  assert.ok(Number.isNaN(f.get('go_gc_duration_seconds')[0].value));
+  assert.equal(histogramBuckets(f, 'tollgate_request_duration_seconds').at(-1).le, Infinity);
+});
+
+test('histogramQuantile interpolates as PromQL does', () => {
+  const b = [
+    { le: 0.1, count: 2 },
+    { le: 0.5, count: 6 },
+    { le: 1, count: 10 },
+    { le: Infinity, count: 10 },
+  ];
+  const cases = [
+    [0.5, 0.1 + 0.4 * (3 / 4)], // rank 5 in (0.1, 0.5]: 3 of its 4
+    [0.1, 0.1 * (1 / 2)], // rank 1 in the first bucket, from 0
+    [0.9, 0.5 + 0.5 * (3 / 4)],
+    [1, 1],
+    [0, 0],
+  ];
+  for (const [q, want] of cases) assert.ok(Math.abs(histogramQuantile(q, b) - want) < 1e-12, `q=${q}: ${histogramQuantile(q, b)} want ${want}`);
+  // A rank in the +Inf bucket gives the highest finite bound.
+  assert.equal(histogramQuantile(0.99, [{ le: 1, count: 1 }, { le: Infinity, count: 10 }]), 1);
+  assert.ok(Number.isNaN(histogramQuantile(0.5, [{ le: 1, count: 0 }, { le: Infinity, count: 0 }])));
+  assert.ok(Number.isNaN(histogramQuantile(0.5, [{ le: 1, count: 3 }])));
+  assert.equal(histogramQuantile(-1, b), -Infinity);
+  assert.equal(histogramQuantile(2, b), Infinity);
+});
+
+test('summarize counts errors and percentiles', () => {
+  const s = summarize(parsePrometheus(exposition));
+  assert.equal(s.requests, 11);
+  assert.equal(s.errors, 3);
+  assert.equal(s.errorRate, 3 / 11);
+  assert.equal(s.streamsInFlight, 3);
+  const demo = s.models.find((m) => m.model === 'demo');
+  assert.equal(demo.server, 2);
+  assert.equal(demo.errorRate, 0.2);
+  assert.ok(Math.abs(s.latency.p50 - 0.4) < 1e-12);
+  assert.equal(s.latency.count, 10);
+  assert.ok(Number.isNaN(s.ttft.p50));
+});
+
+test('aggregate sums groups and buckets', () => {
+  const buckets = [
+    { start_time: 0, results: [{ input_tokens: 5, output_tokens: 1, input_cached_tokens: 2, num_model_requests: 1, project_id: 'a/x' }] },
+    {
+      start_time: 60,
+      results: [
+        { input_tokens: 10, output_tokens: 10, input_cached_tokens: 0, num_model_requests: 2, project_id: 'b/y' },
+        { input_tokens: 1, output_tokens: 1, input_cached_tokens: 0, num_model_requests: 1, project_id: 'a/x' },
+      ],
+    },
+  ];
+  const a = aggregate(buckets, 'project');
+  assert.deepEqual(a.starts, [0, 60]);
+  assert.deepEqual(a.requests, [1, 3]);
+  assert.deepEqual(a.totals, { input: 16, output: 12, cached: 2, requests: 4, total: 28 });
+  assert.deepEqual(a.groups.map((g) => [g.name, g.total, g.series]), [['b/y', 20, [0, 20]], ['a/x', 8, [6, 2]]]);
+});
+
+test('rangeStart ends the range with the current bucket', () => {
+  assert.equal(rangeStart('1h', 7200 + 59), 7200 - 59 * 60);
+  assert.equal(rangeStart('30d', 86400 * 40 + 5), 86400 * 11);
+});
+
+test('buildTree and sumUsage', () => {
+  const roots = buildTree([
+    { id: 'r', parent_id: null },
+    { id: 'c1', parent_id: 'r' },
+    { id: 'c2', parent_id: 'c1' },
+    { id: 'orphan', parent_id: 'gone' },
+  ]);
+  assert.deepEqual(roots.map((n) => n.call.id), ['r', 'orphan']);
+  assert.equal(roots[0].children[0].children[0].call.id, 'c2');
+  const u = sumUsage({ a: { requests: 1, prompt_tokens: 2, completion_tokens: 3, total_tokens: 5 }, b: { requests: 1, prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } });
+  assert.deepEqual(u, { requests: 2, prompt: 3, completion: 4, total: 7, models: ['a', 'b'] });
+});
