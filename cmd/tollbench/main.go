@@ -1,0 +1,403 @@
+// Command tollbench measures what the gateway costs on top of a backend.
+//
+//	go run ./cmd/tollbench [-quick] [-json FILE] [flags]
+//
+// It builds and starts the gateway (cmd/tollgate) and mock backends
+// (cmd/mockllm) as separate processes, the gateway configured as a user
+// runs it: usage accounting into SQLite, an API key, models routed to the
+// mocks over TCP on 127.0.0.1. An in-process load generator built on the
+// fasthttp client then alternates phases sent straight to a mock and
+// phases sent through the gateway (direct, gateway, direct, gateway, ...),
+// pooling the samples of each side, so that drift on a noisy machine hits
+// both sides alike. It reports what the gateway adds: latency at fixed
+// open-loop rates, throughput at 64 connections, CPU time per request,
+// memory, streaming latency, and memory per open stream, each next to its
+// target. Every phase is bounded in time; the children are stopped with
+// SIGTERM at the end, on error and on Ctrl-C.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "tollbench:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+// options are the command-line settings.
+type options struct {
+	phase        time.Duration
+	rounds       int
+	warmup       time.Duration
+	rates        []int
+	openConns    int
+	conns        int
+	streamConc   int
+	streamTokens int
+	streamITL    time.Duration
+	openStreams  []int
+	slowITL      time.Duration
+	jsonPath     string
+	binDir       string
+	keep         bool
+	logLevel     string
+}
+
+func parseOptions(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("tollbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.DurationVar(&o.phase, "duration", 5*time.Second, "length of each measured phase; every measurement runs `rounds` direct phases and as many gateway phases")
+	fs.IntVar(&o.rounds, "rounds", 2, "direct/gateway alternations per measurement; samples of each side are pooled")
+	fs.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured load on each side before the first phase")
+	rates := fs.String("rates", "1000,5000", "comma-separated open-loop `rates` in requests per second (non-streaming)")
+	fs.IntVar(&o.openConns, "open-conns", 256, "most connections (and in-flight requests) of the open-loop generator")
+	fs.IntVar(&o.conns, "conns", 64, "connections of the closed-loop throughput phase")
+	fs.IntVar(&o.streamConc, "stream-conc", 16, "concurrent streams of the streaming latency phase")
+	fs.IntVar(&o.streamTokens, "stream-tokens", 64, "tokens per stream in the streaming latency phase (mockllm -tokens, request max_tokens)")
+	fs.DurationVar(&o.streamITL, "stream-itl", 5*time.Millisecond, "delay between stream events in the streaming latency phase (mockllm -itl)")
+	streams := fs.String("streams", "1000,10000", "comma-separated `counts` of concurrent slow streams to measure memory per stream with")
+	fs.DurationVar(&o.slowITL, "slow-itl", time.Second, "delay between events of the slow streams held open for the memory measurement")
+	fs.StringVar(&o.jsonPath, "json", "", "also write the results as JSON to `file`")
+	quick := fs.Bool("quick", false, "smoke run of about 30 s: 1 s phases, one round, 1,000 open streams (explicit flags still win)")
+	fs.StringVar(&o.binDir, "bin-dir", "", "use the tollgate and mockllm binaries in `dir` instead of building them")
+	fs.BoolVar(&o.keep, "keep", false, "keep the run's directory (config, logs, SQLite file) and print where it is")
+	fs.StringVar(&o.logLevel, "gateway-log-level", "info", "the gateway's log.level; info logs a line per request, as a default install does")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if *quick {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["duration"] {
+			o.phase = time.Second
+		}
+		if !set["rounds"] {
+			o.rounds = 1
+		}
+		if !set["warmup"] {
+			o.warmup = 300 * time.Millisecond
+		}
+		if !set["streams"] {
+			*streams = "1000"
+		}
+	}
+	var err error
+	if o.rates, err = parseInts(*rates, "-rates"); err != nil {
+		return o, err
+	}
+	if o.openStreams, err = parseInts(*streams, "-streams"); err != nil {
+		return o, err
+	}
+	switch {
+	case o.phase <= 0 || o.phase > 10*time.Minute:
+		return o, fmt.Errorf("-duration %s: want more than 0 and at most 10m", o.phase)
+	case o.rounds < 1 || o.rounds > 20:
+		return o, fmt.Errorf("-rounds %d: want 1 to 20", o.rounds)
+	case o.warmup < 0 || o.warmup > time.Minute:
+		return o, fmt.Errorf("-warmup %s: want 0 to 1m", o.warmup)
+	case o.openConns < 1 || o.conns < 1 || o.streamConc < 1:
+		return o, errors.New("-open-conns, -conns and -stream-conc must be positive")
+	case o.streamTokens < 1 || o.streamTokens > 4096:
+		return o, fmt.Errorf("-stream-tokens %d: want 1 to 4096", o.streamTokens)
+	case o.streamITL < 0 || o.slowITL <= 0 || o.slowITL > 10*time.Second:
+		return o, errors.New("-stream-itl must not be negative, -slow-itl must be more than 0 and at most 10s")
+	}
+	for _, r := range o.rates {
+		if r > 200000 {
+			return o, fmt.Errorf("-rates %d: at most 200000", r)
+		}
+	}
+	for _, n := range o.openStreams {
+		if n > 100000 {
+			return o, fmt.Errorf("-streams %d: at most 100000", n)
+		}
+	}
+	return o, nil
+}
+
+// parseInts parses a comma-separated list of positive integers.
+func parseInts(s, flagName string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%s: %q is not a positive integer", flagName, f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func run(args []string, stdout, stderr io.Writer) (err error) {
+	o, err := parseOptions(args, stderr)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	// After the first signal, restore the default handling, so that a
+	// second Ctrl-C ends a shutdown that takes too long; the children then
+	// get SIGTERM from the kernel as their parent dies.
+	context.AfterFunc(ctx, stop)
+	began := time.Now()
+
+	// Each open stream costs the gateway two sockets, and the benchmark
+	// and the slow mock one each; the margin covers everything else.
+	want := uint64(2*slices.Max(append([]int{0}, o.openStreams...)) + 4096)
+	nofile, limitNote, err := raiseNoFile(want)
+	if err != nil {
+		return err
+	}
+
+	dir, err := os.MkdirTemp("", "tollbench-")
+	if err != nil {
+		return fmt.Errorf("make run directory: %w", err)
+	}
+	if o.keep {
+		fmt.Fprintln(stderr, "tollbench: run directory", dir)
+	} else {
+		defer func() { err = errors.Join(err, os.RemoveAll(dir)) }()
+	}
+
+	b := &bench{o: o, dir: dir, log: stderr, key: "sk-tollbench-" + strconv.FormatInt(time.Now().UnixNano(), 36)}
+	b.rep = &report{
+		Date:    time.Now().UTC().Format(time.RFC3339),
+		Command: strings.Join(append([]string{"tollbench"}, args...), " "),
+		Machine: describeMachine(nofile),
+		Settings: settings{
+			Phase: o.phase.String(), Rounds: o.rounds, Rates: o.rates, OpenLoopConns: o.openConns, Conns: o.conns,
+			StreamConc: o.streamConc, StreamTokens: o.streamTokens, StreamITL: o.streamITL.String(),
+			OpenStreams: o.openStreams, SlowITL: o.slowITL.String(), GatewayLog: o.logLevel,
+		},
+	}
+	if limitNote != "" {
+		b.rep.note("%s", limitNote)
+	}
+	// The children are stopped before the directory holding their files
+	// is removed: deferred calls run in reverse order.
+	defer func() { err = errors.Join(err, b.stopAll()) }()
+
+	if err := b.setup(ctx); err != nil {
+		return interrupted(ctx, err)
+	}
+	if err := b.measure(ctx); err != nil {
+		return interrupted(ctx, err)
+	}
+	if w := b.foreign.wall; w > 0 {
+		cores := b.foreign.others().Seconds() / w.Seconds()
+		b.rep.OtherCores = cores
+		if cores > 0.1 {
+			b.rep.note("other programs used %.2f cores on average during the measured phases: the machine was not quiet, "+
+				"and latency, throughput and CPU figures are inflated accordingly", cores)
+		}
+	}
+	b.rep.Elapsed = time.Since(began).Round(time.Second).String()
+	if err := b.rep.writeTable(stdout); err != nil {
+		return fmt.Errorf("write table: %w", err)
+	}
+	if o.jsonPath != "" {
+		return b.rep.writeJSON(o.jsonPath)
+	}
+	return nil
+}
+
+// interrupted says so when err comes from a Ctrl-C or SIGTERM.
+func interrupted(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("interrupted: %w", err)
+	}
+	return err
+}
+
+// Model names of the generated gateway config, one per mock process.
+const (
+	modelFast   = "bench"
+	modelStream = "bench-stream"
+	modelSlow   = "bench-slow"
+)
+
+// bench is one run: its settings, child processes and report.
+type bench struct {
+	o   options
+	dir string
+	log io.Writer
+	key string
+	rep *report
+
+	gatewayBin, mockBin string
+	configPath          string
+	gatewayRuns         int
+
+	// The three mocks: fast non-streaming replies, streams of
+	// -stream-tokens events at -stream-itl, and slow streams at -slow-itl.
+	fast, streamMock, slow         *proc
+	fastAddr, streamAddr, slowAddr string
+	gateway                        *proc
+	gatewayAddr                    string
+	procs                          []*proc
+
+	// foreign adds up the CPU use of every measured phase, to report how
+	// busy the rest of the machine was.
+	foreign cpuDelta
+}
+
+func (b *bench) logf(format string, args ...any) {
+	fmt.Fprintf(b.log, "tollbench: "+format+"\n", args...)
+}
+
+// setup builds the binaries, starts the mocks, writes the gateway config
+// and starts the gateway.
+func (b *bench) setup(ctx context.Context) error {
+	if b.o.binDir != "" {
+		b.gatewayBin, b.mockBin = filepath.Join(b.o.binDir, "tollgate"), filepath.Join(b.o.binDir, "mockllm")
+	} else {
+		b.logf("building tollgate and mockllm")
+		var err error
+		if b.gatewayBin, b.mockBin, err = buildBinaries(ctx, b.dir); err != nil {
+			return err
+		}
+	}
+	var err error
+	// Non-streaming replies carry 16 tokens, as the requests ask.
+	if b.fast, b.fastAddr, err = b.startMock(ctx, "mock-fast", mockFlags{tokens: 16}); err != nil {
+		return err
+	}
+	if b.streamMock, b.streamAddr, err = b.startMock(ctx, "mock-stream", mockFlags{itl: b.o.streamITL, tokens: b.o.streamTokens}); err != nil {
+		return err
+	}
+	if b.slow, b.slowAddr, err = b.startMock(ctx, "mock-slow", mockFlags{itl: b.o.slowITL, tokens: slowTokens}); err != nil {
+		return err
+	}
+	b.configPath = filepath.Join(b.dir, "tollgate.yaml")
+	cfg := gatewayConfig{
+		key: b.key, logLevel: b.o.logLevel, store: filepath.Join(b.dir, "tollgate.db"),
+		fast: b.fastAddr, stream: b.streamAddr, slow: b.slowAddr,
+	}
+	if err := os.WriteFile(b.configPath, []byte(cfg.yaml()), 0o600); err != nil {
+		return fmt.Errorf("write gateway config: %w", err)
+	}
+	return b.startGateway(ctx)
+}
+
+func (b *bench) startMock(ctx context.Context, name string, f mockFlags) (*proc, string, error) {
+	p, addr, err := startMock(ctx, b.mockBin, b.dir, name, f)
+	if err != nil {
+		return nil, "", err
+	}
+	b.procs = append(b.procs, p)
+	return p, addr, nil
+}
+
+// startGateway starts a fresh gateway process; each gets its own log.
+func (b *bench) startGateway(ctx context.Context) error {
+	b.gatewayRuns++
+	logPath := filepath.Join(b.dir, fmt.Sprintf("gateway-%d.log", b.gatewayRuns))
+	p, addr, err := startGateway(ctx, b.gatewayBin, b.configPath, logPath)
+	if err != nil {
+		return err
+	}
+	b.gateway, b.gatewayAddr = p, addr
+	return nil
+}
+
+// stopGateway stops the running gateway, if any.
+func (b *bench) stopGateway() error {
+	if b.gateway == nil {
+		return nil
+	}
+	err := b.gateway.stop(stopGrace)
+	b.gateway = nil
+	return err
+}
+
+// stopAll stops the gateway first, so that it does not see its backends
+// vanish under in-flight requests, then the mocks.
+func (b *bench) stopAll() error {
+	errs := []error{b.stopGateway()}
+	for _, p := range b.procs {
+		errs = append(errs, p.stop(stopGrace))
+	}
+	b.procs = nil
+	return errors.Join(errs...)
+}
+
+// slowTokens is the length of the slow streams: at -slow-itl of 1 s they
+// would run for five minutes, far longer than they are held.
+const slowTokens = 300
+
+// gatewayConfig is what the generated gateway config depends on.
+type gatewayConfig struct {
+	key, logLevel, store string
+	fast, stream, slow   string
+}
+
+// yaml renders the config a user would write for this setup: one key,
+// three models on three OpenAI-compatible backends, SQLite accounting.
+// The connection limits are raised so that the open-streams phase is
+// bounded by memory, not by a cap.
+func (c gatewayConfig) yaml() string {
+	backend := func(name, addr string) string {
+		return fmt.Sprintf("  - name: %s\n    url: %q\n    max_conns: 100000\n", name, "http://"+addr+"/v1")
+	}
+	return fmt.Sprintf(`# Generated by tollbench.
+listen: "127.0.0.1:8080"
+log: {level: %s, format: json}
+auth:
+  keys:
+    - name: bench
+      key: %q
+      teams: [bench]
+      default_team: bench
+server:
+  max_connections: 100000
+  shutdown_timeout: 10s
+backends:
+%s%s%smodels:
+  - name: %s
+    backends: [mock-fast]
+  - name: %s
+    backends: [mock-stream]
+  - name: %s
+    backends: [mock-slow]
+store: {driver: sqlite, path: %q}
+usage: {flush_interval: 1s}
+`, c.logLevel, c.key, backend("mock-fast", c.fast), backend("mock-stream", c.stream), backend("mock-slow", c.slow),
+		modelFast, modelStream, modelSlow, c.store)
+}
+
+// chatBody is the chat completion request body the generator sends.
+func chatBody(model string, maxTokens int, stream bool) []byte {
+	s := fmt.Sprintf(`{"model":%q,"messages":[{"role":"system","content":"You are a benchmark."},`+
+		`{"role":"user","content":"Count from one to sixteen, one number per token."}],"max_tokens":%d`, model, maxTokens)
+	if stream {
+		// Usage is asked for, so both sides send the same events: the
+		// gateway would otherwise add a usage chunk upstream and strip it.
+		s += `,"stream":true,"stream_options":{"include_usage":true}`
+	}
+	return []byte(s + "}")
+}

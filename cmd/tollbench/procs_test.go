@@ -1,0 +1,79 @@
+package main
+
+import (
+	"testing"
+	"time"
+)
+
+func TestParseStatCPU(t *testing.T) {
+	// A real line, with a command name holding spaces and a parenthesis to
+	// show fields are counted from the last ')'. utime is 1234 ticks and
+	// stime 56, so 12.90 s at USER_HZ 100.
+	line := "4242 (tollgate (x) y) S 1 4242 4242 0 -1 4194560 5000 0 0 0 1234 56 0 0 20 0 9 0 100 800000000 5000 " +
+		"18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n"
+	got, err := parseStatCPU([]byte(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 12900 * time.Millisecond; got != want {
+		t.Errorf("parseStatCPU = %v, want %v", got, want)
+	}
+}
+
+func TestParseStatCPUErrors(t *testing.T) {
+	for _, in := range []string{"", "4242 tollgate S 1", "4242 (tollgate) S 1 2 3", "4242 (t) S 1 1 1 0 -1 0 0 0 0 0 x 56 0"} {
+		if _, err := parseStatCPU([]byte(in)); err == nil {
+			t.Errorf("parseStatCPU(%q) succeeded, want an error", in)
+		}
+	}
+}
+
+func TestParseStatusMem(t *testing.T) {
+	status := "Name:\ttollgate\nUmask:\t0022\nState:\tS (sleeping)\nVmPeak:\t 1300000 kB\n" +
+		"VmHWM:\t   81234 kB\nVmRSS:\t   40000 kB\nRssAnon:\t   30000 kB\nThreads:\t9\n"
+	got, err := parseStatusMem([]byte(status))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (memInfo{RSS: 40000 << 10, HWM: 81234 << 10}); got != want {
+		t.Errorf("parseStatusMem = %+v, want %+v", got, want)
+	}
+}
+
+func TestParseStatusMemErrors(t *testing.T) {
+	for _, in := range []string{"", "VmRSS:\t 1 kB\n", "VmHWM:\t 1 kB\nVmRSS:\t x kB\n", "VmHWM:\t 1 MB\nVmRSS:\t 1 kB\n"} {
+		if _, err := parseStatusMem([]byte(in)); err == nil {
+			t.Errorf("parseStatusMem(%q) succeeded, want an error", in)
+		}
+	}
+}
+
+func TestReadOwnProc(t *testing.T) {
+	// The parsers must accept what this kernel writes.
+	if _, err := readCPU(selfPID()); err != nil {
+		t.Fatal(err)
+	}
+	m, err := readMem(selfPID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.RSS == 0 || m.HWM < m.RSS {
+		t.Errorf("readMem = %+v, want RSS > 0 and HWM >= RSS", m)
+	}
+}
+
+func TestParseMachineBusy(t *testing.T) {
+	// user nice system idle iowait irq softirq steal guest guest_nice:
+	// busy is 100+2+30+0+5+1 = 138 ticks.
+	stat := "cpu  100 2 30 9000 40 0 5 1 0 0\ncpu0 50 1 15 4500 20 0 3 1 0 0\n"
+	got, err := parseMachineBusy([]byte(stat))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 1380 * time.Millisecond; got != want {
+		t.Errorf("parseMachineBusy = %v, want %v", got, want)
+	}
+	if _, err := parseMachineBusy([]byte("intr 1 2 3\n")); err == nil {
+		t.Error("parseMachineBusy accepted a file without a cpu line")
+	}
+}

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPercentile(t *testing.T) {
+	ms := func(n ...int) []time.Duration {
+		out := make([]time.Duration, len(n))
+		for i, v := range n {
+			out[i] = time.Duration(v) * time.Millisecond
+		}
+		return out
+	}
+	tests := []struct {
+		name   string
+		sorted []time.Duration
+		p      float64
+		want   time.Duration
+	}{
+		{"empty", nil, 50, 0},
+		{"one sample", ms(7), 99, 7 * time.Millisecond},
+		{"median of odd count", ms(1, 2, 3, 4, 5), 50, 3 * time.Millisecond},
+		// Nearest rank: the 2nd of 4 has 50% of the samples at or below it.
+		{"median of even count", ms(1, 2, 3, 4), 50, 2 * time.Millisecond},
+		{"p90 of ten", ms(1, 2, 3, 4, 5, 6, 7, 8, 9, 10), 90, 9 * time.Millisecond},
+		{"p99 of ten is the max", ms(1, 2, 3, 4, 5, 6, 7, 8, 9, 10), 99, 10 * time.Millisecond},
+		{"p100 is the max", ms(1, 2, 3), 100, 3 * time.Millisecond},
+		{"tiny p is the min", ms(1, 2, 3), 0.001, time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := percentile(tt.sorted, tt.p); got != tt.want {
+				t.Errorf("percentile(%v, %v) = %v, want %v", tt.sorted, tt.p, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestPercentileOfHundred(t *testing.T) {
+	s := make([]time.Duration, 100)
+	for i := range s {
+		s[i] = time.Duration(i+1) * time.Microsecond
+	}
+	for _, p := range []float64{1, 50, 90, 99, 100} {
+		if got, want := percentile(s, p), time.Duration(p)*time.Microsecond; got != want {
+			t.Errorf("p%v = %v, want %v", p, got, want)
+		}
+	}
+}
+
+func TestSummarizeLeavesInputUnsorted(t *testing.T) {
+	in := []time.Duration{3, 1, 2}
+	q := summarize(in)
+	if q.P50 != 2 || q.P99 != 3 || q.N != 3 {
+		t.Errorf("summarize = %+v, want P50 2, P99 3, N 3", q)
+	}
+	if in[0] != 3 || in[1] != 1 || in[2] != 2 {
+		t.Errorf("summarize reordered its input: %v", in)
+	}
+}
+
+func TestTargetMet(t *testing.T) {
+	if !atMost(25).met(25) || atMost(25).met(25.1) {
+		t.Error("atMost(25) must accept 25 and refuse 25.1")
+	}
+	if !atLeast(0.6).met(0.6) || atLeast(0.6).met(0.59) {
+		t.Error("atLeast(0.6) must accept 0.6 and refuse 0.59")
+	}
+}
+
+func TestReportStatus(t *testing.T) {
+	var r report
+	r.add(row{Metric: "a", Value: 10, Target: atMost(25)})
+	r.add(row{Metric: "b", Value: 30, Target: atMost(25)})
+	r.add(row{Metric: "c", Value: 30})
+	want := []string{"PASS", "MISS", ""}
+	for i, w := range want {
+		if r.Rows[i].Status != w {
+			t.Errorf("row %s status %q, want %q", r.Rows[i].Metric, r.Rows[i].Status, w)
+		}
+	}
+}
+
+func TestFormatValue(t *testing.T) {
+	tests := []struct {
+		v      float64
+		unit   string
+		signed bool
+		want   string
+	}{
+		{41.25, unitMicros, true, "+41.2µs"},
+		{-3, unitMicros, true, "-3.0µs"},
+		{1500, unitMicros, false, "1.500ms"},
+		{2_500_000, unitMicros, false, "2.50s"},
+		{0.254, unitRatio, false, "25.4%"},
+		{16, unitKiB, false, "16.0 KiB"},
+	}
+	for _, tt := range tests {
+		if got := formatValue(tt.v, tt.unit, tt.signed); got != tt.want {
+			t.Errorf("formatValue(%v, %q, %v) = %q, want %q", tt.v, tt.unit, tt.signed, got, tt.want)
+		}
+	}
+}
+
+func TestWriteJSON(t *testing.T) {
+	r := report{Date: "2026-01-01T00:00:00Z"}
+	r.add(row{Section: "s", Metric: "m", Unit: unitMicros, Value: 10, Target: atMost(25)})
+	path := t.TempDir() + "/r.json"
+	if err := r.writeJSON(path); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back report
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if len(back.Rows) != 1 || back.Rows[0].Status != "PASS" || back.Rows[0].Target.Op != "<=" {
+		t.Errorf("round trip = %+v", back.Rows)
+	}
+	if !strings.Contains(string(b), `"op": "<="`) {
+		t.Errorf("targets are escaped in the JSON:\n%s", b)
+	}
+}

@@ -1,0 +1,288 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttpadaptor"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/tollgate-dev/tollgate/accounting"
+	"github.com/tollgate-dev/tollgate/admin"
+	"github.com/tollgate-dev/tollgate/auth"
+	"github.com/tollgate-dev/tollgate/config"
+	"github.com/tollgate-dev/tollgate/proxy"
+	"github.com/tollgate-dev/tollgate/store"
+	"github.com/tollgate-dev/tollgate/ui"
+)
+
+// gateway is every long-lived part of a running gateway, so that shutdown
+// can stop them in order.
+type gateway struct {
+	cfgPath  string // the file reloads read; empty for the embedded config
+	log      *zap.Logger
+	logSync  *zapcore.BufferedWriteSyncer
+	store    *store.DB
+	keys     *auth.Keyring
+	metrics  *prometheus.Registry
+	recorder *accounting.Recorder
+	proxy    *proxy.Server
+	admin    *fasthttp.Server // nil unless admin_listen is set
+
+	// gen is the generation serving new requests; reload replaces it and
+	// retires the old one in the background, tracked by retiring.
+	mu       sync.Mutex
+	gen      *generation
+	retiring sync.WaitGroup
+}
+
+// serve runs the gateway until ctx ends, then shuts it down: stop
+// accepting, let in-flight requests and streams finish up to the shutdown
+// timeout, drain the usage queue, close the store.
+func serve(ctx context.Context, cfg *config.Config, stderr io.Writer) error {
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	return serveListener(ctx, cfg, ln, stderr)
+}
+
+// serveListener is serve on a listener the caller opened (tests use a
+// port the system picked). It closes ln.
+func serveListener(ctx context.Context, cfg *config.Config, ln net.Listener, stderr io.Writer) (err error) {
+	g, err := build(ctx, cfg, stderr)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer func() { err = errors.Join(err, g.close(cfg.Server.ShutdownTimeout)) }()
+
+	// Reloads are watched until the servers have drained (the deferred
+	// stop runs after the shutdown below), so that a generation retiring
+	// meanwhile is not closed under requests still using it.
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		g.watchReloads(watchCtx, cfg)
+	}()
+	defer func() {
+		stopWatch()
+		<-watchDone
+	}()
+
+	errc := make(chan error, 2)
+	servers := 1
+	go func() { errc <- g.proxy.Serve(ln) }()
+	g.log.Info("tollgate listening", zap.String("addr", ln.Addr().String()),
+		zap.Int("models", len(cfg.Models)), zap.String("store", cfg.Store.Path))
+	if g.admin != nil {
+		aln, err := net.Listen("tcp", cfg.AdminListen)
+		if err != nil {
+			_ = g.proxy.Shutdown(context.Background())
+			<-errc
+			return fmt.Errorf("listen admin: %w", err)
+		}
+		servers++
+		go func() { errc <- g.admin.Serve(aln) }()
+		g.log.Info("admin listening", zap.String("addr", aln.Addr().String()))
+	}
+
+	select {
+	case <-ctx.Done():
+		g.log.Info("shutting down", zap.Duration("timeout", cfg.Server.ShutdownTimeout))
+	case err = <-errc:
+		servers--
+		err = fmt.Errorf("serve: %w", err)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownTimeout)
+	defer cancel()
+	if serr := g.proxy.Shutdown(sctx); serr != nil {
+		err = errors.Join(err, fmt.Errorf("shutdown: %w", serr))
+	}
+	if g.admin != nil {
+		if serr := g.admin.ShutdownWithContext(sctx); serr != nil {
+			err = errors.Join(err, fmt.Errorf("shutdown admin: %w", serr))
+		}
+	}
+	for ; servers > 0; servers-- {
+		<-errc
+	}
+	return err
+}
+
+// build opens the store and wires accounting, backends, the admin module
+// and the proxy.
+func build(ctx context.Context, cfg *config.Config, stderr io.Writer) (*gateway, error) {
+	g := &gateway{}
+	var err error
+	g.log, g.logSync, err = newLogger(cfg.Log, stderr)
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*gateway, error) {
+		return nil, errors.Join(err, g.close(cfg.Server.ShutdownTimeout))
+	}
+	g.store, err = store.Open(ctx, cfg.Store)
+	if err != nil {
+		return fail(err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	g.metrics = reg
+	g.cfgPath = cfg.Path
+	keys, err := auth.NewKeyring(cfg.Auth)
+	if err != nil {
+		return fail(err)
+	}
+	g.keys = keys
+	g.recorder = accounting.NewRecorder(g.store, accounting.RecorderOptions{
+		QueueSize:     cfg.Usage.QueueSize,
+		BatchSize:     cfg.Usage.BatchSize,
+		FlushInterval: cfg.Usage.FlushInterval,
+	}, g.log, reg)
+	g.gen, err = g.newGeneration(ctx, cfg)
+	if err != nil {
+		return fail(err)
+	}
+
+	pricing := make(map[string]config.Pricing, len(cfg.Models))
+	for _, m := range cfg.Models {
+		pricing[m.Name] = m.Pricing
+	}
+	svc := admin.New(admin.Options{Keys: keys, Store: g.store, Pricing: pricing, Log: g.log})
+	usageAPI := admin.NewUsageAPI(g.store, keys)
+	budgetAPI := admin.NewBudgetAPI(g.store, keys, func() []config.Limit {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.gen.cfg.Limits
+	})
+	metrics := fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	dashboard := ui.Handler()
+	adminRoutes := func(ctx *fasthttp.RequestCtx) {
+		switch path := string(ctx.Path()); {
+		case path == "/v1/organization/usage/completions":
+			usageAPI.ServeUsage(ctx)
+			return
+		case path == "/v1/tollgate/budgets":
+			budgetAPI.ServeBudgets(ctx)
+			return
+		case path == "/metrics":
+			if cfg.Server.MetricsRequireAdmin && !requireAdmin(ctx, keys) {
+				return
+			}
+			metrics(ctx)
+			return
+		case path == "/ui" || strings.HasPrefix(path, ui.Prefix):
+			dashboard(ctx)
+			return
+		}
+		if !svc.Handle(ctx) {
+			ctx.Error(`{"detail":"Not Found"}`, fasthttp.StatusNotFound)
+			ctx.SetContentType("application/json")
+		}
+	}
+	next := adminRoutes
+	if cfg.AdminListen != "" {
+		g.admin = &fasthttp.Server{Handler: adminRoutes, Name: "tollgate-admin", ReadTimeout: cfg.Server.ReadTimeout,
+			IdleTimeout: cfg.Server.IdleTimeout, MaxRequestBodySize: cfg.Server.MaxBodyBytes, CloseOnShutdown: true,
+			SecureErrorLogMessage: true}
+		next = nil
+	}
+	g.proxy, err = proxy.New(proxy.Options{
+		Config:   cfg,
+		Registry: g.gen.registry,
+		Keys:     keys,
+		Recorder: g.recorder,
+		Limiter:  g.gen.limiter,
+		Log:      g.log,
+		Metrics:  reg,
+		Next:     next,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	return g, nil
+}
+
+// close stops, in order, what build started: backends, then the usage
+// queue (drained into the store), then the store and the log.
+func (g *gateway) close(timeout time.Duration) error {
+	var errs []error
+	g.retiring.Wait()
+	if g.gen != nil {
+		errs = append(errs, g.gen.close())
+	}
+	if g.recorder != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		errs = append(errs, g.recorder.Close(ctx))
+		cancel()
+	}
+	if g.store != nil {
+		errs = append(errs, g.store.Close())
+	}
+	if g.log != nil {
+		g.log.Info("stopped")
+	}
+	if g.logSync != nil {
+		errs = append(errs, g.logSync.Stop())
+	}
+	return errors.Join(errs...)
+}
+
+// newLogger builds the zap logger the config asks for. Lines are buffered
+// and flushed every second (and on stop), so that logging a line per
+// request costs no write system call on the request path.
+func newLogger(cfg config.Log, out io.Writer) (*zap.Logger, *zapcore.BufferedWriteSyncer, error) {
+	level, err := zapcore.ParseLevel(cfg.Level)
+	if err != nil {
+		return nil, nil, fmt.Errorf("log.level: %w", err)
+	}
+	encCfg := zap.NewProductionEncoderConfig()
+	encCfg.EncodeTime = zapcore.ISO8601TimeEncoder
+	var enc zapcore.Encoder
+	if cfg.Format == "console" {
+		encCfg.EncodeLevel = zapcore.CapitalLevelEncoder
+		enc = zapcore.NewConsoleEncoder(encCfg)
+	} else {
+		enc = zapcore.NewJSONEncoder(encCfg)
+	}
+	// The writer is wrapped so that zap never calls its Sync: stderr is
+	// usually a pipe or a terminal, where fsync fails (EINVAL), and a
+	// failed sync must not turn a clean shutdown into exit status 1.
+	ws := &zapcore.BufferedWriteSyncer{WS: zapcore.AddSync(writerOnly{out}), Size: 256 << 10, FlushInterval: time.Second}
+	return zap.New(zapcore.NewCore(enc, ws, level)), ws, nil
+}
+
+// requireAdmin reports whether the request carries an admin key, answering
+// 401 or 403 when it does not. /metrics names every team and project, so
+// where clients can reach it, it can be kept for admins.
+func requireAdmin(ctx *fasthttp.RequestCtx, keys *auth.Keyring) bool {
+	key := keys.Lookup(auth.Secret(nil, ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)))
+	switch {
+	case key == nil:
+		ctx.Error(`{"detail":"Not authenticated"}`, fasthttp.StatusUnauthorized)
+	case !key.Admin:
+		ctx.Error(`{"detail":"/metrics needs an admin key"}`, fasthttp.StatusForbidden)
+	default:
+		return true
+	}
+	ctx.SetContentType("application/json")
+	return false
+}
+
+// writerOnly hides every method of a writer but Write (notably an
+// *os.File's Sync).
+type writerOnly struct{ io.Writer }

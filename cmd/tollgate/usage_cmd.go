@@ -1,0 +1,144 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/admin"
+	"github.com/tollgate-dev/tollgate/store"
+)
+
+// runUsage implements `tollgate usage`: a table of the tokens used recently,
+// read from the store. SQLite in WAL mode lets it read while the gateway
+// writes.
+func runUsage(args []string, stdout io.Writer) error {
+	flags := flag.NewFlagSet("tollgate usage", flag.ContinueOnError)
+	// Parse errors are returned (main prints them once); help goes to stdout.
+	flags.SetOutput(io.Discard)
+	configPath := flags.String("config", os.Getenv("TOLLGATE_CONFIG"), "configuration `file` (default: the embedded config.example.yaml; env TOLLGATE_CONFIG)")
+	since := flags.Duration("since", 24*time.Hour, "report usage of this `duration` up to now")
+	by := flags.String("by", "project", "group the table by `project|model|key`")
+	if err := flags.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			flags.SetOutput(stdout)
+			fmt.Fprintln(stdout, "usage: tollgate usage [-config FILE] [-since 24h] [-by project|model|key]")
+			flags.PrintDefaults()
+		}
+		return fmt.Errorf("usage: %w", err)
+	}
+	if flags.NArg() > 0 {
+		return fmt.Errorf("usage: unexpected argument %q", flags.Arg(0))
+	}
+	if *since <= 0 {
+		return fmt.Errorf("usage: -since %v: want a positive duration", *since)
+	}
+	column, ok := usageColumnFor(*by)
+	if !ok {
+		return fmt.Errorf("usage: -by %q: want project, model or key", *by)
+	}
+
+	cfg, err := loadConfig(*configPath)
+	if err != nil {
+		return fmt.Errorf("usage: %w", err)
+	}
+	// Opening a missing SQLite file would create an empty store; say
+	// instead that there is nothing to read.
+	if cfg.Store.Driver == "" || cfg.Store.Driver == "sqlite" {
+		if _, err := os.Stat(cfg.Store.Path); errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("usage: no store at %s: the gateway has recorded no usage with this configuration", cfg.Store.Path)
+		}
+	}
+	ctx := context.Background()
+	db, err := store.Open(ctx, cfg.Store)
+	if err != nil {
+		return fmt.Errorf("usage: %w", err)
+	}
+	defer db.Close()
+
+	end := time.Now().UTC()
+	q := admin.UsageQuery{Start: end.Add(-*since), End: end, BucketWidth: *since}
+	column.group(&q)
+	rows, err := db.UsageBuckets(ctx, q)
+	if err != nil {
+		return fmt.Errorf("usage: %w", err)
+	}
+	return printUsage(stdout, rows, column, q)
+}
+
+// usageColumn is what -by groups by: the table's first column.
+type usageColumn struct {
+	title string
+	group func(*admin.UsageQuery)
+	name  func(admin.UsageRow) string
+}
+
+// usageColumnFor returns the column -by names.
+func usageColumnFor(by string) (usageColumn, bool) {
+	switch by {
+	case "project":
+		return usageColumn{
+			title: "PROJECT",
+			group: func(q *admin.UsageQuery) { q.GroupByProject = true },
+			name:  func(r admin.UsageRow) string { return r.Team + "/" + r.Project },
+		}, true
+	case "model":
+		return usageColumn{
+			title: "MODEL",
+			group: func(q *admin.UsageQuery) { q.GroupByModel = true },
+			name:  func(r admin.UsageRow) string { return r.Model },
+		}, true
+	case "key":
+		return usageColumn{
+			title: "KEY",
+			group: func(q *admin.UsageQuery) { q.GroupByKey = true },
+			name:  func(r admin.UsageRow) string { return r.KeyName },
+		}, true
+	}
+	return usageColumn{}, false
+}
+
+// printUsage writes rows as a table, largest total first, and a totals line.
+func printUsage(w io.Writer, rows []admin.UsageRow, column usageColumn, q admin.UsageQuery) error {
+	slices.SortFunc(rows, func(a, b admin.UsageRow) int {
+		return cmp.Or(
+			cmp.Compare(b.InputTokens+b.OutputTokens, a.InputTokens+a.OutputTokens),
+			cmp.Compare(column.name(a), column.name(b)),
+		)
+	})
+	fmt.Fprintf(w, "Usage from %s to %s (UTC), by %s\n\n",
+		q.Start.Format(time.DateTime), q.End.Format(time.DateTime), strings.ToLower(column.title))
+
+	// Numbers align right; names are padded to one width so that they
+	// still read left-aligned.
+	width := len(column.title)
+	for _, r := range rows {
+		width = max(width, len(column.name(r)))
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "%-*s\tREQUESTS\tINPUT\tCACHED\tOUTPUT\tTOTAL\t\n", width, column.title)
+	var total admin.UsageRow
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%-*s\t%d\t%d\t%d\t%d\t%d\t\n", width, column.name(r),
+			r.Requests, r.InputTokens, r.CachedTokens, r.OutputTokens, r.InputTokens+r.OutputTokens)
+		total.Requests += r.Requests
+		total.InputTokens += r.InputTokens
+		total.CachedTokens += r.CachedTokens
+		total.OutputTokens += r.OutputTokens
+	}
+	fmt.Fprintf(tw, "%-*s\t%d\t%d\t%d\t%d\t%d\t\n", width, "TOTAL",
+		total.Requests, total.InputTokens, total.CachedTokens, total.OutputTokens, total.InputTokens+total.OutputTokens)
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("usage: write table: %w", err)
+	}
+	return nil
+}
