@@ -26,11 +26,15 @@ const (
 	fallbackProject = "inference"
 )
 
-const insertGatewayCallSQL = `
-	INSERT INTO calls (project_id, id, op_name, trace_id, parent_id, started_at, ended_at, exception,
+// insertGatewayCall leaves a call that exists already alone, so that a
+// retried batch inserts nothing twice.
+var insertGatewayCall = multiRowInsert{
+	head: `INSERT INTO calls (project_id, id, op_name, trace_id, parent_id, started_at, ended_at, exception,
 		attributes, inputs, output, summary, svc_user_id)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-	ON CONFLICT (project_id, id) DO NOTHING`
+	VALUES `,
+	cols: 13,
+	tail: ` ON CONFLICT (project_id, id) DO NOTHING`,
+}
 
 // gatewayAttributes are the attributes of a gateway call.
 type gatewayAttributes struct {
@@ -44,7 +48,7 @@ type gatewayAttributes struct {
 }
 
 // modelUsage is one model's entry of summary.usage, in the Weave shape the
-// trace usage roll-up reads.
+// trace usage roll-up reads: {"usage": {"<model>": modelUsage}}.
 type modelUsage struct {
 	Requests             int64 `json:"requests"`
 	PromptTokens         int64 `json:"prompt_tokens"`
@@ -64,20 +68,16 @@ func insertGatewayCalls(ctx context.Context, c conn, recs []accounting.Record) e
 	if err != nil {
 		return fmt.Errorf("insert gateway calls: %w", err)
 	}
-	stmt, err := c.prepare(ctx, insertGatewayCallSQL)
+	err = insertGatewayCall.exec(ctx, c, len(recs), func(args []any, i int) ([]any, error) {
+		rec := &recs[i]
+		args, err := appendGatewayCallArgs(args, projects[recordProject(rec)], rec)
+		if err != nil {
+			return nil, fmt.Errorf("call %s: %w", rec.CallID, err)
+		}
+		return args, nil
+	})
 	if err != nil {
 		return fmt.Errorf("insert gateway calls: %w", err)
-	}
-	defer stmt.Close()
-	for i := range recs {
-		rec := &recs[i]
-		args, err := gatewayCallArgs(projects[recordProject(rec)], rec)
-		if err != nil {
-			return fmt.Errorf("insert gateway calls: %w", err)
-		}
-		if _, err := stmt.ExecContext(ctx, args...); err != nil {
-			return fmt.Errorf("insert gateway call %s: %w", rec.CallID, err)
-		}
 	}
 	return nil
 }
@@ -122,8 +122,8 @@ func ensureRecordProjects(ctx context.Context, c conn, recs []accounting.Record)
 	return ids, nil
 }
 
-// gatewayCallArgs renders a record as the arguments of insertGatewayCallSQL.
-func gatewayCallArgs(projectID int64, rec *accounting.Record) ([]any, error) {
+// appendGatewayCallArgs appends a record's row of insertGatewayCall to args.
+func appendGatewayCallArgs(args []any, projectID int64, rec *accounting.Record) ([]any, error) {
 	id, trace := rec.CallID, rec.TraceID
 	if id == "" {
 		// The proxy always sets both; a generated id keeps a record that
@@ -155,10 +155,7 @@ func gatewayCallArgs(projectID int64, rec *accounting.Record) ([]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	summary, err := json.Marshal(map[string]map[string]modelUsage{"usage": {rec.Model: {
-		Requests: 1, PromptTokens: rec.PromptTokens, CompletionTokens: rec.CompletionTokens,
-		TotalTokens: rec.TotalTokens, CacheReadInputTokens: rec.CachedTokens,
-	}}})
+	summary, err := gatewaySummary(rec)
 	if err != nil {
 		return nil, err
 	}
@@ -174,8 +171,32 @@ func gatewayCallArgs(projectID int64, rec *accounting.Record) ([]any, error) {
 	if rec.KeyName != "" {
 		user = rec.KeyName
 	}
-	return []any{projectID, id, gatewayOpName, trace, parent, formatTraceTime(rec.Started), formatTraceTime(ended), exception,
-		string(attrs), inputs, output, string(summary), user}, nil
+	return append(args, projectID, id, gatewayOpName, trace, parent, formatTraceTime(rec.Started), formatTraceTime(ended), exception,
+		string(attrs), inputs, output, summary, user), nil
+}
+
+// gatewaySummary is the summary of a record's call:
+// {"usage":{"<model>":<modelUsage>}}. The model is a key only JSON can
+// quote; the rest is a struct, so no map is built per record.
+func gatewaySummary(rec *accounting.Record) (string, error) {
+	model, err := json.Marshal(rec.Model)
+	if err != nil {
+		return "", err
+	}
+	usage, err := json.Marshal(modelUsage{
+		Requests: 1, PromptTokens: rec.PromptTokens, CompletionTokens: rec.CompletionTokens,
+		TotalTokens: rec.TotalTokens, CacheReadInputTokens: rec.CachedTokens,
+	})
+	if err != nil {
+		return "", err
+	}
+	b := make([]byte, 0, len(`{"usage":{:}}`)+len(model)+len(usage))
+	b = append(b, `{"usage":{`...)
+	b = append(b, model...)
+	b = append(b, ':')
+	b = append(b, usage...)
+	b = append(b, "}}"...)
+	return string(b), nil
 }
 
 // payloadValue returns b as JSON text: itself when it is JSON (the reply

@@ -17,15 +17,18 @@ var (
 	_ admin.UsageStore       = (*DB)(nil)
 )
 
-// insertUsageSQL ignores a call_id already stored: the recorder writes a
+// insertUsage ignores a call_id already stored: the recorder writes a
 // batch again when a commit is reported failed, and a record written twice
 // must not fail the batch forever.
-const insertUsageSQL = `INSERT INTO usage_records (
+var insertUsage = multiRowInsert{
+	head: `INSERT INTO usage_records (
 	call_id, request_id, trace_id, parent_id, key_name, team, project,
 	model, served_model, backend, status, error, stream, incomplete,
 	prompt_tokens, completion_tokens, total_tokens, cached_tokens, started, ended
-) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (call_id) DO NOTHING`
+) VALUES `,
+	cols: 20,
+	tail: ` ON CONFLICT (call_id) DO NOTHING`,
+}
 
 // InsertRecords writes recs, their usage rows and their trace calls, in one
 // transaction. Several replicas may insert at once on PostgreSQL: call ids
@@ -40,21 +43,17 @@ func (d *DB) InsertRecords(ctx context.Context, recs []accounting.Record) error 
 		return fmt.Errorf("insert records: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	stmt, err := c.prepare(ctx, insertUsageSQL)
-	if err != nil {
-		return fmt.Errorf("insert records: %w", err)
-	}
-	defer stmt.Close()
-	for i := range recs {
+	err = insertUsage.exec(ctx, c, len(recs), func(args []any, i int) ([]any, error) {
 		r := &recs[i]
-		if _, err := stmt.ExecContext(ctx,
+		return append(args,
 			r.CallID, r.RequestID, r.TraceID, r.ParentID, r.KeyName, r.Team, r.Project,
 			r.Model, r.ServedModel, r.Backend, r.Status, r.Error, r.Stream, r.Incomplete,
 			r.PromptTokens, r.CompletionTokens, r.TotalTokens, r.CachedTokens,
 			unixNano(r.Started), unixNano(r.Ended),
-		); err != nil {
-			return fmt.Errorf("insert records: call %s: %w", r.CallID, err)
-		}
+		), nil
+	})
+	if err != nil {
+		return fmt.Errorf("insert records: usage: %w", err)
 	}
 	if err := insertGatewayCalls(ctx, c, recs); err != nil {
 		return fmt.Errorf("insert records: %w", err)
