@@ -396,7 +396,7 @@ func startCutBackend(t *testing.T) *cutBackend {
 func TestHostileUpstreams(t *testing.T) {
 	cut := startCutBackend(t)
 	h := newHarness(t, harnessOptions{
-		backendExtra:  "timeouts: {first_byte: 200ms}",
+		backendExtra:  "timeouts: {first_byte: 600ms}",
 		extraBackends: "  - name: cut\n    url: \"http://" + cut.ln.Addr().String() + "/v1\"\n",
 		models: `
   - name: demo
@@ -419,8 +419,8 @@ func TestHostileUpstreams(t *testing.T) {
 		{name: "in-band error from the backend", body: stream, headers: []string{"X-Mock-Fail-After: 1"}, inBand: true},
 		{name: "non-stream reply of garbage", body: helloBody, headers: []string{"X-Mock-Garbage: 1"}, status: 502},
 		{name: "non-stream reply cut mid-body", body: strings.Replace(helloBody, `"demo"`, `"cut"`, 1), status: 502},
-		{name: "backend never answers", body: helloBody, headers: []string{"X-Mock-Delay: 800ms"}, status: 504},
-		{name: "stream backend never answers", body: stream, headers: []string{"X-Mock-Delay: 800ms"}, status: 504},
+		{name: "backend never answers", body: helloBody, headers: []string{"X-Mock-Delay: 2s"}, status: 504},
+		{name: "stream backend never answers", body: stream, headers: []string{"X-Mock-Delay: 2s"}, status: 504},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -158,9 +158,9 @@ func TestBackendFailingThenRecovering(t *testing.T) {
 // between them and by the total timeout.
 func TestSlowBackend(t *testing.T) {
 	t.Run("first byte timeout with one backend is a 504", func(t *testing.T) {
-		slow := newNode(t, "slow", simulated.Options{TimeToFirstToken: time.Second})
+		slow := newNode(t, "slow", simulated.Options{TimeToFirstToken: 2 * time.Second})
 		c := newCluster(t, clusterOptions{
-			backends: sameSpecs("timeouts: {first_byte: 300ms}", slow),
+			backends: sameSpecs("timeouts: {first_byte: 600ms}", slow),
 			models:   "  - name: m\n    backends: [slow]\n",
 		})
 		r := c.post(routeChatBody("m", 1))
@@ -169,13 +169,13 @@ func TestSlowBackend(t *testing.T) {
 		}
 	})
 	t.Run("first byte timeout is retried on another backend", func(t *testing.T) {
-		slow := newNode(t, "slow", simulated.Options{TimeToFirstToken: time.Second})
+		slow := newNode(t, "slow", simulated.Options{TimeToFirstToken: 2 * time.Second})
 		fast := newNode(t, "fast", simulated.Options{})
 		// The slow backend's weight makes it the first choice all but surely.
 		c := newCluster(t, clusterOptions{
 			backends: []backendSpec{
-				{slow, "weight: 100\ntimeouts: {first_byte: 300ms}"},
-				{fast, "timeouts: {first_byte: 300ms}"},
+				{slow, "weight: 100\ntimeouts: {first_byte: 600ms}"},
+				{fast, "timeouts: {first_byte: 600ms}"},
 			},
 			models: "  - name: m\n    backends: [slow, fast]\n",
 		})
@@ -192,7 +192,10 @@ func TestSlowBackend(t *testing.T) {
 	})
 
 	// The streams below have no first-byte wait (the simulator sends its headers and the role
-	// event at once), so it is the gaps between tokens that the timeouts see.
+	// event at once), so it is the gaps between tokens that the timeouts see. Each timeout is
+	// far from the token cadence it is compared with (20× the 50 ms gaps, or a third of the
+	// 3 s gap), so that a loaded CI machine running the race detector cannot stretch a gap
+	// across it: with a 300 ms idle timeout, one stalled gap once cut the healthy stream.
 	streams := []struct {
 		name       string
 		interToken time.Duration
@@ -202,19 +205,21 @@ func TestSlowBackend(t *testing.T) {
 		wantCode   string
 	}{
 		{
+			// 60 tokens take 3 s, three times the first-byte and idle timeouts.
 			name:       "a long stream lives while tokens keep coming",
-			interToken: 50 * time.Millisecond, timeouts: "{first_byte: 300ms, idle: 300ms}",
-			maxTokens: 40, wantTokens: 40,
+			interToken: 50 * time.Millisecond, timeouts: "{first_byte: 1s, idle: 1s}",
+			maxTokens: 60, wantTokens: 60,
 		},
 		{
 			name:       "an idle gap longer than the idle timeout ends the stream",
-			interToken: 800 * time.Millisecond, timeouts: "{first_byte: 300ms, idle: 300ms}",
+			interToken: 3 * time.Second, timeouts: "{first_byte: 1s, idle: 1s}",
 			maxTokens: 5, wantTokens: 1, wantCode: "upstream_timeout",
 		},
 		{
+			// The total timeout ends the 3 s stream at about its middle.
 			name:       "the total timeout bounds the whole stream",
-			interToken: 50 * time.Millisecond, timeouts: "{first_byte: 300ms, idle: 300ms, total: 800ms}",
-			maxTokens: 40, wantTokens: -1, wantCode: "upstream_timeout",
+			interToken: 50 * time.Millisecond, timeouts: "{first_byte: 1s, idle: 1s, total: 1500ms}",
+			maxTokens: 60, wantTokens: -1, wantCode: "upstream_timeout",
 		},
 	}
 	for _, tt := range streams {
@@ -231,13 +236,13 @@ func TestSlowBackend(t *testing.T) {
 			got := countTokenEvents(t, events)
 			rec := c.rec.wait(t, 1)
 			if tt.wantCode == "" {
-				if got != tt.wantTokens || events[len(events)-1] != "[DONE]" {
-					t.Fatalf("%d tokens, last event %q; want %d and [DONE]", got, events[len(events)-1], tt.wantTokens)
-				}
 				for _, ev := range events {
 					if gjson.Get(ev, "error").Exists() {
 						t.Errorf("error event in a healthy stream: %s", ev)
 					}
+				}
+				if got != tt.wantTokens || events[len(events)-1] != "[DONE]" {
+					t.Fatalf("%d tokens, last event %q; want %d and [DONE]", got, events[len(events)-1], tt.wantTokens)
 				}
 				if rec.Error != "" || rec.Incomplete || rec.CompletionTokens != int64(tt.maxTokens) {
 					t.Errorf("record: error %q incomplete %v completion %d", rec.Error, rec.Incomplete, rec.CompletionTokens)
