@@ -88,6 +88,10 @@ type querier interface {
 type conn struct {
 	q querier
 	d dialect
+	// tx and stmts, set on a transaction's conn, let it run statements
+	// kept prepared for the life of the DB (see cached).
+	tx    *sql.Tx
+	stmts *stmtCache
 }
 
 func (c conn) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
@@ -104,6 +108,22 @@ func (c conn) queryRow(ctx context.Context, query string, args ...any) *sql.Row 
 
 func (c conn) prepare(ctx context.Context, query string) (*sql.Stmt, error) {
 	return c.q.PrepareContext(ctx, c.d.rebind(query))
+}
+
+// cached returns query prepared once for the life of the DB and bound to
+// c's transaction, for the statements every batch runs. The returned
+// statement belongs to the transaction, which closes it when it ends. On a
+// conn that is not a transaction's it prepares query for this use only;
+// the caller closes the statement either way.
+func (c conn) cached(ctx context.Context, query string) (*sql.Stmt, error) {
+	if c.tx == nil || c.stmts == nil {
+		return c.prepare(ctx, query)
+	}
+	s, err := c.stmts.get(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return c.tx.StmtContext(ctx, s), nil
 }
 
 // isUniqueViolation reports whether err is PostgreSQL's unique_violation.

@@ -2,8 +2,8 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
+	"math/bits"
 	"strings"
 )
 
@@ -42,19 +42,16 @@ func (m multiRowInsert) sql(rows int) string {
 	return sb.String()
 }
 
-// exec inserts n rows, rowsPerInsert at a time. appendRow appends the
-// cols arguments of row i to args and returns the result. Full statements
-// share one prepared statement; the last, shorter one is executed once.
+// exec inserts n rows: rowsPerInsert at a time, then the rest in
+// statements of 32, 16, ..., 1 rows as its binary digits say (37 rows are
+// 32 + 4 + 1). So a batch runs at most seven statement shapes per table,
+// each prepared once for the life of the DB (conn.cached) instead of
+// compiled again for every batch. appendRow appends the cols arguments of
+// row i to args and returns the result.
 func (m multiRowInsert) exec(ctx context.Context, c conn, n int, appendRow func(args []any, i int) ([]any, error)) error {
-	var full *sql.Stmt
-	defer func() {
-		if full != nil {
-			full.Close()
-		}
-	}()
 	args := make([]any, 0, min(n, rowsPerInsert)*m.cols)
-	for start := 0; start < n; start += rowsPerInsert {
-		rows := min(rowsPerInsert, n-start)
+	for start := 0; start < n; {
+		rows := min(rowsPerInsert, 1<<(bits.Len(uint(n-start))-1))
 		args = args[:0]
 		for i := start; i < start+rows; i++ {
 			var err error
@@ -65,21 +62,21 @@ func (m multiRowInsert) exec(ctx context.Context, c conn, n int, appendRow func(
 		if len(args) != rows*m.cols {
 			return fmt.Errorf("rows %d to %d: %d arguments, want %d", start, start+rows-1, len(args), rows*m.cols)
 		}
-		var err error
-		switch {
-		case rows < rowsPerInsert:
-			_, err = c.exec(ctx, m.sql(rows), args...)
-		default:
-			if full == nil {
-				if full, err = c.prepare(ctx, m.sql(rows)); err != nil {
-					return err
-				}
-			}
-			_, err = full.ExecContext(ctx, args...)
-		}
-		if err != nil {
+		if err := m.execRows(ctx, c, rows, args); err != nil {
 			return fmt.Errorf("rows %d to %d: %w", start, start+rows-1, err)
 		}
+		start += rows
 	}
 	return nil
+}
+
+// execRows runs the statement for rows rows with args.
+func (m multiRowInsert) execRows(ctx context.Context, c conn, rows int, args []any) error {
+	stmt, err := c.cached(ctx, m.sql(rows))
+	if err != nil {
+		return err
+	}
+	defer stmt.Close()
+	_, err = stmt.ExecContext(ctx, args...)
+	return err
 }

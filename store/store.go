@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"net/url"
 	"time"
@@ -30,6 +31,11 @@ const (
 type DB struct {
 	db      *sql.DB
 	dialect dialect
+	stmts   *stmtCache
+}
+
+func newDB(db *sql.DB, d dialect) *DB {
+	return &DB{db: db, dialect: d, stmts: newStmtCache(db, d)}
 }
 
 // Open opens (creating it on first start) the store cfg describes and
@@ -66,7 +72,7 @@ func openSQLite(ctx context.Context, path string) (*DB, error) {
 		db.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	return &DB{db: db, dialect: dialectSQLite}, nil
+	return newDB(db, dialectSQLite), nil
 }
 
 // openPostgres goes through pgx's database/sql adapter, so that both
@@ -93,11 +99,13 @@ func openPostgres(ctx context.Context, dsn string) (*DB, error) {
 		db.Close()
 		return nil, fmt.Errorf("open postgres %s: %w", pgCfg.Host, err)
 	}
-	return &DB{db: db, dialect: dialectPostgres}, nil
+	return newDB(db, dialectPostgres), nil
 }
 
-// Close closes the database.
-func (d *DB) Close() error { return d.db.Close() }
+// Close closes the cached statements, then the database.
+func (d *DB) Close() error {
+	return errors.Join(d.stmts.close(), d.db.Close())
+}
 
 // conn runs statements on the pool.
 func (d *DB) conn() conn { return conn{q: d.db, d: d.dialect} }
@@ -109,5 +117,5 @@ func (d *DB) begin(ctx context.Context) (*sql.Tx, conn, error) {
 	if err != nil {
 		return nil, conn{}, err
 	}
-	return tx, conn{q: tx, d: d.dialect}, nil
+	return tx, conn{q: tx, d: d.dialect, tx: tx, stmts: d.stmts}, nil
 }
