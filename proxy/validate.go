@@ -57,8 +57,9 @@ func (e *ValidationError) Error() string { return e.Message }
 
 // ValidateChat checks body against the chat completion request rules and fills req.
 // It returns nil when the body is valid; req is only meaningful then. It bounds the
-// nesting depth, checks the syntax with gjson.Valid and then walks the body once with a
-// small cursor, never unmarshalling it into Go structs; a valid body costs no allocation.
+// nesting depth, checks the syntax and UTF-8 in one pass (validJSON) and then walks the
+// body once with a small cursor, never unmarshalling it into Go structs; a valid body
+// costs no allocation.
 //
 // The model-dependent priority rule is not checked here: Priority is reported and the
 // handler, which knows the model, decides.
@@ -82,12 +83,13 @@ func ValidateChatDepth(body []byte, req *ChatRequest, depth int) *ValidationErro
 		return &ValidationError{Message: fmt.Sprintf(
 			"The request body nests arrays and objects more than %d levels deep.", depth)}
 	}
-	// JSON text is UTF-8 (RFC 8259); a backend decoding the body would
-	// refuse it, and invalid bytes must not reach logs or the store.
-	if !utf8.Valid(body) {
-		return &ValidationError{Message: "The request body is not valid UTF-8."}
-	}
-	if !gjson.Valid(s) {
+	if !validJSON(s) {
+		// JSON text is UTF-8 (RFC 8259); a backend decoding the body would
+		// refuse it, and invalid bytes must not reach logs or the store.
+		// The check above covers both; the message says which failed.
+		if !utf8.Valid(body) {
+			return &ValidationError{Message: "The request body is not valid UTF-8."}
+		}
 		return &ValidationError{Message: "The request body is not valid JSON."}
 	}
 	if s[first] != '{' {
@@ -125,7 +127,7 @@ func ValidateChatDepth(body []byte, req *ChatRequest, depth int) *ValidationErro
 	return v.crossChecks()
 }
 
-// maxDepth bounds how deeply arrays and objects may nest. gjson.Valid recurses once per
+// maxDepth bounds how deeply arrays and objects may nest. validJSON recurses once per
 // level, so without a bound a body of a few MiB of "[" costs hundreds of MiB of stack and
 // a second of CPU, and past Go's 1 GB stack limit it kills the whole process (a fatal
 // error, not a recoverable panic). The backend's Python JSON decoder gives up near depth
@@ -1208,7 +1210,7 @@ func (x value) isNumber() bool {
 }
 
 // iter walks the members of an object or the elements of an array in the body. It relies
-// on gjson.Valid having accepted the body, so it only finds where tokens end and never
+// on validJSON having accepted the body, so it only finds where tokens end and never
 // reports syntax errors; it still stops at the end of the input instead of running past
 // it. It exists because gjson's ForEach unescapes every string it passes over, which
 // allocates for any message content holding a newline or a quote, and re-scans nested
