@@ -210,10 +210,14 @@ func run(args []string, stdout, stderr io.Writer) (err error) {
 	}
 	if w := b.foreign.wall; w > 0 {
 		cores := b.foreign.others().Seconds() / w.Seconds()
-		b.rep.OtherCores = cores
+		b.rep.OtherCores, b.rep.StealCores = cores, b.foreign.stealCores()
 		if cores > 0.1 {
 			b.rep.note("other programs used %.2f cores on average during the measured phases: the machine was not quiet, "+
 				"and latency, throughput and CPU figures are inflated accordingly", cores)
+		}
+		if b.rep.StealCores > 0.1 {
+			b.rep.note("the hypervisor took %.2f cores on average during the measured phases (steal): the host is "+
+				"oversubscribed; latencies and the CPU time of every process are inflated accordingly", b.rep.StealCores)
 		}
 	}
 	b.rep.Elapsed = time.Since(began).Round(time.Second).String()

@@ -30,11 +30,12 @@ const (
 
 var sideNames = [2]string{"direct", "gateway"}
 
-// cpuDelta is the CPU time each process used during a phase, and the
-// busy time of the whole machine.
+// cpuDelta is the CPU time each process used during a phase, the busy
+// time of the whole machine, and steal: the time the hypervisor gave to
+// other guests.
 type cpuDelta struct {
-	gateway, backend, self, machine time.Duration
-	wall                            time.Duration
+	gateway, backend, self, machine, steal time.Duration
+	wall                                   time.Duration
 }
 
 func (c *cpuDelta) add(o cpuDelta) {
@@ -42,7 +43,16 @@ func (c *cpuDelta) add(o cpuDelta) {
 	c.backend += o.backend
 	c.self += o.self
 	c.machine += o.machine
+	c.steal += o.steal
 	c.wall += o.wall
+}
+
+// stealCores is the hypervisor's steal during the phase, in cores.
+func (c *cpuDelta) stealCores() float64 {
+	if c.wall <= 0 {
+		return 0
+	}
+	return c.steal.Seconds() / c.wall.Seconds()
 }
 
 // others is the CPU time the rest of the machine used meanwhile: other
@@ -70,7 +80,7 @@ func (b *bench) cpuNow(backend *proc) (cpuDelta, error) {
 	if c.self, err = readCPU(os.Getpid()); err != nil {
 		return c, err
 	}
-	if c.machine, err = readMachineBusy(); err != nil {
+	if c.machine, c.steal, err = readMachineBusy(); err != nil {
 		return c, err
 	}
 	return c, nil
@@ -96,6 +106,7 @@ func (b *bench) cpuDuring(backend *proc, fn func() error) (cpuDelta, error) {
 		backend: after.backend - before.backend,
 		self:    after.self - before.self,
 		machine: after.machine - before.machine,
+		steal:   after.steal - before.steal,
 		wall:    wall,
 	}
 	b.foreign.add(d)
@@ -313,6 +324,14 @@ func (b *bench) othersRow(sec string, cpu [2]cpuDelta) {
 	b.rep.add(row{Section: sec, Metric: "other programs' CPU (cores)", Unit: unitCores, Direct: ptr(cores[direct]),
 		Gateway: ptr(cores[gateway]), Value: max(cores[direct], cores[gateway]),
 		Note: "busy time of the machine less the three processes; should be near 0"})
+	steal := [2]float64{cpu[direct].stealCores(), cpu[gateway].stealCores()}
+	// Steal is part of the machine's busy time, and also of the CPU times
+	// of the processes it interrupted (the scheduler charges a task for
+	// the time its virtual CPU was taken away), so it inflates the rows
+	// above as well as this section's latencies.
+	b.rep.add(row{Section: sec, Metric: "hypervisor steal (cores)", Unit: unitCores, Direct: ptr(steal[direct]),
+		Gateway: ptr(steal[gateway]), Value: max(steal[direct], steal[gateway]),
+		Note: "CPU the host gave to other virtual machines; also inflates the CPU times above; should be near 0"})
 }
 
 // streamLatency measures what the gateway adds to the time to first token

@@ -288,33 +288,41 @@ func parseStatCPU(b []byte) (time.Duration, error) {
 }
 
 // readMachineBusy returns the CPU time all CPUs of the machine have spent
-// busy, from the first line of /proc/stat.
-func readMachineBusy() (time.Duration, error) {
+// busy, and the part of it the hypervisor gave to other guests (steal),
+// from the first line of /proc/stat.
+func readMachineBusy() (busy, steal time.Duration, err error) {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return 0, fmt.Errorf("read machine cpu time: %w", err)
+		return 0, 0, fmt.Errorf("read machine cpu time: %w", err)
 	}
 	return parseMachineBusy(b)
 }
 
 // parseMachineBusy sums user, nice, system, irq, softirq and steal of the
 // "cpu" line of /proc/stat: everything but idle and iowait. Guest time is
-// already counted in user.
-func parseMachineBusy(b []byte) (time.Duration, error) {
+// already counted in user. It also returns steal on its own: on a virtual
+// machine whose host is oversubscribed, the time the hypervisor ran other
+// guests instead of this one, which slows every process here without
+// showing in any of their CPU times.
+func parseMachineBusy(b []byte) (busy, steal time.Duration, err error) {
 	line, _, _ := bytes.Cut(b, []byte("\n"))
 	f := strings.Fields(string(line))
 	if len(f) < 9 || f[0] != "cpu" {
-		return 0, fmt.Errorf("parse /proc/stat: unexpected first line %q", line)
+		return 0, 0, fmt.Errorf("parse /proc/stat: unexpected first line %q", line)
 	}
-	var busy uint64
+	var ticks, stealTicks uint64
 	for _, i := range []int{1, 2, 3, 6, 7, 8} {
 		v, err := strconv.ParseUint(f[i], 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("parse /proc/stat: %w", err)
+			return 0, 0, fmt.Errorf("parse /proc/stat: %w", err)
 		}
-		busy += v
+		ticks += v
+		if i == 8 {
+			stealTicks = v
+		}
 	}
-	return time.Duration(busy) * (time.Second / userHZ), nil
+	tick := time.Second / userHZ
+	return time.Duration(ticks) * tick, time.Duration(stealTicks) * tick, nil
 }
 
 // memInfo is a process's resident memory, in bytes.

@@ -66,14 +66,14 @@ func TestParseMachineBusy(t *testing.T) {
 	// user nice system idle iowait irq softirq steal guest guest_nice:
 	// busy is 100+2+30+0+5+1 = 138 ticks.
 	stat := "cpu  100 2 30 9000 40 0 5 1 0 0\ncpu0 50 1 15 4500 20 0 3 1 0 0\n"
-	got, err := parseMachineBusy([]byte(stat))
+	got, steal, err := parseMachineBusy([]byte(stat))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := 1380 * time.Millisecond; got != want {
-		t.Errorf("parseMachineBusy = %v, want %v", got, want)
+	if want, wantSteal := 1380*time.Millisecond, 10*time.Millisecond; got != want || steal != wantSteal {
+		t.Errorf("parseMachineBusy = %v, %v; want %v, %v", got, steal, want, wantSteal)
 	}
-	if _, err := parseMachineBusy([]byte("intr 1 2 3\n")); err == nil {
+	if _, _, err := parseMachineBusy([]byte("intr 1 2 3\n")); err == nil {
 		t.Error("parseMachineBusy accepted a file without a cpu line")
 	}
 }

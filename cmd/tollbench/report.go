@@ -123,7 +123,11 @@ type report struct {
 	Rows     []row    `json:"results"`
 	// OtherCores is the average CPU, in cores, that programs other than
 	// the gateway, the mocks and tollbench used during measured phases.
-	OtherCores float64  `json:"other_programs_cores"`
+	OtherCores float64 `json:"other_programs_cores"`
+	// StealCores is the average hypervisor steal, in cores: CPU the host
+	// gave to other virtual machines. It counts in OtherCores and also in
+	// the CPU times of the processes it interrupted.
+	StealCores float64  `json:"hypervisor_steal_cores"`
 	Notes      []string `json:"notes,omitempty"`
 	Elapsed    string   `json:"elapsed"`
 }
