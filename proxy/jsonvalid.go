@@ -11,11 +11,11 @@ import (
 // (FuzzValidJSON checks both).
 //
 // It exists because checking the syntax of a chat body is most of the
-// cost of validating it, and a body is mostly message text: gjson.Valid
-// looks at every byte of a string on its own, then utf8.Valid read the
-// whole body again. Here a string's plain ASCII bytes are skipped eight at
-// a time, and UTF-8 is checked only where a byte is not ASCII, which
-// outside a string is a syntax error anyway.
+// cost of validating it, and a body is mostly message text: a general
+// validator (gjson.Valid) looks at every byte of a string on its own, and a
+// separate UTF-8 check reads the whole body again. Here a string's plain
+// ASCII bytes are skipped eight at a time, and UTF-8 is checked only where
+// a byte is not ASCII, which outside a string is a syntax error anyway.
 //
 // It recurses once per nesting level; callers bound the depth first
 // (tooDeep).

@@ -86,7 +86,7 @@ func ValidateChatDepth(body []byte, req *ChatRequest, depth int) *ValidationErro
 	if !validJSON(s) {
 		// JSON text is UTF-8 (RFC 8259); a backend decoding the body would
 		// refuse it, and invalid bytes must not reach logs or the store.
-		// The check above covers both; the message says which failed.
+		// validJSON refuses both; the message says which it was.
 		if !utf8.Valid(body) {
 			return &ValidationError{Message: "The request body is not valid UTF-8."}
 		}
