@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -150,6 +151,10 @@ func TestReplicasShareBudgetAndUsage(t *testing.T) {
 	prefix := fmt.Sprintf("tollgate-test-%d:", time.Now().UnixNano())
 	// Each request costs exactly 8 prompt + 10 completion tokens, and the
 	// gateway reserves exactly 18 for it, so 111 fit in a budget of 2000.
+	// The Redis timeout is far above the 50 ms default: past it a replica
+	// falls back to local counters (the documented fail-open policy), and
+	// a loaded CI machine running the race detector can take longer than
+	// 50 ms; this test is about the shared counters, not the fall back.
 	config := fmt.Sprintf(`
 log: {level: warn}
 auth:
@@ -163,7 +168,7 @@ models:
     backends: [sim]
 store: {driver: postgres, dsn: %q}
 usage: {flush_interval: 100ms}
-limits_backend: {driver: redis, addr: %q, prefix: %q}
+limits_backend: {driver: redis, addr: %q, prefix: %q, timeout: 5s}
 limits:
   - {team: acme, token_budget: 2000, budget_window: day}
 `, adminKey, st.DSN, redisAddr, prefix)
@@ -193,6 +198,13 @@ limits:
 		}()
 	}
 	wg.Wait()
+	for i, r := range replicas {
+		if n, err := redisErrors(client, r); err != nil {
+			t.Fatal(err)
+		} else if n != 0 {
+			t.Errorf("replica %d: %v failed Redis calls, so it enforced the budget on local counters", i, n)
+		}
+	}
 	if admitted.Load() != 111 || refused.Load() != 39 {
 		t.Errorf("budget of 2000 across 3 replicas: %d admitted, %d refused; want 111 and 39", admitted.Load(), refused.Load())
 	}
@@ -234,7 +246,10 @@ limits:
 		"globex/load": {acked.Load(), acked.Load() * 18},
 	}
 	for i, r := range replicas[:2] {
-		deadline := time.Now().Add(5 * time.Second)
+		// Records reach the store within the 100 ms flush interval; the
+		// wide deadline is for a loaded CI machine, and the loop ends at
+		// the first read that matches.
+		deadline := time.Now().Add(30 * time.Second)
 		for {
 			got, err := replicaUsageTotals(client, r, time.Now())
 			if err != nil {
@@ -255,6 +270,32 @@ limits:
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
+}
+
+// redisErrors reads tollgate_limits_redis_errors_total from a replica's
+// metrics: the Redis calls that failed or timed out, each of which made it
+// fall back to its local counters.
+func redisErrors(client *http.Client, r *replica) (float64, error) {
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, r.base+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+adminKey)
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	if resp.StatusCode != 200 {
+		return 0, fmt.Errorf("metrics: %d %s", resp.StatusCode, b)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "tollgate_limits_redis_errors_total "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	return 0, fmt.Errorf("metrics: no tollgate_limits_redis_errors_total in\n%s", b)
 }
 
 // replicaUsageTotals reads requests and tokens per project from a replica's
