@@ -69,18 +69,11 @@ func validObject(s string, i int) (int, bool) {
 		if i, ok = validValue(s, skipSpace(s, i+1)); !ok {
 			return i, false
 		}
+		var closed bool
+		if i, closed, ok = separator(s, i, '}'); closed || !ok {
+			return i, ok
+		}
 		i = skipSpace(s, i)
-		if i >= len(s) {
-			return i, false
-		}
-		switch s[i] {
-		case ',':
-			i = skipSpace(s, i+1)
-		case '}':
-			return i + 1, true
-		default:
-			return i, false
-		}
 	}
 }
 
@@ -91,23 +84,26 @@ func validArray(s string, i int) (int, bool) {
 		return i + 1, true
 	}
 	for {
-		var ok bool
+		var ok, closed bool
 		if i, ok = validValue(s, i); !ok {
 			return i, false
 		}
+		if i, closed, ok = separator(s, i, ']'); closed || !ok {
+			return i, ok
+		}
 		i = skipSpace(s, i)
-		if i >= len(s) {
-			return i, false
-		}
-		switch s[i] {
-		case ',':
-			i = skipSpace(s, i+1)
-		case ']':
-			return i + 1, true
-		default:
-			return i, false
-		}
 	}
+}
+
+// separator checks what follows a member or an element at s[i]: a comma,
+// after which the next one follows at next (after whitespace), or the
+// closing bracket close, after which the object or array ends at next.
+func separator(s string, i int, close byte) (next int, closed, ok bool) {
+	i = skipSpace(s, i)
+	if i < len(s) && (s[i] == ',' || s[i] == close) {
+		return i + 1, s[i] == close, true
+	}
+	return i, false, false
 }
 
 func validLiteral(s string, i int, lit string) (int, bool) {
