@@ -279,16 +279,18 @@ func TestGatewayBinary(t *testing.T) {
 }
 
 // testKill9 runs the real binary under sequential load and kills it with
-// SIGKILL. Every request acknowledged more than flush_interval + 300 ms
-// before the kill must be in the store (by its X-Request-Id), exactly
-// once; what was lost of the last interval is reported.
+// SIGKILL. Every request acknowledged more than flush_interval + 1 s before
+// the kill must be in the store (by its X-Request-Id), exactly once; what
+// was lost of the last stretch is reported. The margin past the flush
+// interval is for the commit itself, which a loaded CI machine running the
+// race detector can stretch to hundreds of milliseconds.
 func testKill9(t *testing.T, bin string) {
 	const flush = 200 * time.Millisecond
-	const margin = 300 * time.Millisecond
+	const margin = time.Second
 	dir := t.TempDir()
 	p := startGatewayProcess(t, bin, crashConfig(dir, flush), false)
 
-	acks, killedAt := runUnderLoad(t, p, 1500*time.Millisecond, func() time.Time {
+	acks, killedAt := runUnderLoad(t, p, 3*time.Second, func() time.Time {
 		at := time.Now()
 		if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
