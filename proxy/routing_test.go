@@ -481,7 +481,10 @@ func TestNoRetryAfterFirstByte(t *testing.T) {
 }
 
 // TestWeightedSelection measures how weighted power-of-two-choices spreads requests over three
-// equally fast backends weighted 1:2:3, from what the backends saw.
+// equally fast backends weighted 1:2:3, from what the backends saw. Selection also prefers a
+// backend whose moving average of time to first token is half another's, so the backends take
+// 10 ms: a scheduling stall must then last about 90 ms to make one of them look twice as slow,
+// where with 2 ms one of 18 ms did, common enough on a loaded CI machine to skew the shares.
 func TestWeightedSelection(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -492,7 +495,7 @@ func TestWeightedSelection(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			nodes := newNodes(t, simulated.Options{TimeToFirstToken: 2 * time.Millisecond}, "w1", "w2", "w3")
+			nodes := newNodes(t, simulated.Options{TimeToFirstToken: 10 * time.Millisecond}, "w1", "w2", "w3")
 			c := newCluster(t, clusterOptions{
 				backends: []backendSpec{{nodes[0], "weight: 1"}, {nodes[1], "weight: 2"}, {nodes[2], "weight: 3"}},
 				models:   "  - name: m\n    backends: [w1, w2, w3]\n",
