@@ -260,19 +260,31 @@ type startRes struct {
 	TraceID string `json:"trace_id"`
 }
 
+// envelopeField returns the one field of an ingest envelope such as
+// {"start": {...}}, and its location for validation errors. A body without
+// it is a 422 naming the field, as FastAPI words it.
+func envelopeField(rc *fasthttp.RequestCtx, name string) (raw any, loc []any, e *apiError) {
+	body, e := bodyObject(rc.PostBody(), true)
+	if e != nil {
+		return nil, nil, e
+	}
+	loc = at(bodyLoc, name)
+	raw, ok := body[name]
+	if !ok {
+		var v validation
+		v.add(loc, "missing", "Field required", body)
+		return nil, nil, v.err()
+	}
+	return raw, loc, nil
+}
+
 // callStart serves POST /call/start {"start": {...}}.
 func (s *Service) callStart(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, _ pathParams) *apiError {
-	body, e := bodyObject(rc.PostBody(), true)
+	raw, loc, e := envelopeField(rc, "start")
 	if e != nil {
 		return e
 	}
 	var v validation
-	loc := at(bodyLoc, "start")
-	raw, ok := body["start"]
-	if !ok {
-		v.add(loc, "missing", "Field required", body)
-		return v.err()
-	}
 	r, err := parseCallStart(&v, key, raw, loc)
 	if err != nil {
 		return internalError(err)
@@ -296,17 +308,11 @@ func (s *Service) callStart(ctx context.Context, rc *fasthttp.RequestCtx, key *a
 
 // callEnd serves POST /call/end {"end": {...}}.
 func (s *Service) callEnd(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, _ pathParams) *apiError {
-	body, e := bodyObject(rc.PostBody(), true)
+	raw, loc, e := envelopeField(rc, "end")
 	if e != nil {
 		return e
 	}
 	var v validation
-	loc := at(bodyLoc, "end")
-	raw, ok := body["end"]
-	if !ok {
-		v.add(loc, "missing", "Field required", body)
-		return v.err()
-	}
 	r := parseCallEnd(&v, raw, loc)
 	if v.failed() {
 		return v.err()

@@ -99,6 +99,7 @@ func TestValidationErrors(t *testing.T) {
 
 		// Calls.
 		{"call start: start missing", "POST", "/call/start", `{}`, []any{"body", "start"}, "missing"},
+		{"call end: end missing", "POST", "/call/end", `{}`, []any{"body", "end"}, "missing"},
 		{"call start: start not an object", "POST", "/call/start", `{"start":1}`, []any{"body", "start"}, "model_type"},
 		{"call start: project_id missing", "POST", "/call/start", `{"start":{"op_name":"x","started_at":"2026-11-21T10:00:00Z"}}`, []any{"body", "start", "project_id"}, "missing"},
 		{"call start: op_name missing", "POST", "/call/start", `{"start":{"project_id":"team-a/p","started_at":"2026-11-21T10:00:00Z"}}`, []any{"body", "start", "op_name"}, "missing"},
