@@ -49,6 +49,10 @@ type Options struct {
 	// Next serves every path the proxy does not own (the admin module,
 	// /metrics). Nil means such paths get a 404.
 	Next fasthttp.RequestHandler
+	// ResponseOwners shares which backend made each Responses API
+	// response with the other replicas. Nil means each replica remembers
+	// only the responses it routed itself.
+	ResponseOwners ResponseOwnerStore
 }
 
 // state is what one configuration generation needs. Requests load it once,
