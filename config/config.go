@@ -98,6 +98,14 @@ type Server struct {
 	// ShutdownTimeout is how long in-flight requests and streams may run
 	// after SIGINT/SIGTERM. Zero means 30s.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// MaxResponseBytes caps a non-streamed upstream reply body: past it
+	// the gateway stops reading, closes the upstream connection and
+	// answers 502. Zero means 16 MiB, far above any chat completion.
+	MaxResponseBytes int `yaml:"max_response_bytes"`
+	// MaxEventBytes caps one upstream SSE event: past it the stream ends
+	// with an in-band error and the upstream connection is closed. Zero
+	// means 1 MiB; a streamed chunk is a few hundred bytes.
+	MaxEventBytes int `yaml:"max_event_bytes"`
 }
 
 // Backend is one OpenAI-compatible upstream, or the in-process simulator.

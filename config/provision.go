@@ -22,6 +22,8 @@ const (
 	defaultServerIdleTimeout = 120 * time.Second
 	defaultMaxConnections    = 20000
 	defaultShutdownTimeout   = 30 * time.Second
+	defaultMaxResponseBytes  = 16 << 20
+	defaultMaxEventBytes     = 1 << 20
 
 	defaultBackendWeight    = 1
 	defaultBackendMaxConns  = 1024
@@ -106,6 +108,8 @@ func (c *Config) Provision() {
 	setDefault(&s.MaxConnections, defaultMaxConnections)
 	setDefault(&s.MaxStreams, defaultMaxStreams)
 	setDefault(&s.ShutdownTimeout, defaultShutdownTimeout)
+	setDefault(&s.MaxResponseBytes, defaultMaxResponseBytes)
+	setDefault(&s.MaxEventBytes, defaultMaxEventBytes)
 
 	for i := range c.Backends {
 		b := &c.Backends[i]
