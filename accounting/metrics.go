@@ -18,6 +18,11 @@ type recorderMetrics struct {
 	retried      prometheus.Counter
 	lost         prometheus.Counter
 	backpressure prometheus.Counter
+	// invalid counts records whose token counts were impossible (negative
+	// or above MaxRecordTokens), written as errors with zero tokens.
+	invalid prometheus.Counter
+	// panics counts panics the writer recovered from, its store's included.
+	panics prometheus.Counter
 }
 
 // newRecorderMetrics builds the recorder's metrics and registers them, with
@@ -55,11 +60,19 @@ func newRecorderMetrics(reg prometheus.Registerer, queueDepth func() float64) *r
 			Name: "tollgate_usage_recorder_backpressure_waits_total",
 			Help: "Times recording a usage record had to wait because the queue was full.",
 		}),
+		invalid: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_usage_records_invalid_total",
+			Help: "Usage records with an impossible token count (negative, or above 2^32), written as errors with zero tokens.",
+		}),
+		panics: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_usage_writer_panics_total",
+			Help: "Panics the usage writer recovered from (its store's included); each is logged with its stack.",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(
 			m.promptTokens, m.completionTokens,
-			m.written, m.failed, m.retried, m.lost, m.backpressure,
+			m.written, m.failed, m.retried, m.lost, m.backpressure, m.invalid, m.panics,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "tollgate_usage_queue_depth",
 				Help: "Usage records waiting in the queue to be written.",

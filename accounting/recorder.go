@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,6 +54,13 @@ const (
 	backpressureLogEvery = 10 * time.Second
 )
 
+// MaxRecordTokens is the largest token count a Record may carry in any of
+// its counts: a thousand times the longest context windows of today, and
+// small enough that sums over billions of records cannot overflow an int64.
+// The Recorder writes a record with a count outside [0, MaxRecordTokens] as
+// an error with zero tokens.
+const MaxRecordTokens = 1 << 32
+
 // Recorder persists usage records off the request path. Record puts a
 // record on a bounded queue; one writer goroutine takes records off it and
 // writes them in batches, retrying failed writes with backoff. Nothing is
@@ -96,6 +105,11 @@ type Recorder struct {
 	cancel     context.CancelFunc // cancels ctx, the context of store writes
 	done       chan struct{}      // closed when the writer goroutine has exited
 	writerLost int                // records the writer gave up on; read after done
+
+	// inflight is the batch the writer has taken off the queue and not yet
+	// written. It lives here, not on the writer's stack, so that a writer
+	// loop restarted after a panic writes it rather than lose it.
+	inflight []Record
 
 	// tokens caches the token counters by label values; only the writer
 	// goroutine uses it, so that it looks labels up without the CounterVec's
@@ -145,6 +159,7 @@ func newRecorder(st Store, opts RecorderOptions, log *zap.Logger, reg prometheus
 		cancel:   cancel,
 		done:     make(chan struct{}),
 		tokens:   make(map[tokenLabels]tokenCounters),
+		inflight: make([]Record, 0, opts.BatchSize),
 	}
 	r.metrics = newRecorderMetrics(reg, func() float64 { return float64(len(r.queue)) })
 	go r.run()
@@ -290,54 +305,79 @@ func (r *Recorder) lose(rec Record, why string) {
 // run is the writer goroutine. It writes full batches as they are queued,
 // and everything queued at each tick of the flush interval, so that a quiet
 // gateway still writes within the interval and a busy one writes few, large
-// transactions.
+// transactions. A panic in the loop (a bug, or a store failing on bytes it
+// was handed) does not end the process nor lose the batch in hand: it is
+// logged and counted, and the loop starts again with that batch.
 func (r *Recorder) run() {
 	defer close(r.done)
-	batch := make([]Record, 0, r.batch)
 	tick := time.NewTicker(r.interval)
 	defer tick.Stop()
+	for !r.serve(tick.C) {
+	}
+}
+
+// serve is the writer loop. It returns true when the writer is done, and
+// false after recovering from a panic, to be called again.
+func (r *Recorder) serve(tick <-chan time.Time) (done bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.metrics.panics.Inc()
+			r.log.Error("usage writer recovered from a panic; the batch in hand is written again",
+				zap.Any("panic", p), zap.Int("records", len(r.inflight)), zap.ByteString("stack", debug.Stack()))
+			done = false
+		}
+	}()
+	if len(r.inflight) > 0 && !r.write(r.inflight) {
+		return true
+	}
+	r.inflight = r.inflight[:0]
 	for {
 		var ok bool
 		select {
 		case <-r.notify:
-			ok = r.flush(batch, r.notifyAt)
-		case <-tick.C:
-			ok = r.flush(batch, 1)
+			ok = r.flush(r.notifyAt)
+		case <-tick:
+			ok = r.flush(1)
 		case <-r.drain:
 			// No Record is in flight any more, so the queue only shrinks.
-			r.flush(batch, 1)
-			return
+			r.flush(1)
+			return true
 		case <-r.abort:
-			return
+			return true
 		}
 		if !ok {
-			return
+			return true
 		}
 	}
 }
 
 // flush writes batches while at least atLeast records are queued. It
 // returns false when Close gave up during a write.
-func (r *Recorder) flush(batch []Record, atLeast int) bool {
+func (r *Recorder) flush(atLeast int) bool {
 	for len(r.queue) >= atLeast {
-		batch = batch[:0]
-		for len(batch) < r.batch && len(r.queue) > 0 {
-			batch = r.add(batch, <-r.queue)
+		for len(r.inflight) < r.batch && len(r.queue) > 0 {
+			r.inflight = r.add(r.inflight, <-r.queue)
 		}
-		if !r.write(batch) {
+		if !r.write(r.inflight) {
 			return false
 		}
 		// The batch's array is reused: drop the records' strings and
 		// payloads now rather than keep them until overwritten.
-		clear(batch)
+		clear(r.inflight)
+		r.inflight = r.inflight[:0]
 	}
 	return true
 }
 
 // add appends rec to batch and counts its tokens. Tokens are counted here,
 // once per record, rather than in Record (off the request path) or after
-// the write (a retried batch would count twice).
+// the write (a retried batch would count twice). A record whose counts no
+// backend could have meant is made an error with zero tokens first, so
+// that neither the counters (which cannot go down) nor the store see them.
 func (r *Recorder) add(batch []Record, rec Record) []Record {
+	if bad := invalidCount(&rec); bad != "" {
+		r.refuseCounts(&rec, bad)
+	}
 	if rec.PromptTokens != 0 || rec.CompletionTokens != 0 {
 		k := tokenLabels{rec.Team, rec.Project, rec.Model}
 		c, ok := r.tokens[k]
@@ -354,13 +394,59 @@ func (r *Recorder) add(batch []Record, rec Record) []Record {
 	return append(batch, rec)
 }
 
+// invalidCount names the first count of rec outside [0, MaxRecordTokens]
+// with its value, e.g. "prompt_tokens=-5", or returns "".
+func invalidCount(rec *Record) string {
+	for _, c := range [...]struct {
+		name string
+		n    int64
+	}{
+		{"prompt_tokens", rec.PromptTokens},
+		{"completion_tokens", rec.CompletionTokens},
+		{"total_tokens", rec.TotalTokens},
+		{"cached_tokens", rec.CachedTokens},
+	} {
+		if c.n < 0 || c.n > MaxRecordTokens {
+			return c.name + "=" + strconv.FormatInt(c.n, 10)
+		}
+	}
+	return ""
+}
+
+// refuseCounts makes rec an error record with zero tokens, keeping what
+// was wrong in its Error, and counts and logs it.
+func (r *Recorder) refuseCounts(rec *Record, bad string) {
+	r.metrics.invalid.Inc()
+	r.log.Warn("usage record with an impossible token count stored as an error with zero tokens",
+		zap.String("count", bad),
+		zap.String("request_id", rec.RequestID),
+		zap.String("call_id", rec.CallID),
+		zap.String("backend", rec.Backend),
+		zap.String("model", rec.Model))
+	msg := "invalid usage reported: " + bad
+	if rec.Error != "" {
+		msg = rec.Error + "; " + msg
+	}
+	rec.Error = msg
+	rec.PromptTokens, rec.CompletionTokens, rec.TotalTokens, rec.CachedTokens = 0, 0, 0, 0
+}
+
 // write persists batch, retrying with backoff until it succeeds. It returns
-// false, after counting the batch as lost, only when Close gives up.
+// false, after counting the batch as lost, only when Close gives up. A
+// store that panics on the batch gets its records one at a time, so that
+// one record it cannot take does not hold back the others (see writeEach).
 func (r *Recorder) write(batch []Record) bool {
 	wait := r.backoff.min
 	var retry *time.Timer
 	for attempt := 1; ; attempt++ {
-		err := r.store.InsertRecords(r.ctx, batch)
+		err := r.insert(batch)
+		var pe *storePanic
+		if errors.As(err, &pe) {
+			if retry != nil {
+				retry.Stop()
+			}
+			return r.writeEach(batch, pe)
+		}
 		if err == nil {
 			r.metrics.written.Add(float64(len(batch)))
 			if ce := r.log.Check(zap.DebugLevel, "usage records written"); ce != nil {
@@ -403,4 +489,64 @@ func (r *Recorder) loseBatch(batch []Record) {
 		r.lose(rec, "not written when the shutdown deadline passed")
 	}
 	r.writerLost += len(batch)
+}
+
+// storePanic is a panic of Store.InsertRecords, turned into an error.
+type storePanic struct{ value any }
+
+func (e *storePanic) Error() string { return fmt.Sprintf("store panicked: %v", e.value) }
+
+// insert calls the store, turning a panic into a *storePanic error: the
+// store handles bytes that came from clients and backends, and one record
+// it chokes on must not end the process.
+func (r *Recorder) insert(batch []Record) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.metrics.panics.Inc()
+			r.log.Error("usage store panicked writing records",
+				zap.Any("panic", p), zap.Int("records", len(batch)), zap.ByteString("stack", debug.Stack()))
+			err = &storePanic{value: p}
+		}
+	}()
+	return r.store.InsertRecords(r.ctx, batch)
+}
+
+// writeEach writes the records of a batch the store panicked on one at a
+// time, each with write's retries. A single record the store still panics
+// on is written once more stripped to its accounting (no payloads, zero
+// tokens, the panic in its Error); if even that fails, it is lost loudly.
+// It returns false only when Close gave up.
+func (r *Recorder) writeEach(batch []Record, cause *storePanic) bool {
+	if len(batch) == 1 {
+		rec := batch[0]
+		rec.Input, rec.Output = nil, nil
+		rec.PromptTokens, rec.CompletionTokens, rec.TotalTokens, rec.CachedTokens = 0, 0, 0, 0
+		msg := "usage record could not be stored whole: " + cause.Error()
+		if rec.Error != "" {
+			msg = rec.Error + "; " + msg
+		}
+		rec.Error = msg
+		if err := r.insert([]Record{rec}); err != nil {
+			var pe *storePanic
+			if !errors.As(err, &pe) {
+				// An ordinary failure: the stripped record goes through
+				// the usual retries.
+				return r.write([]Record{rec})
+			}
+			r.lose(batch[0], "the store panicked on it")
+			return true
+		}
+		r.metrics.written.Inc()
+		return true
+	}
+	for i := range batch {
+		if !r.write(batch[i : i+1]) {
+			for _, rec := range batch[i+1:] {
+				r.lose(rec, "not written when the shutdown deadline passed")
+			}
+			r.writerLost += len(batch) - i - 1
+			return false
+		}
+	}
+	return true
 }

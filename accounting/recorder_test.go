@@ -346,3 +346,136 @@ func TestRecorderCountsTokensByLabels(t *testing.T) {
 		}
 	}
 }
+
+// panickyStore panics, as a store choking on bytes might, on every write
+// holding a record with CallID "poison", and on every write holding a
+// record with Input "boom"; it keeps the other writes.
+type panickyStore struct{ memStore }
+
+func (s *panickyStore) InsertRecords(ctx context.Context, recs []Record) error {
+	for _, r := range recs {
+		if r.CallID == "poison" || string(r.Input) == "boom" {
+			panic("store cannot take " + r.CallID)
+		}
+	}
+	return s.memStore.InsertRecords(ctx, recs)
+}
+
+func (s *panickyStore) byID() map[string]Record {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := make(map[string]Record, len(s.recs))
+	for _, r := range s.recs {
+		m[r.CallID] = r
+	}
+	return m
+}
+
+func TestRecorderStoresImpossibleCountsAsErrors(t *testing.T) {
+	tests := []struct {
+		name    string
+		mutate  func(*Record)
+		wantErr string
+	}{
+		{"negative prompt", func(r *Record) { r.PromptTokens = -5 }, "invalid usage reported: prompt_tokens=-5"},
+		{"negative completion", func(r *Record) { r.CompletionTokens = -1 }, "invalid usage reported: completion_tokens=-1"},
+		{"huge total", func(r *Record) { r.TotalTokens = 1 << 62 }, "invalid usage reported: total_tokens=4611686018427387904"},
+		{"negative cached keeps the earlier error", func(r *Record) { r.CachedTokens = -7; r.Error = "upstream 502" },
+			"upstream 502; invalid usage reported: cached_tokens=-7"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := &memStore{}
+			core, logs := observer.New(zapcore.WarnLevel)
+			reg := prometheus.NewRegistry()
+			r := newRecorder(st, RecorderOptions{BatchSize: 8}, zap.New(core), reg, testBackoff)
+			bad := rec(1)
+			tt.mutate(&bad)
+			r.Record(rec(0))
+			r.Record(bad)
+			r.Record(rec(2))
+			if err := r.Close(context.Background()); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			if got, want := st.callIDs(), wantIDs(3); !equalStrings(got, want) {
+				t.Fatalf("stored %v, want %v", got, want)
+			}
+			st.mu.Lock()
+			good, got := st.recs[0], st.recs[1]
+			st.mu.Unlock()
+			if good.PromptTokens != 10 || good.Error != "" {
+				t.Errorf("valid record changed: %+v", good)
+			}
+			if got.Error != tt.wantErr {
+				t.Errorf("Error = %q, want %q", got.Error, tt.wantErr)
+			}
+			if got.PromptTokens != 0 || got.CompletionTokens != 0 || got.TotalTokens != 0 || got.CachedTokens != 0 {
+				t.Errorf("tokens = %d/%d/%d/%d, want all zero", got.PromptTokens, got.CompletionTokens, got.TotalTokens, got.CachedTokens)
+			}
+			if n := testutil.ToFloat64(r.metrics.invalid); n != 1 {
+				t.Errorf("invalid records counted %v, want 1", n)
+			}
+			// The token counters hold the two valid records only.
+			if n := testutil.ToFloat64(r.metrics.promptTokens.WithLabelValues("acme", "chatbot", "m")); n != 20 {
+				t.Errorf("prompt tokens counter = %v, want 20", n)
+			}
+			if logs.FilterMessageSnippet("impossible token count").FilterField(zap.String("call_id", bad.CallID)).Len() != 1 {
+				t.Errorf("no warning names the record: %v", logs.All())
+			}
+		})
+	}
+}
+
+func TestRecorderSurvivesAStoreThatPanics(t *testing.T) {
+	st := &panickyStore{}
+	core, logs := observer.New(zapcore.ErrorLevel)
+	reg := prometheus.NewRegistry()
+	r := newRecorder(st, RecorderOptions{BatchSize: 16, FlushInterval: time.Hour}, zap.New(core), reg, testBackoff)
+	var want []string
+	for i := range 10 {
+		rc := rec(i)
+		switch i {
+		case 3:
+			rc.CallID = "poison"
+		case 6:
+			rc.Input = []byte("boom")
+		default:
+			want = append(want, rc.CallID)
+		}
+		r.Record(rc)
+	}
+	if err := r.Close(context.Background()); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	got := st.byID()
+	for _, id := range want {
+		if g, ok := got[id]; !ok || g.PromptTokens != 10 || g.Error != "" {
+			t.Errorf("record %s: stored %v as %+v, want it whole", id, ok, g)
+		}
+	}
+	// The record the store choked on because of its payload is kept,
+	// stripped to its accounting, as an error.
+	stripped, ok := got[rec(6).CallID]
+	if !ok {
+		t.Fatalf("record %s not stored", rec(6).CallID)
+	}
+	if stripped.Input != nil || stripped.PromptTokens != 0 || !strings.Contains(stripped.Error, "store panicked") {
+		t.Errorf("stripped record = %+v, want no payload, zero tokens and the panic in Error", stripped)
+	}
+	// The one it cannot take at all is lost loudly, not silently.
+	if _, ok := got["poison"]; ok {
+		t.Errorf("the poison record was stored")
+	}
+	if n := testutil.ToFloat64(r.metrics.lost); n != 1 {
+		t.Errorf("lost = %v, want 1", n)
+	}
+	if logs.FilterMessageSnippet("usage record lost").FilterField(zap.String("call_id", "poison")).Len() != 1 {
+		t.Errorf("the lost record is not logged: %v", logs.All())
+	}
+	if n := testutil.ToFloat64(r.metrics.panics); n < 3 {
+		t.Errorf("panics counted %v, want at least 3 (the batch, then each bad record)", n)
+	}
+	if n := int(testutil.ToFloat64(r.metrics.written)); n != len(want)+1 {
+		t.Errorf("written counter = %d, want %d", n, len(want)+1)
+	}
+}
