@@ -179,7 +179,7 @@ func (l *Limiter) Restore(ctx context.Context, st LimitsStore) error {
 					continue
 				}
 				c := lr.counterFor(row.Subject, l.now)
-				spent[c] += row.Tokens
+				spent[c] = AddTokens(spent[c], max(row.Tokens, 0))
 				lr.unpin(c)
 			}
 		}

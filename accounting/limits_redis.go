@@ -270,7 +270,7 @@ func (l *RedisLimiter) Restore(ctx context.Context, st LimitsStore) error {
 					bySeedKey[key] = j
 					seeds = append(seeds, redisSeed{key: key, end: lr.budgetEnd(start)})
 				}
-				seeds[j].tokens += row.Tokens
+				seeds[j].tokens = AddTokens(seeds[j].tokens, max(row.Tokens, 0))
 			}
 		}
 	}
