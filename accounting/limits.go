@@ -242,7 +242,7 @@ func (l *Limiter) Reserve(s Subject, estimate int64) (Reservation, error) {
 		for _, c := range cs {
 			c.requests++
 			c.tokens += estimate
-			c.spent += estimate
+			c.spent = AddTokens(c.spent, estimate) // restored spend may be near the int64 bound
 		}
 	}
 	for _, c := range cs {
@@ -278,7 +278,7 @@ func (l *Limiter) Settle(r Reservation, used int64) {
 			c.tokens = max(c.tokens+delta, 0)
 		}
 		if c.window == lr.windowOf(r.day, r.month) {
-			c.spent = max(c.spent+delta, 0)
+			c.spent = max(AddTokens(c.spent, delta), 0)
 		}
 		c.mu.Unlock()
 		lr.unpin(c)
@@ -402,7 +402,7 @@ func (c *counter) check(s Subject, estimate int64, w windows) error {
 		return lr.refusal(s, capRPM, c.requests, estimate, c.minute, w.now)
 	case lr.tpm > 0 && c.tokens+estimate > lr.tpm:
 		return lr.refusal(s, capTPM, c.tokens, estimate, c.minute, w.now)
-	case lr.budget > 0 && c.spent+estimate > lr.budget:
+	case lr.budget > 0 && c.spent > lr.budget-estimate: // c.spent+estimate could overflow
 		return lr.refusal(s, capBudget, c.spent, estimate, c.window, w.now)
 	}
 	return nil
