@@ -2,17 +2,20 @@
 //
 //	go run ./cmd/tollbench [-quick] [-json FILE] [flags]
 //
-// It builds and starts the gateway (cmd/tollgate) and mock backends
-// (cmd/mockllm) as separate processes, the gateway configured as a user
-// runs it: usage accounting into SQLite, an API key, models routed to the
-// mocks over TCP on 127.0.0.1. An in-process load generator built on the
-// fasthttp client then alternates phases sent straight to a mock and
-// phases sent through the gateway (direct, gateway, direct, gateway, ...),
+// It builds and starts the gateway (cmd/tollgate), mock backends
+// (cmd/mockllm) and bare proxies (cmd/bareproxy: a fasthttp forwarder that
+// does nothing else, the physical floor of the gateway's job) as separate
+// processes, the gateway configured as a user runs it: usage accounting
+// into SQLite, an API key, models routed to the mocks over TCP on
+// 127.0.0.1. An in-process load generator built on the fasthttp client then
+// alternates phases sent straight to a mock, through the bare proxy and
+// through the gateway (direct, bare, gateway, direct, bare, gateway, ...),
 // pooling the samples of each side, so that drift on a noisy machine hits
-// both sides alike. It reports what the gateway adds: latency at fixed
-// open-loop rates, throughput at 64 connections, CPU time per request,
-// memory, streaming latency, and memory per open stream, each next to its
-// target. Every phase is bounded in time; the children are stopped with
+// every side alike. It reports what the gateway adds as a ratio to what the
+// bare proxy adds, measured in the same run: latency at fixed open-loop
+// rates, throughput and CPU time per request in a closed loop, streaming
+// latency; and the gateway's memory after load and per open stream, each
+// next to its goal. Every phase is bounded in time; the children are stopped with
 // SIGTERM at the end, on error and on Ctrl-C.
 package main
 
@@ -64,20 +67,20 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("tollbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.DurationVar(&o.phase, "duration", 5*time.Second, "length of each measured phase; every measurement runs `rounds` direct phases and as many gateway phases")
-	fs.IntVar(&o.rounds, "rounds", 2, "direct/gateway alternations per measurement; samples of each side are pooled")
+	fs.DurationVar(&o.phase, "duration", 5*time.Second, "length of each measured phase; every measurement runs `rounds` phases on each side (direct, bare proxy, gateway)")
+	fs.IntVar(&o.rounds, "rounds", 2, "direct/bare/gateway alternations per measurement; samples of each side are pooled")
 	fs.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured load on each side before the first phase")
-	rates := fs.String("rates", "1000,5000", "comma-separated open-loop `rates` in requests per second (non-streaming)")
+	rates := fs.String("rates", "1000,2000", "comma-separated open-loop `rates` in requests per second (non-streaming)")
 	fs.IntVar(&o.openConns, "open-conns", 256, "most connections (and in-flight requests) of the open-loop generator")
 	fs.IntVar(&o.conns, "conns", 64, "connections of the closed-loop throughput phase")
 	fs.IntVar(&o.streamConc, "stream-conc", 16, "concurrent streams of the streaming latency phase")
 	fs.IntVar(&o.streamTokens, "stream-tokens", 64, "tokens per stream in the streaming latency phase (mockllm -tokens, request max_tokens)")
 	fs.DurationVar(&o.streamITL, "stream-itl", 5*time.Millisecond, "delay between stream events in the streaming latency phase (mockllm -itl)")
-	streams := fs.String("streams", "1000,10000", "comma-separated `counts` of concurrent slow streams to measure memory per stream with")
+	streams := fs.String("streams", "1000,9000", "comma-separated `counts` of concurrent slow streams to measure memory per stream with")
 	fs.DurationVar(&o.slowITL, "slow-itl", time.Second, "delay between events of the slow streams held open for the memory measurement")
 	fs.StringVar(&o.jsonPath, "json", "", "also write the results as JSON to `file`")
 	quick := fs.Bool("quick", false, "smoke run of about 30 s: 1 s phases, one round, 1,000 open streams (explicit flags still win)")
-	fs.StringVar(&o.binDir, "bin-dir", "", "use the tollgate and mockllm binaries in `dir` instead of building them")
+	fs.StringVar(&o.binDir, "bin-dir", "", "use the tollgate, mockllm and bareproxy binaries in `dir` instead of building them")
 	fs.BoolVar(&o.keep, "keep", false, "keep the run's directory (config, logs, SQLite file) and print where it is")
 	fs.StringVar(&o.logLevel, "gateway-log-level", "info", "the gateway's log.level; info logs a line per request, as a default install does")
 	if err := fs.Parse(args); err != nil {
@@ -253,17 +256,20 @@ type bench struct {
 	key string
 	rep *report
 
-	gatewayBin, mockBin string
-	configPath          string
-	gatewayRuns         int
+	bins        binaries
+	configPath  string
+	gatewayRuns int
 
 	// The three mocks: fast non-streaming replies, streams of
 	// -stream-tokens events at -stream-itl, and slow streams at -slow-itl.
 	fast, streamMock, slow         *proc
 	fastAddr, streamAddr, slowAddr string
-	gateway                        *proc
-	gatewayAddr                    string
-	procs                          []*proc
+	// The bare proxies in front of the fast and the stream mock.
+	bareFast, bareStream         *proc
+	bareFastAddr, bareStreamAddr string
+	gateway                      *proc
+	gatewayAddr                  string
+	procs                        []*proc
 
 	// foreign adds up the CPU use of every measured phase, to report how
 	// busy the rest of the machine was.
@@ -274,15 +280,15 @@ func (b *bench) logf(format string, args ...any) {
 	fmt.Fprintf(b.log, "tollbench: "+format+"\n", args...)
 }
 
-// setup builds the binaries, starts the mocks, writes the gateway config
-// and starts the gateway.
+// setup builds the binaries, starts the mocks and the bare proxies, writes
+// the gateway config and starts the gateway.
 func (b *bench) setup(ctx context.Context) error {
 	if b.o.binDir != "" {
-		b.gatewayBin, b.mockBin = filepath.Join(b.o.binDir, "tollgate"), filepath.Join(b.o.binDir, "mockllm")
+		b.bins = binariesIn(b.o.binDir)
 	} else {
-		b.logf("building tollgate and mockllm")
+		b.logf("building tollgate, mockllm and bareproxy")
 		var err error
-		if b.gatewayBin, b.mockBin, err = buildBinaries(ctx, b.dir); err != nil {
+		if b.bins, err = buildBinaries(ctx, b.dir); err != nil {
 			return err
 		}
 	}
@@ -297,6 +303,12 @@ func (b *bench) setup(ctx context.Context) error {
 	if b.slow, b.slowAddr, err = b.startMock(ctx, "mock-slow", mockFlags{itl: b.o.slowITL, tokens: slowTokens}); err != nil {
 		return err
 	}
+	if b.bareFast, b.bareFastAddr, err = b.startBare(ctx, "bare-fast", b.fastAddr); err != nil {
+		return err
+	}
+	if b.bareStream, b.bareStreamAddr, err = b.startBare(ctx, "bare-stream", b.streamAddr); err != nil {
+		return err
+	}
 	b.configPath = filepath.Join(b.dir, "tollgate.yaml")
 	cfg := gatewayConfig{
 		key: b.key, logLevel: b.o.logLevel, store: filepath.Join(b.dir, "tollgate.db"),
@@ -309,7 +321,7 @@ func (b *bench) setup(ctx context.Context) error {
 }
 
 func (b *bench) startMock(ctx context.Context, name string, f mockFlags) (*proc, string, error) {
-	p, addr, err := startMock(ctx, b.mockBin, b.dir, name, f)
+	p, addr, err := startMock(ctx, b.bins.mock, b.dir, name, f)
 	if err != nil {
 		return nil, "", err
 	}
@@ -317,11 +329,21 @@ func (b *bench) startMock(ctx context.Context, name string, f mockFlags) (*proc,
 	return p, addr, nil
 }
 
+func (b *bench) startBare(ctx context.Context, name, upstream string) (*proc, string, error) {
+	p, addr, err := startBare(ctx, b.bins.bare, b.dir, name, upstream)
+	if err != nil {
+		return nil, "", err
+	}
+	// Stopped before the mocks, as the gateway is.
+	b.procs = append([]*proc{p}, b.procs...)
+	return p, addr, nil
+}
+
 // startGateway starts a fresh gateway process; each gets its own log.
 func (b *bench) startGateway(ctx context.Context) error {
 	b.gatewayRuns++
 	logPath := filepath.Join(b.dir, fmt.Sprintf("gateway-%d.log", b.gatewayRuns))
-	p, addr, err := startGateway(ctx, b.gatewayBin, b.configPath, logPath)
+	p, addr, err := startGateway(ctx, b.bins.gateway, b.configPath, logPath)
 	if err != nil {
 		return err
 	}

@@ -18,11 +18,26 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// Import paths of the two binaries the benchmark runs as child processes.
+// Import paths of the binaries the benchmark runs as child processes.
 const (
 	gatewayPkg = "github.com/tollgate-dev/tollgate/cmd/tollgate"
 	mockPkg    = "github.com/tollgate-dev/tollgate/cmd/mockllm"
+	barePkg    = "github.com/tollgate-dev/tollgate/cmd/bareproxy"
 )
+
+// binaries are the programs of a run.
+type binaries struct {
+	gateway, mock, bare string
+}
+
+// binariesIn names the binaries as `go build -o dir/` writes them.
+func binariesIn(dir string) binaries {
+	return binaries{
+		gateway: filepath.Join(dir, "tollgate"),
+		mock:    filepath.Join(dir, "mockllm"),
+		bare:    filepath.Join(dir, "bareproxy"),
+	}
+}
 
 // userHZ is the unit of utime and stime in /proc/<pid>/stat. The kernel
 // reports them in USER_HZ, which is 100 on every Linux architecture Go
@@ -34,16 +49,17 @@ const userHZ = 100
 // less than this.
 const stopGrace = 20 * time.Second
 
-// buildBinaries compiles the gateway and the mock backend into dir, so that
-// they run as a user would run them: separate processes from a plain
-// `go build`. GOFLAGS from the environment apply, as for any go command.
-func buildBinaries(ctx context.Context, dir string) (gateway, mock string, err error) {
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+string(filepath.Separator), gatewayPkg, mockPkg)
+// buildBinaries compiles the gateway, the mock backend and the bare proxy
+// into dir, so that they run as a user would run them: separate processes
+// from a plain `go build`. GOFLAGS from the environment apply, as for any
+// go command.
+func buildBinaries(ctx context.Context, dir string) (binaries, error) {
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+string(filepath.Separator), gatewayPkg, mockPkg, barePkg)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return "", "", fmt.Errorf("go build: %w\n%s", err, bytes.TrimSpace(out))
+		return binaries{}, fmt.Errorf("go build: %w\n%s", err, bytes.TrimSpace(out))
 	}
-	return filepath.Join(dir, "tollgate"), filepath.Join(dir, "mockllm"), nil
+	return binariesIn(dir), nil
 }
 
 // proc is one child process, with its combined output going to a log file
@@ -149,16 +165,31 @@ func startMock(ctx context.Context, bin, dir, name string, f mockFlags) (*proc, 
 	if err != nil {
 		return nil, "", err
 	}
-	addr, err := waitMockAddr(ctx, p)
+	addr, err := waitAddr(ctx, p)
 	if err != nil {
 		return nil, "", errors.Join(err, p.stop(stopGrace))
 	}
 	return p, addr, nil
 }
 
-// waitMockAddr polls the mock's log for the line announcing its address
-// ("mockllm: serving on http://ADDR ..."), which it prints unbuffered.
-func waitMockAddr(ctx context.Context, p *proc) (string, error) {
+// startBare starts a bare proxy in front of upstream on a free loopback
+// port and returns it with its address.
+func startBare(ctx context.Context, bin, dir, name, upstream string) (*proc, string, error) {
+	p, err := startProc(name, bin, []string{"-listen", "127.0.0.1:0", "-upstream", upstream}, filepath.Join(dir, name+".log"))
+	if err != nil {
+		return nil, "", err
+	}
+	addr, err := waitAddr(ctx, p)
+	if err != nil {
+		return nil, "", errors.Join(err, p.stop(stopGrace))
+	}
+	return p, addr, nil
+}
+
+// waitAddr polls a mock's or bare proxy's log for the line announcing its
+// address ("mockllm: serving on http://ADDR ..."), which both print
+// unbuffered.
+func waitAddr(ctx context.Context, p *proc) (string, error) {
 	const marker = "serving on http://"
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {

@@ -53,6 +53,7 @@ func summarize(samples []time.Duration) quantiles {
 const (
 	unitMicros = "us"
 	unitRatio  = "ratio"
+	unitTimes  = "times"
 	unitRate   = "req/s"
 	unitKiB    = "KiB"
 	unitMiB    = "MiB"
@@ -77,17 +78,18 @@ func (t *target) met(v float64) bool {
 	return v <= t.Limit
 }
 
-// row is one line of the report. Direct and Gateway are the two sides'
-// measurements where the metric has two sides; Value is the result: the
-// difference, ratio or per-request cost that the target is about.
+// row is one line of the report. Direct, Bare and Gateway are the sides'
+// measurements where the metric has sides; Value is the result: the ratio,
+// difference or figure that the target is about.
 type row struct {
 	Section string `json:"section"`
 	Metric  string `json:"metric"`
 	Unit    string `json:"unit"`
-	// SideUnit is the unit of Direct and Gateway when it is not Unit,
-	// as for a throughput ratio computed from two rates.
+	// SideUnit is the unit of Direct, Bare and Gateway when it is not
+	// Unit, as for a throughput ratio computed from rates.
 	SideUnit string   `json:"side_unit,omitempty"`
 	Direct   *float64 `json:"direct,omitempty"`
+	Bare     *float64 `json:"bare,omitempty"`
 	Gateway  *float64 `json:"gateway,omitempty"`
 	Value    float64  `json:"value"`
 	// Signed says the value is a difference, shown with its sign.
@@ -169,7 +171,7 @@ func (r *report) writeTable(w io.Writer) error {
 	fmt.Fprintf(&b, "machine: %s, %d cores, %d MiB, kernel %s, %s, open-file limit %d\n",
 		m.CPU, m.Cores, m.MemoryMiB, m.Kernel, m.GoVersion, m.NoFileLimit)
 	s := r.Settings
-	fmt.Fprintf(&b, "phases: %s each, %d rounds of direct/gateway; open loop rates %v on up to %d conns; closed loop %d conns\n",
+	fmt.Fprintf(&b, "phases: %s each, %d rounds of direct/bare/gateway; open loop rates %v on up to %d conns; closed loop %d conns\n",
 		s.Phase, s.Rounds, s.Rates, s.OpenLoopConns, s.Conns)
 	fmt.Fprintf(&b, "streams: %d concurrent, %d events at %s; open streams %v at %s per event; gateway log level %s\n\n",
 		s.StreamConc, s.StreamTokens, s.StreamITL, s.OpenStreams, s.SlowITL, s.GatewayLog)
@@ -178,7 +180,7 @@ func (r *report) writeTable(w io.Writer) error {
 	}
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SECTION\tMETRIC\tDIRECT\tGATEWAY\tRESULT\tTARGET\tSTATUS\tNOTE")
+	fmt.Fprintln(tw, "SECTION\tMETRIC\tDIRECT\tBARE\tGATEWAY\tRESULT\tTARGET\tSTATUS\tNOTE")
 	section := ""
 	for _, rw := range r.Rows {
 		sec := rw.Section
@@ -191,8 +193,8 @@ func (r *report) writeTable(w io.Writer) error {
 		if rw.SideUnit != "" {
 			sideUnit = rw.SideUnit
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sec, rw.Metric,
-			formatOpt(rw.Direct, sideUnit), formatOpt(rw.Gateway, sideUnit),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sec, rw.Metric,
+			formatOpt(rw.Direct, sideUnit), formatOpt(rw.Bare, sideUnit), formatOpt(rw.Gateway, sideUnit),
 			formatValue(rw.Value, rw.Unit, rw.Signed), formatTarget(rw.Target, rw.Unit, rw.Signed),
 			rw.Status, rw.Note)
 	}
@@ -233,6 +235,8 @@ func formatValue(v float64, unit string, signed bool) string {
 		return fmt.Sprintf("%s%.1fµs", sign, v)
 	case unitRatio:
 		return fmt.Sprintf("%.1f%%", v*100)
+	case unitTimes:
+		return fmt.Sprintf("%.2f×", v)
 	case unitRate:
 		return fmt.Sprintf("%.0f/s", v)
 	case unitKiB:

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"strings"
 	"testing"
@@ -127,5 +128,36 @@ func TestWriteJSON(t *testing.T) {
 	}
 	if !strings.Contains(string(b), `"op": "<="`) {
 		t.Errorf("targets are escaped in the JSON:\n%s", b)
+	}
+}
+
+// TestCompareIsARatioToTheBareProxy checks the rows that judge the
+// gateway: what it adds over direct, divided by what the bare proxy adds.
+func TestCompareIsARatioToTheBareProxy(t *testing.T) {
+	us := time.Microsecond
+	tests := []struct {
+		name       string
+		d          [numSides]time.Duration
+		wantValue  float64
+		wantStatus string
+		wantNote   string
+	}{
+		{"at the goal", [numSides]time.Duration{100 * us, 150 * us, 160 * us}, 1.2, "PASS", "added: bare proxy +50.0µs, gateway +60.0µs"},
+		{"over the goal", [numSides]time.Duration{100 * us, 150 * us, 200 * us}, 2, "MISS", "gateway +100.0µs"},
+		{"bare proxy adds nothing", [numSides]time.Duration{100 * us, 90 * us, 120 * us}, 0, "", "no ratio"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := &bench{rep: &report{}}
+			b.compare("s", "latency p50", tt.d, atMost(1.2), "")
+			rw := b.rep.Rows[0]
+			if math.Abs(rw.Value-tt.wantValue) > 1e-9 || rw.Status != tt.wantStatus || !strings.Contains(rw.Note, tt.wantNote) {
+				t.Errorf("row = value %v status %q note %q; want %v %q containing %q", rw.Value, rw.Status, rw.Note,
+					tt.wantValue, tt.wantStatus, tt.wantNote)
+			}
+			if *rw.Direct != micros(tt.d[direct]) || *rw.Bare != micros(tt.d[bare]) || *rw.Gateway != micros(tt.d[gateway]) {
+				t.Errorf("sides = %v %v %v", *rw.Direct, *rw.Bare, *rw.Gateway)
+			}
+		})
 	}
 }
