@@ -70,6 +70,7 @@ type startReq struct {
 // key's name; wb_user_id and wb_run_id, the names the Weave SDK uses, are
 // accepted for svc_user_id and svc_run_id.
 func parseCallStart(v *validation, key *auth.Key, raw any, loc []any) (startReq, error) {
+	boundCallIDs(v, raw, loc)
 	obj, ok := v.object(raw, loc, "StartedCallSchemaForInsert")
 	if !ok {
 		return startReq{}, nil
@@ -127,6 +128,7 @@ type endReq struct {
 
 // parseCallEnd validates a Weave EndedCallSchemaForInsert.
 func parseCallEnd(v *validation, raw any, loc []any) endReq {
+	boundCallIDs(v, raw, loc)
 	obj, ok := v.object(raw, loc, "EndedCallSchemaForInsert")
 	if !ok {
 		return endReq{}

@@ -284,6 +284,10 @@ func (v *validation) stringList(raw any, loc []any) []string {
 		v.add(loc, "list_type", "Input should be a valid list", raw)
 		return nil
 	}
+	if len(list) > maxListItems {
+		v.tooLongList(loc, len(list), maxListItems)
+		return nil
+	}
 	out := make([]string, 0, len(list))
 	for i, item := range list {
 		if s, ok := v.str(item, at(loc, i)); ok {

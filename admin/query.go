@@ -176,7 +176,7 @@ func parseFilter(v *validation, raw any, loc []any) *CallsFilter {
 	}
 	v.strict(obj, loc, "op_names", "input_refs", "output_refs", "parent_ids", "trace_ids", "call_ids",
 		"thread_ids", "turn_ids", "trace_roots_only", "svc_user_ids", "svc_run_ids")
-	return &CallsFilter{
+	f := &CallsFilter{
 		OpNames:        v.optStringList(obj, "op_names", loc),
 		InputRefs:      v.optStringList(obj, "input_refs", loc),
 		OutputRefs:     v.optStringList(obj, "output_refs", loc),
@@ -189,6 +189,18 @@ func parseFilter(v *validation, raw any, loc []any) *CallsFilter {
 		SvcUserIDs:     v.optStringList(obj, "svc_user_ids", loc),
 		SvcRunIDs:      v.optStringList(obj, "svc_run_ids", loc),
 	}
+	// Each value is an SQL parameter: the lists together are bounded too.
+	n := 0
+	for _, l := range [...][]string{f.OpNames, f.InputRefs, f.OutputRefs, f.ParentIDs, f.TraceIDs, f.CallIDs,
+		f.ThreadIDs, f.TurnIDs, f.SvcUserIDs, f.SvcRunIDs} {
+		n += len(l)
+	}
+	if n > maxFilterValues {
+		v.addCtx(loc, "value_error", "Value error, the filter's lists hold "+strconv.Itoa(n)+" values together, more than "+
+			strconv.Itoa(maxFilterValues), nil, map[string]any{"max_values": maxFilterValues})
+		return nil
+	}
+	return f
 }
 
 // parseQuery validates a query object; null gives nil. Its $expr must be
@@ -205,6 +217,9 @@ func parseQuery(v *validation, raw any, loc []any) *Query {
 	expr, ok := obj["$expr"]
 	if !ok {
 		v.add(at(loc, "$expr"), "missing", "Field required", obj)
+		return nil
+	}
+	if !boundQuery(v, expr, at(loc, "$expr")) {
 		return nil
 	}
 	op := parseOperand(v, expr, at(loc, "$expr"))
@@ -496,6 +511,10 @@ func parseSortBy(v *validation, raw any, loc []any) []SortBy {
 	list, ok := raw.([]any)
 	if !ok {
 		v.add(loc, "list_type", "Input should be a valid list", raw)
+		return nil
+	}
+	if len(list) > maxSortFields {
+		v.tooLongList(loc, len(list), maxSortFields)
 		return nil
 	}
 	out := make([]SortBy, 0, len(list))

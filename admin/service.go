@@ -157,6 +157,9 @@ type Options struct {
 	Pricing map[string]config.Pricing
 	// Log receives server errors; nil means no logging.
 	Log *zap.Logger
+	// MaxJSONDepth bounds the nesting of request bodies, as
+	// server.max_json_depth does; zero means 64 (see bounds.go).
+	MaxJSONDepth int
 }
 
 // Service serves the service API.
@@ -165,6 +168,7 @@ type Service struct {
 	store   Store
 	pricing map[string]config.Pricing
 	log     *zap.Logger
+	bounds  bodyBounds
 }
 
 // New returns a Service.
@@ -173,7 +177,8 @@ func New(opts Options) *Service {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Service{keys: opts.Keys, store: opts.Store, pricing: opts.Pricing, log: log}
+	return &Service{keys: opts.Keys, store: opts.Store, pricing: opts.Pricing, log: log,
+		bounds: newBodyBounds(opts.MaxJSONDepth)}
 }
 
 // handler serves one route once the caller is authenticated. For the /v2/
@@ -240,6 +245,10 @@ func (s *Service) Handle(rc *fasthttp.RequestCtx) bool {
 	}
 	if p.entity != "" && !key.AllowsTeam(p.entity) {
 		s.writeError(rc, forbidden(p.entity))
+		return true
+	}
+	if e := s.bounds.check(rc, p); e != nil {
+		s.writeError(rc, e)
 		return true
 	}
 	// The store gets a context of its own rather than the RequestCtx:

@@ -162,7 +162,8 @@ func build(ctx context.Context, cfg *config.Config, stderr io.Writer) (*gateway,
 	for _, m := range cfg.Models {
 		pricing[m.Name] = m.Pricing
 	}
-	svc := admin.New(admin.Options{Keys: keys, Store: g.store, Pricing: pricing, Log: g.log})
+	svc := admin.New(admin.Options{Keys: keys, Store: g.store, Pricing: pricing, Log: g.log,
+		MaxJSONDepth: cfg.Server.MaxJSONDepth})
 	usageAPI := admin.NewUsageAPI(g.store, keys)
 	budgetAPI := admin.NewBudgetAPI(g.store, keys, func() []config.Limit {
 		g.mu.Lock()
