@@ -74,6 +74,28 @@ func (d dialect) limitArg(limit int) any {
 	return -1
 }
 
+// sumTokens is the SQL of the sum over a group of the token count column
+// x, safe from overflow on both engines whatever the rows hold: a row
+// counts 0 when its count is negative, and the sum saturates at
+// math.MaxInt64. Stored counts are what a backend reported (or what
+// another writer stored), and one row of 2^63-1 or 1e300 must not make
+// every read covering it fail, nor a negative one make a budget look
+// unspent.
+//
+// PostgreSQL sums BIGINT as NUMERIC, exactly, and LEAST saturates before
+// the cast (a plain cast fails "bigint out of range"). SQLite's SUM fails
+// on integer overflow ("integer overflow"), so it sums with TOTAL, in
+// float64: exact while the sum is below 2^53 (9·10^15 tokens), and a CAST
+// of a float to INTEGER saturates at the int64 bounds. An INTEGER column
+// of SQLite may hold a REAL such as 1e300; the same expression sums it.
+func (d dialect) sumTokens(x string) string {
+	positive := "CASE WHEN " + x + " > 0 THEN " + x + " ELSE 0 END"
+	if d == dialectPostgres {
+		return "CAST(LEAST(COALESCE(SUM(" + positive + "), 0), 9223372036854775807) AS BIGINT)"
+	}
+	return "CAST(TOTAL(" + positive + ") AS INTEGER)"
+}
+
 // querier is what *sql.DB, *sql.Conn and *sql.Tx share.
 type querier interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)

@@ -13,7 +13,7 @@ import (
 // SQLite's per-statement start and halt; on PostgreSQL, a round trip per
 // row. In BenchmarkInsertRecords, 64 rows per statement cut the writer's
 // CPU per record by about 30 % on SQLite and by about 70 % on PostgreSQL.
-// 64 rows of the widest table (usage_records, 20 columns) are 1,280
+// 64 rows of the widest table (usage_records, 21 columns) are 1,344
 // parameters, far below the limits of SQLite (32,766) and PostgreSQL
 // (65,535).
 const rowsPerInsert = 64

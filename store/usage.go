@@ -23,10 +23,10 @@ var (
 var insertUsage = multiRowInsert{
 	head: `INSERT INTO usage_records (
 	call_id, request_id, trace_id, parent_id, key_name, team, project,
-	model, served_model, backend, status, error, stream, incomplete,
+	model, served_model, backend, endpoint, status, error, stream, incomplete,
 	prompt_tokens, completion_tokens, total_tokens, cached_tokens, started, ended
 ) VALUES `,
-	cols: 20,
+	cols: 21,
 	tail: ` ON CONFLICT (call_id) DO NOTHING`,
 }
 
@@ -47,7 +47,7 @@ func (d *DB) InsertRecords(ctx context.Context, recs []accounting.Record) error 
 		r := &recs[i]
 		return append(args,
 			r.CallID, r.RequestID, r.TraceID, r.ParentID, r.KeyName, r.Team, r.Project,
-			r.Model, r.ServedModel, r.Backend, r.Status, r.Error, r.Stream, r.Incomplete,
+			r.Model, r.ServedModel, r.Backend, recordEndpoint(r), r.Status, r.Error, r.Stream, r.Incomplete,
 			r.PromptTokens, r.CompletionTokens, r.TotalTokens, r.CachedTokens,
 			unixNano(r.Started), unixNano(r.Ended),
 		), nil
@@ -64,6 +64,18 @@ func (d *DB) InsertRecords(ctx context.Context, recs []accounting.Record) error 
 	return nil
 }
 
+// defaultEndpoint is the endpoint of a record that names none: records
+// were all chat completions before endpoints were told apart.
+const defaultEndpoint = "chat.completions"
+
+// recordEndpoint is the endpoint column of r, never empty.
+func recordEndpoint(r *accounting.Record) string {
+	if r.Endpoint == "" {
+		return defaultEndpoint
+	}
+	return r.Endpoint
+}
+
 // unixNano is t in unix nanoseconds, 0 for the zero time (whose UnixNano
 // is undefined).
 func unixNano(t time.Time) int64 {
@@ -74,13 +86,19 @@ func unixNano(t time.Time) int64 {
 }
 
 // SpentTokens sums the total tokens of the records started at or after
-// since, per team, project and key. A record whose total is 0 counts its
-// prompt and completion tokens, so that a proxy leaving the total unset
-// cannot reset a budget.
+// since, per team, project and key. A record whose total is 0 (or
+// negative) counts its prompt and completion tokens, so that a proxy
+// leaving the total unset cannot reset a budget. The sums saturate (see
+// dialect.sumTokens): a spend is never negative and never wraps.
 func (d *DB) SpentTokens(ctx context.Context, since time.Time) ([]accounting.SpentRow, error) {
-	// SUM of BIGINT is NUMERIC on PostgreSQL; the cast keeps it an integer.
-	rows, err := d.conn().query(ctx, `SELECT team, project, key_name,
-		CAST(SUM(CASE WHEN total_tokens > 0 THEN total_tokens ELSE prompt_tokens + completion_tokens END) AS BIGINT)
+	// The three parts are summed apart and added here, saturating: adding
+	// prompt and completion tokens in SQL, row by row, could overflow
+	// before any sum saw them.
+	c := d.conn()
+	rows, err := c.query(ctx, `SELECT team, project, key_name, `+
+		c.d.sumTokens("total_tokens")+`, `+
+		c.d.sumTokens("CASE WHEN total_tokens > 0 THEN 0 ELSE prompt_tokens END")+`, `+
+		c.d.sumTokens("CASE WHEN total_tokens > 0 THEN 0 ELSE completion_tokens END")+`
 		FROM usage_records WHERE started >= ?
 		GROUP BY team, project, key_name`, since.UnixNano())
 	if err != nil {
@@ -89,10 +107,14 @@ func (d *DB) SpentTokens(ctx context.Context, since time.Time) ([]accounting.Spe
 	defer rows.Close()
 	var out []accounting.SpentRow
 	for rows.Next() {
-		var r accounting.SpentRow
-		if err := rows.Scan(&r.Subject.Team, &r.Subject.Project, &r.Subject.Key, &r.Tokens); err != nil {
+		var (
+			r                         accounting.SpentRow
+			total, prompt, completion int64
+		)
+		if err := rows.Scan(&r.Subject.Team, &r.Subject.Project, &r.Subject.Key, &total, &prompt, &completion); err != nil {
 			return nil, fmt.Errorf("spent tokens: %w", err)
 		}
+		r.Tokens = accounting.AddTokens(total, accounting.AddTokens(prompt, completion))
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
@@ -102,7 +124,9 @@ func (d *DB) SpentTokens(ctx context.Context, since time.Time) ([]accounting.Spe
 }
 
 // UsageBuckets sums the usage q selects per bucket and group, in bucket
-// order, then by group. Buckets with no usage have no row.
+// order, then by group. Buckets with no usage have no row. Token sums
+// saturate (see dialect.sumTokens), so that no stored count can make the
+// read fail.
 func (d *DB) UsageBuckets(ctx context.Context, q admin.UsageQuery) ([]admin.UsageRow, error) {
 	if q.BucketWidth <= 0 {
 		return nil, fmt.Errorf("usage buckets: bucket width %v is not positive", q.BucketWidth)
@@ -133,8 +157,15 @@ func (d *DB) UsageBuckets(ctx context.Context, q admin.UsageQuery) ([]admin.Usag
 	} else {
 		sb.WriteString(", ''")
 	}
-	sb.WriteString(`, CAST(SUM(prompt_tokens) AS BIGINT), CAST(SUM(completion_tokens) AS BIGINT),
-		CAST(SUM(cached_tokens) AS BIGINT),
+	if q.GroupByEndpoint {
+		sb.WriteString(", endpoint")
+		groupCols = append(groupCols, "endpoint")
+	} else {
+		sb.WriteString(", ''")
+	}
+	dl := d.dialect
+	sb.WriteString(", " + dl.sumTokens("prompt_tokens") + ", " + dl.sumTokens("completion_tokens") +
+		", " + dl.sumTokens("cached_tokens") + `,
 		SUM(CASE WHEN backend <> '' THEN 1 ELSE 0 END)
 		FROM usage_records WHERE started >= ? AND started < ?`)
 	args = append(args, start, q.End.UnixNano())
@@ -161,6 +192,12 @@ func (d *DB) UsageBuckets(ctx context.Context, q admin.UsageQuery) ([]admin.Usag
 			args = append(args, m)
 		}
 	}
+	if len(q.Endpoints) > 0 {
+		sb.WriteString(" AND endpoint IN (" + placeholders(len(q.Endpoints)) + ")")
+		for _, e := range q.Endpoints {
+			args = append(args, e)
+		}
+	}
 	cols := strings.Join(groupCols, ", ")
 	sb.WriteString(" GROUP BY " + cols + " ORDER BY " + cols)
 
@@ -175,7 +212,7 @@ func (d *DB) UsageBuckets(ctx context.Context, q admin.UsageQuery) ([]admin.Usag
 			r      admin.UsageRow
 			bucket int64
 		)
-		if err := rows.Scan(&bucket, &r.Team, &r.Project, &r.Model, &r.KeyName,
+		if err := rows.Scan(&bucket, &r.Team, &r.Project, &r.Model, &r.KeyName, &r.Endpoint,
 			&r.InputTokens, &r.OutputTokens, &r.CachedTokens, &r.Requests); err != nil {
 			return nil, fmt.Errorf("usage buckets: %w", err)
 		}

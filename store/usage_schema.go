@@ -20,6 +20,13 @@ package store
 // On PostgreSQL, text columns use the "C" collation, so that ORDER BY and
 // comparisons are bytewise as in SQLite whatever the database's locale;
 // stream and incomplete are BOOLEAN.
+//
+// Version 2 adds endpoint, the OpenAI endpoint of the record
+// ("chat.completions", "completions", "embeddings", "responses"); rows
+// written before it are chat completions, which its default says. It has
+// no index: the usage API filters on it only next to a time range, which
+// the indexes above already narrow, and four values select too little to
+// be worth one.
 var usageMigrations = []migration{
 	{
 		component: "usage",
@@ -79,6 +86,16 @@ var usageMigrations = []migration{
 			`CREATE INDEX usage_records_team_project_started ON usage_records (team, project, started)`,
 			`CREATE INDEX usage_records_model_started ON usage_records (model, started)`,
 			`CREATE INDEX usage_records_request_id ON usage_records (request_id)`,
+		},
+	},
+	{
+		component: "usage",
+		version:   2,
+		sqlite: []string{
+			`ALTER TABLE usage_records ADD COLUMN endpoint TEXT NOT NULL DEFAULT 'chat.completions'`,
+		},
+		postgres: []string{
+			`ALTER TABLE usage_records ADD COLUMN endpoint TEXT COLLATE "C" NOT NULL DEFAULT 'chat.completions'`,
 		},
 	},
 }

@@ -33,13 +33,14 @@ func TestInsertRecordsStoresEveryField(t *testing.T) {
 			{
 				RequestID: "same-request", CallID: "c1", TraceID: "t1", ParentID: "p0",
 				KeyName: "ci", Team: "acme", Project: "chatbot", Model: "small", ServedModel: "big", Backend: "gpu-2",
-				Status: 200, Error: "stream broke", Stream: true, Incomplete: true,
+				Endpoint: "responses", Status: 200, Error: "stream broke", Stream: true, Incomplete: true,
 				PromptTokens: 11, CompletionTokens: 7, TotalTokens: 18, CachedTokens: 3,
 				Started: usageT0.Add(123 * time.Nanosecond), Ended: usageT0.Add(2*time.Second + 456*time.Nanosecond),
 				Input: []byte("not stored here"), Output: []byte("nor this"),
 			},
 			// A client reusing its X-Request-Id: a second row, not a conflict.
-			{RequestID: "same-request", CallID: "c2", TraceID: "t2", KeyName: "ci", Team: "acme", Project: "chatbot", Model: "small", Status: 502, Started: usageT0, Ended: usageT0},
+			{RequestID: "same-request", CallID: "c2", TraceID: "t2", KeyName: "ci", Team: "acme", Project: "chatbot", Model: "small",
+				Endpoint: "embeddings", Status: 502, Started: usageT0, Ended: usageT0},
 		}
 		if err := d.InsertRecords(ctx, want); err != nil {
 			t.Fatalf("InsertRecords: %v", err)
@@ -49,11 +50,11 @@ func TestInsertRecordsStoresEveryField(t *testing.T) {
 				var got accounting.Record
 				var started, ended int64
 				err := d.QueryRow(ctx, `SELECT request_id, call_id, trace_id, parent_id, key_name, team, project,
-					model, served_model, backend, status, error, stream, incomplete,
+					model, served_model, backend, endpoint, status, error, stream, incomplete,
 					prompt_tokens, completion_tokens, total_tokens, cached_tokens, started, ended
 					FROM usage_records WHERE call_id = ?`, w.CallID).Scan(
 					&got.RequestID, &got.CallID, &got.TraceID, &got.ParentID, &got.KeyName, &got.Team, &got.Project,
-					&got.Model, &got.ServedModel, &got.Backend, &got.Status, &got.Error, &got.Stream, &got.Incomplete,
+					&got.Model, &got.ServedModel, &got.Backend, &got.Endpoint, &got.Status, &got.Error, &got.Stream, &got.Incomplete,
 					&got.PromptTokens, &got.CompletionTokens, &got.TotalTokens, &got.CachedTokens, &started, &ended)
 				if err != nil {
 					t.Fatalf("select: %v", err)

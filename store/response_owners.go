@@ -1,0 +1,98 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// responseOwnerMigrations version the response_owners table: which backend
+// made each Responses API response, so that every replica sends a
+// follow-up (GET, DELETE, cancel, previous_response_id) to the backend
+// that holds the response. expires is unix nanoseconds; its index serves
+// the purge.
+var responseOwnerMigrations = []migration{
+	{
+		component: "responses",
+		version:   1,
+		sqlite: []string{
+			`CREATE TABLE response_owners (
+				response_id TEXT    NOT NULL PRIMARY KEY,
+				backend     TEXT    NOT NULL,
+				expires     INTEGER NOT NULL
+			)`,
+			`CREATE INDEX response_owners_expires ON response_owners (expires)`,
+		},
+		postgres: []string{
+			`CREATE TABLE response_owners (
+				response_id TEXT COLLATE "C" NOT NULL PRIMARY KEY,
+				backend     TEXT COLLATE "C" NOT NULL,
+				expires     BIGINT NOT NULL
+			)`,
+			`CREATE INDEX response_owners_expires ON response_owners (expires)`,
+		},
+	},
+}
+
+// responseOwnerPurgeBatch bounds the expired rows one PutResponseOwner
+// deletes. Every put adds at most one row and takes up to this many
+// expired ones away, so the table stays near its live rows without any
+// statement ever deleting an unbounded number.
+const responseOwnerPurgeBatch = 100
+
+// PutResponseOwner remembers that backend made the response responseID,
+// until expires; putting it again replaces both. It also purges up to
+// responseOwnerPurgeBatch expired rows.
+func (d *DB) PutResponseOwner(ctx context.Context, responseID, backend string, expires time.Time) error {
+	if responseID == "" || backend == "" {
+		return errors.New("put response owner: empty response id or backend")
+	}
+	c := d.conn()
+	if _, err := c.exec(ctx, `INSERT INTO response_owners (response_id, backend, expires) VALUES (?, ?, ?)
+		ON CONFLICT (response_id) DO UPDATE SET backend = excluded.backend, expires = excluded.expires`,
+		responseID, backend, expires.UnixNano()); err != nil {
+		return fmt.Errorf("put response owner: %w", err)
+	}
+	if _, err := d.purgeResponseOwners(ctx, time.Now(), responseOwnerPurgeBatch); err != nil {
+		return fmt.Errorf("put response owner: %w", err)
+	}
+	return nil
+}
+
+// ResponseOwner returns the backend that made responseID, if a replica
+// put it and it has not expired.
+func (d *DB) ResponseOwner(ctx context.Context, responseID string) (backend string, found bool, err error) {
+	err = d.conn().queryRow(ctx, `SELECT backend FROM response_owners WHERE response_id = ? AND expires > ?`,
+		responseID, time.Now().UnixNano()).Scan(&backend)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return "", false, nil
+	case err != nil:
+		return "", false, fmt.Errorf("response owner: %w", err)
+	}
+	return backend, true, nil
+}
+
+// purgeResponseOwners deletes at most limit rows expired at now, the
+// oldest first, and returns how many it deleted. On PostgreSQL, replicas
+// purging at once skip the rows another holds instead of waiting for (or
+// deadlocking with) it.
+func (d *DB) purgeResponseOwners(ctx context.Context, now time.Time, limit int) (int64, error) {
+	lock := ""
+	if d.dialect == dialectPostgres {
+		lock = " FOR UPDATE SKIP LOCKED"
+	}
+	res, err := d.conn().exec(ctx, `DELETE FROM response_owners WHERE response_id IN (
+		SELECT response_id FROM response_owners WHERE expires <= ? ORDER BY expires LIMIT ?`+lock+`)`,
+		now.UnixNano(), limit)
+	if err != nil {
+		return 0, fmt.Errorf("purge expired response owners: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("purge expired response owners: %w", err)
+	}
+	return n, nil
+}
