@@ -127,7 +127,11 @@ func budgetsOf(l config.Limit, rows []accounting.SpentRow) []budgetJSON {
 		project, ok2 := group(l.Project, r.Subject.Project)
 		key, ok3 := group(l.Key, r.Subject.Key)
 		if ok1 && ok2 && ok3 {
-			sums[budgetJSON{Team: team, Project: project, Key: key}] += r.Tokens
+			// Saturating: a store's sums are never negative but may be as
+			// large as a backend claimed, and a wrapped sum would show a
+			// spent budget as unspent.
+			b := budgetJSON{Team: team, Project: project, Key: key}
+			sums[b] = accounting.AddTokens(sums[b], max(r.Tokens, 0))
 		}
 	}
 	out := make([]budgetJSON, 0, len(sums))

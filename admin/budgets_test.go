@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"math"
 	"reflect"
 	"testing"
 
@@ -34,5 +35,24 @@ func TestBudgetsOf(t *testing.T) {
 				t.Fatalf("budgetsOf = %+v, want %+v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestBudgetsOfSaturates sums spend rows as large as a store may return
+// for records a backend over-reported: the sum saturates at 2^63-1 instead
+// of wrapping negative, and a negative row (from a store that does not
+// clamp) takes nothing off.
+func TestBudgetsOfSaturates(t *testing.T) {
+	rows := []accounting.SpentRow{
+		{Subject: accounting.Subject{Team: "acme", Project: "a"}, Tokens: math.MaxInt64},
+		{Subject: accounting.Subject{Team: "acme", Project: "b"}, Tokens: 1 << 62},
+		{Subject: accounting.Subject{Team: "acme", Project: "c"}, Tokens: 1 << 62},
+		{Subject: accounting.Subject{Team: "globex", Project: "a"}, Tokens: -500},
+		{Subject: accounting.Subject{Team: "globex", Project: "b"}, Tokens: 30},
+	}
+	got := budgetsOf(config.Limit{Team: "*"}, rows)
+	want := []budgetJSON{{Team: "acme", Used: math.MaxInt64}, {Team: "globex", Used: 30}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("budgetsOf = %+v, want %+v", got, want)
 	}
 }

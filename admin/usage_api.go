@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,13 +27,17 @@ type UsageQuery struct {
 	Start, End time.Time
 	// BucketWidth splits [Start, End) into buckets, the first at Start.
 	BucketWidth time.Duration
-	// GroupByProject, GroupByModel and GroupByKey split each bucket's sums
-	// by team and project, by model, and by key name.
-	GroupByProject, GroupByModel, GroupByKey bool
+	// GroupByProject, GroupByModel, GroupByKey and GroupByEndpoint split
+	// each bucket's sums by team and project, by model, by key name, and by
+	// endpoint.
+	GroupByProject, GroupByModel, GroupByKey, GroupByEndpoint bool
 	// Projects, when not empty, keeps only these projects.
 	Projects []UsageProject
 	// Models, when not empty, keeps only these (requested) models.
 	Models []string
+	// Endpoints, when not empty, keeps only the records of these endpoints
+	// (Endpoints lists their names); empty keeps every endpoint.
+	Endpoints []string
 	// Teams, when not nil, keeps only these teams: the caller's own. A
 	// non-nil empty slice selects nothing.
 	Teams []string
@@ -51,6 +56,7 @@ type UsageRow struct {
 	Project     string
 	Model       string
 	KeyName     string
+	Endpoint    string
 
 	// InputTokens are prompt tokens, cached ones included, as OpenAI counts them.
 	InputTokens  int64
@@ -59,9 +65,50 @@ type UsageRow struct {
 	Requests     int64
 }
 
-// UsageAPI serves GET /v1/organization/usage/completions in the shape of
-// OpenAI's organization usage API, so that dashboards built for it work
-// unchanged. An admin key reads every team; any other key its own teams.
+// UsageEndpoints are the endpoints usage records tell apart, as
+// accounting.Record.Endpoint names them: the usage API's endpoints= and
+// group_by=endpoint values.
+func UsageEndpoints() []string {
+	return []string{"chat.completions", "completions", "embeddings", "responses"}
+}
+
+// usageKind is one path of the usage API: what it counts unless
+// endpoints= says otherwise, and the shape of its results.
+type usageKind struct {
+	// object names its results, as OpenAI does.
+	object string
+	// endpoints are counted by default: what OpenAI counts on that path.
+	endpoints []string
+	// outputs: results carry output_tokens and input_cached_tokens
+	// (completions do; embeddings have no output).
+	outputs bool
+}
+
+var (
+	// usageCompletions is GET /v1/organization/usage/completions: OpenAI
+	// counts every text generation there, chat completions, legacy
+	// completions and Responses API responses alike.
+	usageCompletions = usageKind{
+		object:    "organization.usage.completions.result",
+		endpoints: []string{"chat.completions", "completions", "responses"},
+		outputs:   true,
+	}
+	// usageEmbeddings is GET /v1/organization/usage/embeddings.
+	usageEmbeddings = usageKind{
+		object:    "organization.usage.embeddings.result",
+		endpoints: []string{"embeddings"},
+	}
+)
+
+// UsageAPI serves GET /v1/organization/usage/completions and
+// /v1/organization/usage/embeddings in the shape of OpenAI's organization
+// usage API, so that dashboards built for it work unchanged. An admin key
+// reads every team; any other key its own teams.
+//
+// Two parameters extend OpenAI's: group_by=endpoint splits the results by
+// endpoint (each then names it in "endpoint"), and endpoints= (a list,
+// like models=) chooses which endpoints' usage is counted instead of the
+// path's own.
 type UsageAPI struct {
 	store UsageStore
 	keys  *auth.Keyring
@@ -118,12 +165,17 @@ func usageGetKey(ctx *fasthttp.RequestCtx, keys *auth.Keyring) *auth.Key {
 }
 
 // ServeUsage answers GET /v1/organization/usage/completions.
-func (a *UsageAPI) ServeUsage(ctx *fasthttp.RequestCtx) {
+func (a *UsageAPI) ServeUsage(ctx *fasthttp.RequestCtx) { a.serve(ctx, &usageCompletions) }
+
+// ServeEmbeddingsUsage answers GET /v1/organization/usage/embeddings.
+func (a *UsageAPI) ServeEmbeddingsUsage(ctx *fasthttp.RequestCtx) { a.serve(ctx, &usageEmbeddings) }
+
+func (a *UsageAPI) serve(ctx *fasthttp.RequestCtx, kind *usageKind) {
 	key := usageGetKey(ctx, a.keys)
 	if key == nil {
 		return
 	}
-	req, uerr := parseUsageRequest(ctx.QueryArgs(), time.Now())
+	req, uerr := parseUsageRequest(ctx.QueryArgs(), time.Now(), kind)
 	if uerr != nil {
 		usageWriteError(ctx, uerr)
 		return
@@ -163,6 +215,7 @@ func (a *UsageAPI) ServeUsage(ctx *fasthttp.RequestCtx) {
 // what the page answer needs besides the rows.
 type usageRequest struct {
 	query   UsageQuery
+	kind    *usageKind
 	hasMore bool
 }
 
@@ -171,7 +224,7 @@ type usageRequest struct {
 // API documents the same snapping; OpenAI's examples show midnight-aligned
 // days), every bucket that overlaps [start_time, end_time) is listed, and
 // each sums exactly its own [start, end) range, so that buckets compare.
-func parseUsageRequest(args *fasthttp.Args, now time.Time) (*usageRequest, *usageError) {
+func parseUsageRequest(args *fasthttp.Args, now time.Time, kind *usageKind) (*usageRequest, *usageError) {
 	startRaw := args.Peek("start_time")
 	if len(startRaw) == 0 {
 		return nil, usageInvalid("start_time", "Missing required parameter: 'start_time' (unix seconds).")
@@ -227,8 +280,10 @@ func parseUsageRequest(args *fasthttp.Args, now time.Time) (*usageRequest, *usag
 			q.GroupByModel = true
 		case "api_key_id":
 			q.GroupByKey = true
+		case "endpoint":
+			q.GroupByEndpoint = true
 		default:
-			return nil, usageInvalid("group_by", "Invalid 'group_by' value "+strconv.Quote(g)+": want project_id, model or api_key_id.")
+			return nil, usageInvalid("group_by", "Invalid 'group_by' value "+strconv.Quote(g)+": want project_id, model, api_key_id or endpoint.")
 		}
 	}
 	for _, id := range usageList(args, "project_ids") {
@@ -239,6 +294,16 @@ func parseUsageRequest(args *fasthttp.Args, now time.Time) (*usageRequest, *usag
 		q.Projects = append(q.Projects, UsageProject{Team: team, Project: project})
 	}
 	q.Models = usageList(args, "models")
+	q.Endpoints = kind.endpoints
+	if endpoints := usageList(args, "endpoints"); len(endpoints) > 0 {
+		known := UsageEndpoints()
+		for _, e := range endpoints {
+			if !slices.Contains(known, e) {
+				return nil, usageInvalid("endpoints", "Invalid 'endpoints' value "+strconv.Quote(e)+": want "+strings.Join(known, ", ")+".")
+			}
+		}
+		q.Endpoints = endpoints
+	}
 
 	first := floorDiv(start, width) * width
 	last := -floorDiv(-end, width) * width // end rounded up to a bucket boundary
@@ -252,7 +317,7 @@ func parseUsageRequest(args *fasthttp.Args, now time.Time) (*usageRequest, *usag
 	}
 	pageEnd := min(pageStart+int64(limit)*width, last)
 	q.Start, q.End = time.Unix(pageStart, 0).UTC(), time.Unix(max(pageEnd, pageStart), 0).UTC()
-	return &usageRequest{query: q, hasMore: pageEnd < last}, nil
+	return &usageRequest{query: q, kind: kind, hasMore: pageEnd < last}, nil
 }
 
 // usageList collects a list parameter given repeated ("models=a&models=b"),
@@ -312,15 +377,20 @@ type usageBucket struct {
 	Results   []usageResult `json:"results"`
 }
 
+// usageResult is a result of either path. OutputTokens and
+// InputCachedTokens are pointers so that embeddings results, which have
+// neither, leave them out; Endpoint is there only with group_by=endpoint,
+// so that other answers keep exactly OpenAI's shape.
 type usageResult struct {
 	Object            string  `json:"object"`
 	InputTokens       int64   `json:"input_tokens"`
-	OutputTokens      int64   `json:"output_tokens"`
-	InputCachedTokens int64   `json:"input_cached_tokens"`
+	OutputTokens      *int64  `json:"output_tokens,omitempty"`
+	InputCachedTokens *int64  `json:"input_cached_tokens,omitempty"`
 	NumModelRequests  int64   `json:"num_model_requests"`
 	ProjectID         *string `json:"project_id"`
 	APIKeyID          *string `json:"api_key_id"`
 	Model             *string `json:"model"`
+	Endpoint          *string `json:"endpoint,omitempty"`
 }
 
 // page lays rows out in the page's buckets, empty buckets included.
@@ -338,11 +408,12 @@ func (r *usageRequest) page(rows []UsageRow) usagePage {
 			continue // the store returned a row outside the page: ignore it
 		}
 		res := usageResult{
-			Object:            "organization.usage.completions.result",
-			InputTokens:       row.InputTokens,
-			OutputTokens:      row.OutputTokens,
-			InputCachedTokens: row.CachedTokens,
-			NumModelRequests:  row.Requests,
+			Object:           r.kind.object,
+			InputTokens:      row.InputTokens,
+			NumModelRequests: row.Requests,
+		}
+		if r.kind.outputs {
+			res.OutputTokens, res.InputCachedTokens = &row.OutputTokens, &row.CachedTokens
 		}
 		if q.GroupByProject {
 			id := row.Team + "/" + row.Project
@@ -353,6 +424,9 @@ func (r *usageRequest) page(rows []UsageRow) usagePage {
 		}
 		if q.GroupByModel {
 			res.Model = &row.Model
+		}
+		if q.GroupByEndpoint {
+			res.Endpoint = &row.Endpoint
 		}
 		p.Data[i].Results = append(p.Data[i].Results, res)
 	}

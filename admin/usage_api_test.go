@@ -181,6 +181,8 @@ func TestUsageAPIBadParameters(t *testing.T) {
 		{"start_time=100&project_ids=acme/", "project_ids"},
 		{"start_time=100&project_ids=/bot", "project_ids"},
 		{"start_time=100&project_ids=a/b/c", "project_ids"},
+		{"start_time=100&endpoints=chat", "endpoints"},
+		{"start_time=100&endpoints=embeddings,images", "endpoints"},
 		{"start_time=100&page=garbage", "page"},
 		{"start_time=100&page=page_MTIz", "page"}, // "123": not a bucket of this range
 	}
