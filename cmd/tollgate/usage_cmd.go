@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/accounting"
 	"github.com/tollgate-dev/tollgate/admin"
 	"github.com/tollgate-dev/tollgate/store"
 )
@@ -27,11 +28,11 @@ func runUsage(args []string, stdout io.Writer) error {
 	flags.SetOutput(io.Discard)
 	configPath := flags.String("config", os.Getenv("TOLLGATE_CONFIG"), "configuration `file` (default: the embedded config.example.yaml; env TOLLGATE_CONFIG)")
 	since := flags.Duration("since", 24*time.Hour, "report usage of this `duration` up to now")
-	by := flags.String("by", "project", "group the table by `project|model|key`")
+	by := flags.String("by", "project", "group the table by `project|model|key|endpoint`")
 	if err := flags.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			flags.SetOutput(stdout)
-			fmt.Fprintln(stdout, "usage: tollgate usage [-config FILE] [-since 24h] [-by project|model|key]")
+			fmt.Fprintln(stdout, "usage: tollgate usage [-config FILE] [-since 24h] [-by project|model|key|endpoint]")
 			flags.PrintDefaults()
 		}
 		return fmt.Errorf("usage: %w", err)
@@ -44,7 +45,7 @@ func runUsage(args []string, stdout io.Writer) error {
 	}
 	column, ok := usageColumnFor(*by)
 	if !ok {
-		return fmt.Errorf("usage: -by %q: want project, model or key", *by)
+		return fmt.Errorf("usage: -by %q: want project, model, key or endpoint", *by)
 	}
 
 	cfg, err := loadConfig(*configPath)
@@ -103,15 +104,24 @@ func usageColumnFor(by string) (usageColumn, bool) {
 			group: func(q *admin.UsageQuery) { q.GroupByKey = true },
 			name:  func(r admin.UsageRow) string { return r.KeyName },
 		}, true
+	case "endpoint":
+		return usageColumn{
+			title: "ENDPOINT",
+			group: func(q *admin.UsageQuery) { q.GroupByEndpoint = true },
+			name:  func(r admin.UsageRow) string { return r.Endpoint },
+		}, true
 	}
 	return usageColumn{}, false
 }
 
 // printUsage writes rows as a table, largest total first, and a totals line.
+// Sums saturate at 2^63-1 as the store's do, so that counts a backend
+// over-reported print as the largest number rather than a negative one.
 func printUsage(w io.Writer, rows []admin.UsageRow, column usageColumn, q admin.UsageQuery) error {
+	total := func(r admin.UsageRow) int64 { return accounting.AddTokens(r.InputTokens, r.OutputTokens) }
 	slices.SortFunc(rows, func(a, b admin.UsageRow) int {
 		return cmp.Or(
-			cmp.Compare(b.InputTokens+b.OutputTokens, a.InputTokens+a.OutputTokens),
+			cmp.Compare(total(b), total(a)),
 			cmp.Compare(column.name(a), column.name(b)),
 		)
 	})
@@ -126,17 +136,17 @@ func printUsage(w io.Writer, rows []admin.UsageRow, column usageColumn, q admin.
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "%-*s\tREQUESTS\tINPUT\tCACHED\tOUTPUT\tTOTAL\t\n", width, column.title)
-	var total admin.UsageRow
+	var sum admin.UsageRow
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%-*s\t%d\t%d\t%d\t%d\t%d\t\n", width, column.name(r),
-			r.Requests, r.InputTokens, r.CachedTokens, r.OutputTokens, r.InputTokens+r.OutputTokens)
-		total.Requests += r.Requests
-		total.InputTokens += r.InputTokens
-		total.CachedTokens += r.CachedTokens
-		total.OutputTokens += r.OutputTokens
+			r.Requests, r.InputTokens, r.CachedTokens, r.OutputTokens, total(r))
+		sum.Requests += r.Requests
+		sum.InputTokens = accounting.AddTokens(sum.InputTokens, r.InputTokens)
+		sum.CachedTokens = accounting.AddTokens(sum.CachedTokens, r.CachedTokens)
+		sum.OutputTokens = accounting.AddTokens(sum.OutputTokens, r.OutputTokens)
 	}
 	fmt.Fprintf(tw, "%-*s\t%d\t%d\t%d\t%d\t%d\t\n", width, "TOTAL",
-		total.Requests, total.InputTokens, total.CachedTokens, total.OutputTokens, total.InputTokens+total.OutputTokens)
+		sum.Requests, sum.InputTokens, sum.CachedTokens, sum.OutputTokens, total(sum))
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("usage: write table: %w", err)
 	}

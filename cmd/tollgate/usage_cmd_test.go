@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/accounting"
+	"github.com/tollgate-dev/tollgate/config"
+	"github.com/tollgate-dev/tollgate/store"
+	"github.com/tollgate-dev/tollgate/store/storetest"
+)
+
+// usageCmdConfig writes a configuration file for the store cfg and
+// returns its path.
+func usageCmdConfig(t *testing.T, cfg config.Store) string {
+	t.Helper()
+	storeLine := fmt.Sprintf("store: {path: %q}", cfg.Path)
+	if cfg.Driver == storetest.Postgres {
+		storeLine = fmt.Sprintf("store: {driver: postgres, dsn: %q}", cfg.DSN)
+	}
+	yaml := `auth:
+  keys:
+    - {name: admin, key: "sk-usage-cmd-test", admin: true}
+backends:
+  - name: sim
+    simulated: {tokens: 4}
+models:
+  - name: demo
+    backends: [sim]
+` + storeLine + "\n"
+	path := filepath.Join(t.TempDir(), "tollgate.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// usageTable runs `tollgate usage` with args and returns its table rows,
+// each split into fields, without the title lines.
+func usageTable(t *testing.T, args ...string) [][]string {
+	t.Helper()
+	var out bytes.Buffer
+	if err := runUsage(args, &out); err != nil {
+		t.Fatalf("tollgate usage %v: %v", args, err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) < 3 || !strings.HasPrefix(lines[0], "Usage from ") {
+		t.Fatalf("output:\n%s", out.String())
+	}
+	var rows [][]string
+	for _, l := range lines[2:] {
+		rows = append(rows, strings.Fields(l))
+	}
+	return rows
+}
+
+func TestUsageCommandByEndpoint(t *testing.T) {
+	storetest.ForEachConfig(t, func(t *testing.T, cfg config.Store) {
+		ctx := context.Background()
+		db, err := store.Open(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := time.Now().Add(-time.Hour)
+		rec := func(call, endpoint string, in, out, cached int64) accounting.Record {
+			return accounting.Record{
+				RequestID: call, CallID: call, TraceID: call, KeyName: "admin", Team: "acme", Project: "bot",
+				Model: "demo", Backend: "sim", Endpoint: endpoint, Status: 200,
+				PromptTokens: in, CompletionTokens: out, TotalTokens: in + out, CachedTokens: cached,
+				Started: at, Ended: at,
+			}
+		}
+		err = db.InsertRecords(ctx, []accounting.Record{
+			rec("c1", "chat.completions", 10, 5, 2),
+			rec("c2", "", 1, 1, 0),
+			rec("t1", "completions", 7, 3, 0),
+			rec("e1", "embeddings", 40, 0, 0),
+			rec("e2", "embeddings", 60, 0, 0),
+			rec("r1", "responses", 20, 30, 4),
+		})
+		db.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := usageCmdConfig(t, cfg)
+		got := usageTable(t, "-config", path, "-by", "endpoint")
+		want := [][]string{
+			{"ENDPOINT", "REQUESTS", "INPUT", "CACHED", "OUTPUT", "TOTAL"},
+			{"embeddings", "2", "100", "0", "0", "100"},
+			{"responses", "1", "20", "4", "30", "50"},
+			{"chat.completions", "2", "11", "2", "6", "17"},
+			{"completions", "1", "7", "0", "3", "10"},
+			{"TOTAL", "6", "138", "6", "39", "177"},
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("table\n%v\nwant\n%v", got, want)
+		}
+	})
+}
+
+// TestUsageCommandSaturates prints usage over records a backend
+// over-reported: the table shows 2^63-1 where sums saturate, and a
+// negative count adds nothing.
+func TestUsageCommandSaturates(t *testing.T) {
+	storetest.ForEachConfig(t, func(t *testing.T, cfg config.Store) {
+		ctx := context.Background()
+		db, err := store.Open(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := time.Now().Add(-time.Hour)
+		rec := func(call, project string, in, out int64) accounting.Record {
+			return accounting.Record{
+				RequestID: call, CallID: call, TraceID: call, KeyName: "admin", Team: "acme", Project: project,
+				Model: "demo", Backend: "sim", Status: 200,
+				PromptTokens: in, CompletionTokens: out, TotalTokens: in + out, Started: at, Ended: at,
+			}
+		}
+		err = db.InsertRecords(ctx, []accounting.Record{
+			rec("a1", "huge", 1<<62, 1<<62),
+			rec("a2", "huge", 1<<62, 0),
+			rec("m1", "max", math.MaxInt64, 2),
+			rec("n1", "small", -50, 9),
+		})
+		db.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		const maxInt = "9223372036854775807"
+		got := usageTable(t, "-config", usageCmdConfig(t, cfg), "-by", "project")
+		want := [][]string{
+			{"PROJECT", "REQUESTS", "INPUT", "CACHED", "OUTPUT", "TOTAL"},
+			{"acme/huge", "2", maxInt, "0", "4611686018427387904", maxInt},
+			{"acme/max", "1", maxInt, "0", "2", maxInt},
+			{"acme/small", "1", "0", "0", "9", "9"},
+			{"TOTAL", "4", maxInt, "0", "4611686018427387915", maxInt},
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("table\n%v\nwant\n%v", got, want)
+		}
+	})
+}
