@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -61,25 +62,37 @@ func parse(data []byte, name, path string, lookupEnv func(string) (string, bool)
 	if err != nil {
 		return nil, attribute(name, []error{err}, nil)
 	}
-	if errs := expandTree(root, "", lookupEnv); len(errs) > 0 {
-		return nil, attribute(name, errs, nil)
-	}
-	w := walker{lines: make(map[string]int), visited: make(map[visit]bool)}
+	// Every problem of the file is reported in one pass: what the
+	// expansion and the walk refuse is pruned from the tree, the rest is
+	// decoded, provisioned and validated, and Validate's findings join
+	// theirs, less those about a part already reported.
+	w := walker{lines: make(map[string]int), visited: make(map[visit]bool), bad: make(map[*yaml.Node]bool)}
+	w.errs = expandTree(root, "", lookupEnv, w.markBad)
 	w.walk(root, reflect.TypeFor[Config](), "")
 	if len(w.errs) > 0 {
-		return nil, attribute(name, w.errs, nil)
+		prune(root, w.bad, make(map[*yaml.Node]bool))
 	}
-	// The walk has already checked every key and every scalar against the
-	// types, so Decode failing here means the walk missed a case; yaml.v3's
-	// own message still carries the line.
+	// The walk has checked every key and every scalar against the types
+	// and the prune removed what failed, so Decode failing here means the
+	// walk missed a case; yaml.v3's own message still carries the line.
 	var cfg Config
 	if err := root.Decode(&cfg); err != nil {
-		return nil, attribute(name, []error{fmt.Errorf("decode: %w", err)}, nil)
+		return nil, attribute(name, append(w.errs, fmt.Errorf("decode: %w", err)), nil)
 	}
 	cfg.Path = path
 	cfg.Provision()
+	errs := w.errs
 	if err := cfg.Validate(); err != nil {
-		return nil, attribute(name, splitJoined(err), w.lines)
+		for _, e := range splitJoined(err) {
+			var fe *FieldError
+			if errors.As(e, &fe) && w.covered(fe.Path) {
+				continue
+			}
+			errs = append(errs, e)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, attribute(name, sortByLine(errs, w.lines), w.lines)
 	}
 	return &cfg, nil
 }
@@ -119,24 +132,24 @@ func parseDocument(data []byte) (*yaml.Node, error) {
 
 // expandTree expands environment references in the value of every scalar
 // in the tree at n, and returns one error per value that could not be
-// expanded. Mapping keys are never expanded: the walk must see the keys
+// expanded, each such value also passed to markBad. Mapping keys are never expanded: the walk must see the keys
 // the user wrote. Aliases are skipped because the anchored node they share
 // is expanded where it is defined; expanding it twice would turn "$$$$"
 // into "$" instead of "$$".
-func expandTree(n *yaml.Node, path string, lookupEnv func(string) (string, bool)) []error {
+func expandTree(n *yaml.Node, path string, lookupEnv func(string) (string, bool), markBad func(*yaml.Node, string)) []error {
 	var errs []error
 	switch n.Kind {
 	case yaml.DocumentNode:
 		for _, c := range n.Content {
-			errs = append(errs, expandTree(c, path, lookupEnv)...)
+			errs = append(errs, expandTree(c, path, lookupEnv, markBad)...)
 		}
 	case yaml.SequenceNode:
 		for i, c := range n.Content {
-			errs = append(errs, expandTree(c, indexPath(path, i), lookupEnv)...)
+			errs = append(errs, expandTree(c, indexPath(path, i), lookupEnv, markBad)...)
 		}
 	case yaml.MappingNode:
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			errs = append(errs, expandTree(n.Content[i+1], childPath(path, keyLabel(n.Content[i])), lookupEnv)...)
+			errs = append(errs, expandTree(n.Content[i+1], childPath(path, keyLabel(n.Content[i])), lookupEnv, markBad)...)
 		}
 	case yaml.ScalarNode:
 		if !strings.Contains(n.Value, "$") {
@@ -144,6 +157,7 @@ func expandTree(n *yaml.Node, path string, lookupEnv func(string) (string, bool)
 		}
 		v, err := expand(n.Value, lookupEnv)
 		if err != nil {
+			markBad(n, path)
 			return []error{&FieldError{Line: n.Line, Path: path, Err: err}}
 		}
 		n.Value = v
@@ -230,6 +244,68 @@ func validEnvName(s string) bool {
 	return true
 }
 
+// prune takes the nodes marked bad out of the tree at n: a mapping pair
+// whose key or value is bad is dropped, and a bad list item becomes null,
+// so that the indexes of the items after it, which errors name, stay as
+// written. seen stops it at nodes shared through aliases.
+func prune(n *yaml.Node, bad, seen map[*yaml.Node]bool) {
+	if seen[n] {
+		return
+	}
+	seen[n] = true
+	switch n.Kind {
+	case yaml.DocumentNode, yaml.AliasNode:
+		for _, c := range n.Content {
+			prune(c, bad, seen)
+		}
+		if n.Alias != nil {
+			prune(n.Alias, bad, seen)
+		}
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			if bad[c] {
+				n.Content[i] = &yaml.Node{Kind: yaml.ScalarNode, Tag: tagNull, Line: c.Line, Column: c.Column}
+				continue
+			}
+			prune(c, bad, seen)
+		}
+	case yaml.MappingNode:
+		kept := n.Content[:0]
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			if bad[k] || bad[v] {
+				continue
+			}
+			prune(v, bad, seen)
+			kept = append(kept, k, v)
+		}
+		n.Content = kept
+	}
+}
+
+// sortByLine orders errors as they appear in the file, those without a
+// line of their own by their enclosing path's line, and keeps the order of
+// equals, so that a user reads them top to bottom.
+func sortByLine(errs []error, lines map[string]int) []error {
+	line := func(err error) int {
+		var fe *FieldError
+		if !errors.As(err, &fe) {
+			return 0
+		}
+		if fe.Line > 0 {
+			return fe.Line
+		}
+		for p := fe.Path; p != ""; p = parentPath(p) {
+			if l := lines[p]; l > 0 {
+				return l
+			}
+		}
+		return 0
+	}
+	slices.SortStableFunc(errs, func(a, b error) int { return line(a) - line(b) })
+	return errs
+}
+
 // visit is a node checked against a type; see walker.visited.
 type visit struct {
 	node *yaml.Node
@@ -250,6 +326,27 @@ type walker struct {
 	// document full of aliases to aliases ("billion laughs") costs no more
 	// than its size.
 	visited map[visit]bool
+	// bad holds the nodes refused, which prune takes out of the tree, and
+	// badPaths where they are, so that Validate's complaints about what
+	// was pruned (a missing name, a zero value) are not reported twice.
+	bad      map[*yaml.Node]bool
+	badPaths []string
+}
+
+// markBad records node n at path as refused.
+func (w *walker) markBad(n *yaml.Node, path string) {
+	w.bad[n] = true
+	w.badPaths = append(w.badPaths, path)
+}
+
+// covered reports whether path is at or below a refused node.
+func (w *walker) covered(path string) bool {
+	for _, b := range w.badPaths {
+		if path == b || strings.HasPrefix(path, b) && (b == "" || path[len(b)] == '.' || path[len(b)] == '[') {
+			return true
+		}
+	}
+	return false
 }
 
 // firstVisit reports whether collection node n has not been checked
@@ -268,8 +365,17 @@ func (w *walker) firstVisit(n *yaml.Node, t reflect.Type) bool {
 	return true
 }
 
+// fail records a problem with node n at path, and marks n refused.
 func (w *walker) fail(n *yaml.Node, path, format string, args ...any) {
+	w.failAt(n, path, path, format, args...)
+}
+
+// failAt is fail for a problem reported at path about a node that sits at
+// nodePath: a key is reported at its mapping's path but stands for the
+// field it names.
+func (w *walker) failAt(n *yaml.Node, path, nodePath, format string, args ...any) {
 	w.errs = append(w.errs, fieldErrorf(n.Line, path, format, args...))
+	w.markBad(n, nodePath)
 }
 
 // walk checks n against t; path is where n is.
@@ -281,7 +387,8 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 		}
 		n = n.Alias
 	}
-	if !w.firstVisit(n, t) {
+	if w.bad[n] || !w.firstVisit(n, t) {
+		// A value the expansion refused has been reported already.
 		return
 	}
 	if t.Kind() == reflect.Pointer {
@@ -333,7 +440,7 @@ func (w *walker) walkPairs(n *yaml.Node, t reflect.Type, fields map[string]refle
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		if k.Kind != yaml.ScalarNode {
-			w.fail(k, path, "want a plain key, got %s", describeNode(k))
+			w.failAt(k, path, childPath(path, "?"), "want a plain key, got %s", describeNode(k))
 			continue
 		}
 		if k.ShortTag() == tagMerge {
@@ -342,14 +449,15 @@ func (w *walker) walkPairs(n *yaml.Node, t reflect.Type, fields map[string]refle
 		}
 		if seen != nil {
 			if first, dup := seen[k.Value]; dup {
-				w.fail(k, path, "duplicate key %q (first at line %d)", k.Value, first)
+				// The first occurrence stands; the duplicate is pruned.
+				w.failAt(k, path, childPath(path, k.Value)+"#dup", "duplicate key %q (first at line %d)", k.Value, first)
 				continue
 			}
 			seen[k.Value] = k.Line
 		}
 		ft, ok := fields[k.Value]
 		if !ok {
-			w.fail(k, path, "unknown key %q%s", k.Value, suggest(k.Value, fields))
+			w.failAt(k, path, childPath(path, k.Value), "unknown key %q%s", k.Value, suggest(k.Value, fields))
 			continue
 		}
 		// A field's line is its key's: for a block mapping the value
