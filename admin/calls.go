@@ -35,6 +35,29 @@ type callJSON struct {
 	Summary     json.RawMessage `json:"summary"`
 	SvcUserID   *string         `json:"svc_user_id"`
 	SvcRunID    *string         `json:"svc_run_id"`
+	// WbUserID and WbRunID repeat svc_user_id and svc_run_id under the
+	// names the Weave SDKs read.
+	WbUserID *string `json:"wb_user_id"`
+	WbRunID  *string `json:"wb_run_id"`
+}
+
+// CallStore edits, counts and deletes stored calls; it is part of Store.
+type CallStore interface {
+	// UpdateCall renames a call; an unknown call is an error wrapping
+	// ErrNotFound.
+	UpdateCall(ctx context.Context, projectID int64, id string, displayName string) error
+	// DeleteCalls deletes the calls and all their descendants, and
+	// returns how many calls it deleted.
+	DeleteCalls(ctx context.Context, projectID int64, ids []string) (int, error)
+	// CountCalls counts the calls filter and query select, at most limit
+	// of them when limit >= 0.
+	CountCalls(ctx context.Context, projectID int64, filter *CallsFilter, query *Query, limit int) (int, error)
+	// CallsUsageCalls selects, for the usage roll-up, at most limit calls
+	// of the traces the calls ids belong to, by started_at then id.
+	CallsUsageCalls(ctx context.Context, projectID int64, ids []string, limit int) ([]TraceUsageCall, error)
+	// SetCallOutput replaces a call's output; an unknown call is an error
+	// wrapping ErrNotFound.
+	SetCallOutput(ctx context.Context, projectID int64, id string, output json.RawMessage) error
 }
 
 func renderCall(p Project, c *Call) callJSON {
@@ -44,6 +67,7 @@ func renderCall(p Project, c *Call) callJSON {
 		StartedAt: formatTime(c.StartedAt), Exception: c.Exception,
 		Attributes: orEmptyObject(c.Attributes), Inputs: orEmptyObject(c.Inputs), Output: c.Output,
 		Summary: orEmptyObject(c.Summary), SvcUserID: c.SvcUserID, SvcRunID: c.SvcRunID,
+		WbUserID: c.SvcUserID, WbRunID: c.SvcRunID,
 	}
 	if c.EndedAt != nil {
 		s := formatTime(*c.EndedAt)
@@ -146,6 +170,9 @@ func parseCallEnd(v *validation, raw any, loc []any) endReq {
 		r.end.Output = mustJSON(out)
 	}
 	r.end.Summary = v.optDict(obj, "summary", loc)
+	// Not in Weave's model, but the TypeScript SDK sends the name the
+	// call ended with.
+	r.end.DisplayName = v.optString(obj, "display_name", loc)
 	return r
 }
 
@@ -251,8 +278,6 @@ func (s *Service) writeCalls(ctx context.Context, writes []CallWrite, locs [][]a
 			Loc: at(locs[we.Index], "trace_id"), Type: "missing", Input: nil,
 			Msg: "Field required: parent_id names no known call, so trace_id must be sent",
 		}})
-	case errors.Is(err, ErrNotFound) && writes[we.Index].End != nil:
-		return nil, notFound("Call " + strconv.Quote(writes[we.Index].End.ID))
 	}
 	return nil, internalError(err)
 }
@@ -333,7 +358,8 @@ func (s *Service) callEnd(ctx context.Context, rc *fasthttp.RequestCtx, key *aut
 }
 
 // callUpsertBatch serves POST /call/upsert_batch: starts and ends applied in
-// order, all or nothing.
+// order, all or nothing. An end may come before its start, in this batch or
+// an earlier one: it is kept until the start arrives.
 func (s *Service) callUpsertBatch(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, _ pathParams) *apiError {
 	body, e := bodyObject(rc.PostBody(), true)
 	if e != nil {
@@ -431,7 +457,8 @@ func (s *Service) callUpsertBatch(ctx context.Context, rc *fasthttp.RequestCtx, 
 	return nil
 }
 
-// callRead serves POST /call/read {"project_id","id"} → {"call": {...}}.
+// callRead serves POST /call/read {"project_id","id"} → {"call": {...}},
+// or {"call": null} for a call that does not exist (yet), as Weave answers.
 func (s *Service) callRead(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, _ pathParams) *apiError {
 	body, e := bodyObject(rc.PostBody(), true)
 	if e != nil {
@@ -448,11 +475,13 @@ func (s *Service) callRead(ctx context.Context, rc *fasthttp.RequestCtx, key *au
 		return e
 	}
 	if !found {
-		return notFound("Call")
+		writeJSON(rc, fasthttp.StatusOK, map[string]*callJSON{"call": nil})
+		return nil
 	}
 	c, err := s.store.ReadCall(ctx, p.ID, id)
 	if errors.Is(err, ErrNotFound) {
-		return notFound("Call")
+		writeJSON(rc, fasthttp.StatusOK, map[string]*callJSON{"call": nil})
+		return nil
 	}
 	if err != nil {
 		return internalError(err)
@@ -502,5 +531,109 @@ func (s *Service) callsStreamQuery(ctx context.Context, rc *fasthttp.RequestCtx,
 		rc.ResetBody()
 		return internalError(err)
 	}
+	return nil
+}
+
+// maxDeleteCalls bounds one /calls/delete, as Weave does.
+const maxDeleteCalls = 1000
+
+// callUpdate serves POST /call/update {"project_id","call_id","display_name"}
+// → {}. Weave's CallUpdateReq: display_name is the one field a client may
+// change (wb_user_id is the server's to set, and ignored).
+func (s *Service) callUpdate(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, _ pathParams) *apiError {
+	body, e := bodyObject(rc.PostBody(), true)
+	if e != nil {
+		return e
+	}
+	var v validation
+	projectID, _ := v.reqString(body, "project_id", bodyLoc)
+	id, _ := v.reqString(body, "call_id", bodyLoc)
+	name := v.optString(body, "display_name", bodyLoc)
+	if !v.failed() && name == nil {
+		v.add(at(bodyLoc, "display_name"), "missing", "Field required: display_name is the field a call update changes", body)
+	}
+	if v.failed() {
+		return v.err()
+	}
+	p, found, e := s.resolveProject(ctx, key, projectID, at(bodyLoc, "project_id"), forRead)
+	if e != nil {
+		return e
+	}
+	if !found {
+		return notFound("Call " + strconv.Quote(id))
+	}
+	err := s.store.UpdateCall(ctx, p.ID, id, *name)
+	if errors.Is(err, ErrNotFound) {
+		return notFound("Call " + strconv.Quote(id))
+	}
+	if err != nil {
+		return internalError(err)
+	}
+	writeJSON(rc, fasthttp.StatusOK, struct{}{})
+	return nil
+}
+
+// callsDelete serves POST /calls/delete {"project_id","call_ids"} → {}: the
+// calls and all their descendants go, as in Weave. Unknown ids are not an
+// error (deleting twice is harmless).
+func (s *Service) callsDelete(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, _ pathParams) *apiError {
+	body, e := bodyObject(rc.PostBody(), true)
+	if e != nil {
+		return e
+	}
+	var v validation
+	projectID, _ := v.reqString(body, "project_id", bodyLoc)
+	var ids []string
+	if raw, ok := body["call_ids"]; !ok {
+		v.add(at(bodyLoc, "call_ids"), "missing", "Field required", body)
+	} else if ids = v.stringList(raw, at(bodyLoc, "call_ids")); len(ids) > maxDeleteCalls {
+		v.addCtx(at(bodyLoc, "call_ids"), "too_long",
+			"List should have at most "+strconv.Itoa(maxDeleteCalls)+" items after validation, not "+strconv.Itoa(len(ids)),
+			nil, map[string]any{"field_type": "List", "max_length": maxDeleteCalls, "actual_length": len(ids)})
+	}
+	if v.failed() {
+		return v.err()
+	}
+	p, found, e := s.resolveProject(ctx, key, projectID, at(bodyLoc, "project_id"), forRead)
+	if e != nil {
+		return e
+	}
+	if found && len(ids) > 0 {
+		if _, err := s.store.DeleteCalls(ctx, p.ID, ids); err != nil {
+			return internalError(err)
+		}
+	}
+	writeJSON(rc, fasthttp.StatusOK, struct{}{})
+	return nil
+}
+
+// callsQueryStats serves POST /calls/query_stats {"project_id","filter",
+// "query","limit"} → {"count"}. Other keys of Weave's request
+// (include_total_storage_size, expand_columns) are ignored.
+func (s *Service) callsQueryStats(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, _ pathParams) *apiError {
+	body, e := bodyObject(rc.PostBody(), true)
+	if e != nil {
+		return e
+	}
+	var v validation
+	projectID, _ := v.reqString(body, "project_id", bodyLoc)
+	filter := parseFilter(&v, body["filter"], at(bodyLoc, "filter"))
+	query := parseQuery(&v, body["query"], at(bodyLoc, "query"))
+	limit := v.optNonNegInt(body, "limit", bodyLoc, -1)
+	if v.failed() {
+		return v.err()
+	}
+	p, found, e := s.resolveProject(ctx, key, projectID, at(bodyLoc, "project_id"), forRead)
+	if e != nil {
+		return e
+	}
+	n := 0
+	if found {
+		var err error
+		if n, err = s.store.CountCalls(ctx, p.ID, filter, query, limit); err != nil {
+			return internalError(err)
+		}
+	}
+	writeJSON(rc, fasthttp.StatusOK, map[string]int{"count": n})
 	return nil
 }

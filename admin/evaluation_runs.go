@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -171,11 +173,17 @@ func (s *Service) listEvaluationRuns(ctx context.Context, rc *fasthttp.RequestCt
 	return nil
 }
 
+// SummarizeOpName is the op of the child call that finishing an evaluation
+// run logs, as Weave's does.
+const SummarizeOpName = "Evaluation.summarize"
+
 // finishEvaluationRun serves POST .../evaluation_runs/{id}/finish with an
 // optional body {"summary": {...}, "exception": "..."}. The summary is
-// merged into the run's (a JSON merge patch); finishing twice keeps the
-// first finish time.
-func (s *Service) finishEvaluationRun(ctx context.Context, rc *fasthttp.RequestCtx, _ *auth.Key, p pathParams) *apiError {
+// merged into the run's (a JSON merge patch) and becomes the run's output,
+// and an Evaluation.summarize child with that output is logged, as Weave
+// does. Finishing twice keeps the first finish time and logs no second
+// child.
+func (s *Service) finishEvaluationRun(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, p pathParams) *apiError {
 	body, e := bodyObject(rc.PostBody(), false)
 	if e != nil {
 		return e
@@ -193,13 +201,93 @@ func (s *Service) finishEvaluationRun(ctx context.Context, rc *fasthttp.RequestC
 	if !found {
 		return notFound("Evaluation run")
 	}
-	err := s.store.FinishCall(ctx, proj.ID, p.id, EvaluationOpName, time.Now(), summary, exception)
-	if errors.Is(err, ErrNotFound) {
+	run, err := s.store.ReadCall(ctx, proj.ID, p.id)
+	if errors.Is(err, ErrNotFound) || (err == nil && run.OpName != EvaluationOpName) {
 		return notFound("Evaluation run")
 	}
 	if err != nil {
 		return internalError(err)
 	}
+	now := time.Now()
+	if err := s.store.FinishCall(ctx, proj.ID, p.id, EvaluationOpName, now, summary, exception); err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return notFound("Evaluation run")
+		}
+		return internalError(err)
+	}
+	if run.EndedAt != nil {
+		writeJSON(rc, fasthttp.StatusOK, map[string]bool{"success": true})
+		return nil
+	}
+	output := summary
+	if output == nil {
+		output = json.RawMessage("{}")
+	}
+	if err := s.store.SetCallOutput(ctx, proj.ID, p.id, output); err != nil {
+		return internalError(err)
+	}
+	u, err := uuid.NewV7()
+	if err != nil {
+		return internalError(err)
+	}
+	user, parent := key.Name, p.id
+	start := CallStart{
+		ProjectID: proj.ID, ID: u.String(), TraceID: run.TraceID, ParentID: &parent, OpName: SummarizeOpName,
+		StartedAt: now, Attributes: json.RawMessage("{}"),
+		Inputs:    mustJSON(map[string]json.RawMessage{"self": jsonValue(run.Attributes, "evaluation_run.evaluation", run.Inputs, "self")}),
+		SvcUserID: &user,
+	}
+	end := CallEnd{ProjectID: proj.ID, ID: start.ID, EndedAt: now, Output: output}
+	if _, e := s.writeCalls(ctx, []CallWrite{{Start: &start}, {End: &end}}, [][]any{bodyLoc, bodyLoc}); e != nil {
+		return e
+	}
 	writeJSON(rc, fasthttp.StatusOK, map[string]bool{"success": true})
+	return nil
+}
+
+// deleteEvaluationRuns serves DELETE /v2/{entity}/{project}/evaluation_runs
+// ?evaluation_run_ids=a&evaluation_run_ids=b (or a,b) → {"num_deleted"}:
+// each run's call goes with all its descendants. Ids that name no run are
+// left alone and not counted.
+func (s *Service) deleteEvaluationRuns(ctx context.Context, rc *fasthttp.RequestCtx, _ *auth.Key, p pathParams) *apiError {
+	var ids []string
+	for _, raw := range rc.QueryArgs().PeekMulti("evaluation_run_ids") {
+		for _, id := range strings.Split(string(raw), ",") {
+			if id = strings.TrimSpace(id); id != "" {
+				ids = append(ids, id)
+			}
+		}
+	}
+	var v validation
+	switch {
+	case len(ids) == 0:
+		v.add([]any{"query", "evaluation_run_ids"}, "missing", "Field required", nil)
+	case len(ids) > maxDeleteCalls:
+		v.add([]any{"query", "evaluation_run_ids"}, "too_long",
+			"List should have at most "+strconv.Itoa(maxDeleteCalls)+" items after validation, not "+strconv.Itoa(len(ids)), nil)
+	}
+	if v.failed() {
+		return v.err()
+	}
+	proj, found, e := s.namedProject(ctx, p.entity, p.project, forRead)
+	if e != nil {
+		return e
+	}
+	var runs []string
+	if found {
+		q := CallsQuery{Filter: &CallsFilter{CallIDs: ids, OpNames: []string{EvaluationOpName}}, Limit: -1}
+		if err := s.store.QueryCalls(ctx, proj.ID, q, func(c *Call) error {
+			runs = append(runs, c.ID)
+			return nil
+		}); err != nil {
+			return internalError(err)
+		}
+	}
+	if len(runs) > 0 {
+		if _, err := s.store.DeleteCalls(ctx, proj.ID, runs); err != nil {
+			return internalError(err)
+		}
+	}
+	writeJSON(rc, fasthttp.StatusOK, map[string]int{"num_deleted": len(runs)})
 	return nil
 }

@@ -51,16 +51,20 @@ func TestEvaluationRuns(t *testing.T) {
 	}
 
 	// Listing is newest first, paged.
-	list := e.ok("GET", "/v2/team-a/p/evaluation_runs", bearer(aliceKey), "").json(t).([]any)
+	list := e.ok("GET", "/v2/team-a/p/evaluation_runs", bearer(aliceKey), "", "Accept", "application/json").json(t).([]any)
 	if len(list) != 2 || list[0].(map[string]any)["evaluation_run_id"] != second || list[1].(map[string]any)["evaluation_run_id"] != id {
 		t.Fatalf("list = %v", list)
 	}
-	page := e.ok("GET", "/v2/team-a/p/evaluation_runs?limit=1&offset=1", bearer(aliceKey), "").json(t).([]any)
+	page := e.ok("GET", "/v2/team-a/p/evaluation_runs?limit=1&offset=1", bearer(aliceKey), "", "Accept", "text/html, application/json;q=0.9").json(t).([]any)
 	if len(page) != 1 || page[0].(map[string]any)["evaluation_run_id"] != id {
 		t.Fatalf("page = %v", page)
 	}
-	if lines := e.ok("GET", "/v2/team-a/p/evaluation_runs", bearer(aliceKey), "", "Accept", "application/jsonl").lines(t); len(lines) != 2 {
-		t.Fatalf("jsonl = %v", lines)
+	// JSON Lines by default, as Weave streams it, and when asked for.
+	for _, accept := range []string{"", "application/jsonl", "*/*"} {
+		r := e.ok("GET", "/v2/team-a/p/evaluation_runs", bearer(aliceKey), "", "Accept", accept)
+		if lines := r.lines(t); r.contentType != "application/jsonl" || len(lines) != 2 || lines[0]["evaluation_run_id"] != second {
+			t.Fatalf("Accept %q: %s %v", accept, r.contentType, lines)
+		}
 	}
 
 	// Finishing: success with a summary, error with an exception.

@@ -37,11 +37,13 @@ func TestOps(t *testing.T) {
 		CreatedAt    string `json:"created_at"`
 		Code         string `json:"code"`
 	}
-	list := func(query string, headers ...string) []string {
+	// list reads the listing as a JSON array (Accept: application/json),
+	// or, with jsonl, as the JSON Lines it streams by default.
+	list := func(query string, jsonl ...bool) []string {
 		t.Helper()
-		r := e.ok("GET", "/v2/team-a/p/ops"+query, basic(aliceKey), "", headers...)
 		var out []string
-		if len(headers) > 0 {
+		if len(jsonl) > 0 {
+			r := e.ok("GET", "/v2/team-a/p/ops"+query, basic(aliceKey), "")
 			if r.contentType != "application/jsonl" {
 				t.Fatalf("content type %q", r.contentType)
 			}
@@ -49,6 +51,10 @@ func TestOps(t *testing.T) {
 				out = append(out, l["object_id"].(string)+":"+string(rune('0'+int(l["version_index"].(float64)))))
 			}
 			return out
+		}
+		r := e.ok("GET", "/v2/team-a/p/ops"+query, basic(aliceKey), "", "Accept", "application/json")
+		if r.contentType != "application/json" {
+			t.Fatalf("content type %q", r.contentType)
 		}
 		var ops []op
 		if err := jsonUnmarshal(r.body, &ops); err != nil {
@@ -71,7 +77,7 @@ func TestOps(t *testing.T) {
 	if got := list("?limit=0"); len(got) != 0 {
 		t.Fatalf("limit 0 = %v", got)
 	}
-	if got, want := list("?offset=3", "Accept", "application/jsonl"), []string{"zeta:0"}; !reflect.DeepEqual(got, want) {
+	if got, want := list("?offset=3", true), []string{"zeta:0"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("jsonl = %v, want %v", got, want)
 	}
 
@@ -87,7 +93,10 @@ func TestOps(t *testing.T) {
 	}
 
 	// An unknown project lists nothing.
-	if r := e.ok("GET", "/v2/team-a/nothing/ops", bearer(aliceKey), ""); string(r.body) != "[]\n" {
+	if r := e.ok("GET", "/v2/team-a/nothing/ops", bearer(aliceKey), "", "Accept", "application/json"); string(r.body) != "[]\n" {
 		t.Fatalf("unknown project = %q", r.body)
+	}
+	if r := e.ok("GET", "/v2/team-a/nothing/ops", bearer(aliceKey), ""); len(r.body) != 0 || r.contentType != "application/jsonl" {
+		t.Fatalf("unknown project as JSON Lines = %q (%s)", r.body, r.contentType)
 	}
 }

@@ -148,7 +148,7 @@ type CallsQuery struct {
 func isCallField(name string) bool {
 	switch name {
 	case "id", "op_name", "display_name", "trace_id", "parent_id", "thread_id", "turn_id",
-		"started_at", "ended_at", "exception", "svc_user_id", "svc_run_id":
+		"started_at", "ended_at", "exception", "svc_user_id", "svc_run_id", "wb_user_id", "wb_run_id":
 		return true
 	}
 	return isJSONField(name)
@@ -175,7 +175,7 @@ func parseFilter(v *validation, raw any, loc []any) *CallsFilter {
 		return nil
 	}
 	v.strict(obj, loc, "op_names", "input_refs", "output_refs", "parent_ids", "trace_ids", "call_ids",
-		"thread_ids", "turn_ids", "trace_roots_only", "svc_user_ids", "svc_run_ids")
+		"thread_ids", "turn_ids", "trace_roots_only", "svc_user_ids", "svc_run_ids", "wb_user_ids", "wb_run_ids")
 	f := &CallsFilter{
 		OpNames:        v.optStringList(obj, "op_names", loc),
 		InputRefs:      v.optStringList(obj, "input_refs", loc),
@@ -186,8 +186,9 @@ func parseFilter(v *validation, raw any, loc []any) *CallsFilter {
 		ThreadIDs:      v.optStringList(obj, "thread_ids", loc),
 		TurnIDs:        v.optStringList(obj, "turn_ids", loc),
 		TraceRootsOnly: v.optBool(obj, "trace_roots_only", loc, false),
-		SvcUserIDs:     v.optStringList(obj, "svc_user_ids", loc),
-		SvcRunIDs:      v.optStringList(obj, "svc_run_ids", loc),
+		// Weave's names for the svc_* lists; both sets are alternatives.
+		SvcUserIDs: append(v.optStringList(obj, "svc_user_ids", loc), v.optStringList(obj, "wb_user_ids", loc)...),
+		SvcRunIDs:  append(v.optStringList(obj, "svc_run_ids", loc), v.optStringList(obj, "wb_run_ids", loc)...),
 	}
 	// Each value is an SQL parameter: the lists together are bounded too.
 	n := 0

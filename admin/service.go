@@ -64,6 +64,9 @@ type CallEnd struct {
 	Output json.RawMessage
 	// Summary is a JSON object; nil stores {}.
 	Summary json.RawMessage
+	// DisplayName, when not nil, renames the call (the TypeScript SDK
+	// sends the name a call ended with).
+	DisplayName *string
 }
 
 // CallWrite is one item of an ingest batch: exactly one of Start and End.
@@ -101,6 +104,11 @@ type TraceUsageCall struct {
 	Unfinished bool
 	// Usage is the call's summary.usage as JSON text; empty when absent.
 	Usage string
+	// SDK is true for a call a Weave SDK logged (attributes.weave.source),
+	// whose summary.usage already holds its SDK children's; ChildUsage is
+	// then the summary.usage of each of those children, selected or not.
+	SDK        bool
+	ChildUsage []string
 }
 
 // Store persists projects, ops and calls. *store.DB implements it. Methods
@@ -128,9 +136,10 @@ type Store interface {
 
 	// WriteCalls applies starts and ends in order, in one transaction, and
 	// returns the trace id of each start ("" for ends). A start whose call
-	// exists already is kept as it was (retries are idempotent). Failures
-	// are a *CallWriteError wrapping ErrNotFound (an end of an unknown call)
-	// or ErrParentNotFound.
+	// exists already is kept as it was (retries are idempotent). An end
+	// whose call has not started yet is kept and applied when the start
+	// arrives, as Weave's own server merges them. Failures are a
+	// *CallWriteError wrapping ErrParentNotFound.
 	WriteCalls(ctx context.Context, writes []CallWrite) ([]string, error)
 	// ReadCall returns one call.
 	ReadCall(ctx context.Context, projectID int64, id string) (Call, error)
@@ -144,6 +153,8 @@ type Store interface {
 	// TraceUsageCalls selects at most limit calls with filter and query, by
 	// started_at then id, for the trace usage roll-up.
 	TraceUsageCalls(ctx context.Context, projectID int64, filter *CallsFilter, query *Query, limit int) ([]TraceUsageCall, error)
+
+	CallStore
 }
 
 // Options configures a Service.
@@ -282,6 +293,14 @@ func (s *Service) match(path string) (route, pathParams, bool) {
 		return route{post: s.callRead}, pathParams{}, true
 	case "/calls/stream_query":
 		return route{post: s.callsStreamQuery}, pathParams{}, true
+	case "/call/update":
+		return route{post: s.callUpdate}, pathParams{}, true
+	case "/calls/delete":
+		return route{post: s.callsDelete}, pathParams{}, true
+	case "/calls/query_stats":
+		return route{post: s.callsQueryStats}, pathParams{}, true
+	case "/calls/usage":
+		return route{post: s.serveCallsUsage}, pathParams{}, true
 	case "/trace/usage":
 		return route{post: s.serveTraceUsage}, pathParams{}, true
 	}
@@ -301,7 +320,7 @@ func (s *Service) match(path string) (route, pathParams, bool) {
 		p.id = segs[3]
 		return route{del: s.deleteOp}, p, true
 	case len(segs) == 3 && segs[2] == "evaluation_runs":
-		return route{get: s.listEvaluationRuns, post: s.createEvaluationRun}, p, true
+		return route{get: s.listEvaluationRuns, post: s.createEvaluationRun, del: s.deleteEvaluationRuns}, p, true
 	case len(segs) == 4 && segs[2] == "evaluation_runs" && segs[3] != "":
 		p.id = segs[3]
 		return route{get: s.readEvaluationRun}, p, true
@@ -323,15 +342,23 @@ func (s *Service) authenticate(ctx *fasthttp.RequestCtx) *auth.Key {
 	return s.keys.Lookup(auth.Secret(buf[:0], header))
 }
 
-// wantsJSONLines reports whether the client asked for JSON Lines.
-func wantsJSONLines(ctx *fasthttp.RequestCtx) bool {
-	return strings.Contains(string(ctx.Request.Header.Peek(fasthttp.HeaderAccept)), "application/jsonl")
+// wantsJSONArray reports whether the client asked for application/json
+// (and not JSON Lines) in its Accept header.
+func wantsJSONArray(ctx *fasthttp.RequestCtx) bool {
+	for _, part := range strings.Split(string(ctx.Request.Header.Peek(fasthttp.HeaderAccept)), ",") {
+		mediaType, _, _ := strings.Cut(part, ";")
+		if strings.EqualFold(strings.TrimSpace(mediaType), "application/json") {
+			return true
+		}
+	}
+	return false
 }
 
-// writeList answers with items as a JSON array, or as JSON Lines when the
-// client sent Accept: application/jsonl (the real server streams them).
+// writeList answers with items as JSON Lines (application/jsonl), as
+// Weave's v2 listings stream them, or as one JSON array when the client's
+// Accept header asks for application/json.
 func writeList[T any](rc *fasthttp.RequestCtx, items []T) {
-	if !wantsJSONLines(rc) {
+	if wantsJSONArray(rc) {
 		if items == nil {
 			items = []T{}
 		}

@@ -288,7 +288,7 @@ func TestAuthAndCrossTeamOnEveryEndpoint(t *testing.T) {
 	}
 
 	// Nothing bob sent reached team-a's project.
-	ops := e.ok("GET", "/v2/team-a/p/ops", bearer(aliceKey), "").json(t).([]any)
+	ops := e.ok("GET", "/v2/team-a/p/ops", bearer(aliceKey), "", "Accept", "application/json").json(t).([]any)
 	for _, op := range ops {
 		if op.(map[string]any)["object_id"] != "op1" && op.(map[string]any)["object_id"] != "op2" {
 			t.Fatalf("unexpected op %v", op)

@@ -38,6 +38,24 @@ func (c *counts) add(o *counts) {
 	c.cacheCreationCost += o.cacheCreationCost
 }
 
+// sub subtracts o's token counts (not costs, which are priced after).
+func (c *counts) sub(o *counts) {
+	c.requests -= o.requests
+	c.prompt -= o.prompt
+	c.completion -= o.completion
+	c.total -= o.total
+	c.cacheRead -= o.cacheRead
+	c.cacheCreation -= o.cacheCreation
+}
+
+// clampNegative raises negative token counts to 0: a child's summary
+// larger than its parent's (a parent ended by another process, say) must
+// not take tokens off the trace.
+func (c *counts) clampNegative() {
+	c.requests, c.prompt, c.completion = max(c.requests, 0), max(c.prompt, 0), max(c.completion, 0)
+	c.total, c.cacheRead, c.cacheCreation = max(c.total, 0), max(c.cacheRead, 0), max(c.cacheCreation, 0)
+}
+
 func (c *counts) zero() bool {
 	return c.requests == 0 && c.prompt == 0 && c.completion == 0 && c.total == 0 &&
 		c.cacheRead == 0 && c.cacheCreation == 0 &&
@@ -123,7 +141,7 @@ func computeTraceUsage(calls []TraceUsageCall, pricing map[string]config.Pricing
 				pending[p]++
 			}
 		}
-		u.addOwn(int32(i), c.Usage, modelIndex, pricing, includeCosts)
+		u.addOwn(int32(i), c, modelIndex, pricing, includeCosts)
 	}
 	stack := make([]int32, 0, n)
 	for i := range calls {
@@ -163,9 +181,67 @@ func (u *traceUsage) headOrder(dup []bool) {
 	u.tail = nil
 }
 
-// addOwn parses a call's summary.usage and appends its non-zero model
-// entries to the call's list.
-func (u *traceUsage) addOwn(i int32, usage string, modelIndex map[string]int32, pricing map[string]config.Pricing, includeCosts bool) {
+// addOwn appends a call's own non-zero model entries to its list. A call
+// logged by a Weave SDK carries in summary.usage its own usage plus that
+// of its SDK children (the SDKs fold each child's summary into its
+// parent's before sending the end), so its own usage is its summary.usage
+// minus its SDK children's, per model and count, none below zero: then the
+// roll-up counts every token once, where Weave's own counts a three-deep
+// SDK trace three times.
+func (u *traceUsage) addOwn(i int32, call *TraceUsageCall, modelIndex map[string]int32, pricing map[string]config.Pricing, includeCosts bool) {
+	type entry struct {
+		model string
+		c     counts
+	}
+	var own []entry
+	parseUsage(call.Usage, func(model string, c counts) {
+		for k := range own {
+			if own[k].model == model {
+				// A repeated key in one usage object: sum both.
+				own[k].c.add(&c)
+				return
+			}
+		}
+		own = append(own, entry{model, c})
+	})
+	if call.SDK {
+		for _, child := range call.ChildUsage {
+			parseUsage(child, func(model string, c counts) {
+				for k := range own {
+					if own[k].model == model {
+						own[k].c.sub(&c)
+						return
+					}
+				}
+			})
+		}
+	}
+	for _, e := range own {
+		c := e.c
+		if call.SDK {
+			c.clampNegative()
+		}
+		if includeCosts {
+			priceCounts(&c, pricing[e.model])
+		}
+		if c.zero() {
+			continue
+		}
+		m, ok := modelIndex[e.model]
+		if !ok {
+			m = int32(len(u.models))
+			u.models = append(u.models, e.model)
+			modelIndex[e.model] = m
+		}
+		u.push(i, m, c)
+	}
+}
+
+// parseUsage calls fn with each model's counts of a summary.usage object
+// (JSON text): prompt = prompt_tokens + input_tokens, completion =
+// completion_tokens + output_tokens, total = prompt + completion when it
+// is 0. Entries that are not objects are skipped.
+func parseUsage(usage string, fn func(model string, c counts)) {
 	if len(usage) == 0 {
 		return
 	}
@@ -205,24 +281,7 @@ func (u *traceUsage) addOwn(i int32, usage string, modelIndex map[string]int32, 
 		if c.total == 0 {
 			c.total = c.prompt + c.completion
 		}
-		if includeCosts {
-			priceCounts(&c, pricing[key.Str])
-		}
-		if c.zero() {
-			return true
-		}
-		m, ok := modelIndex[key.Str]
-		if !ok {
-			m = int32(len(u.models))
-			u.models = append(u.models, key.Str)
-			modelIndex[key.Str] = m
-		}
-		if e := u.find(i, m); e >= 0 {
-			// A repeated key in one usage object: sum both.
-			u.entries[e].c.add(&c)
-			return true
-		}
-		u.push(i, m, c)
+		fn(key.Str, c)
 		return true
 	})
 }
@@ -405,15 +464,141 @@ func (s *Service) serveTraceUsage(ctx context.Context, rc *fasthttp.RequestCtx, 
 		return e
 	}
 	var calls []TraceUsageCall
+	pricing := s.pricing
 	if found && limit > 0 {
 		var err error
 		if calls, err = s.store.TraceUsageCalls(ctx, p.ID, filter, query, limit); err != nil {
 			return internalError(err)
 		}
+		if includeCosts {
+			if pricing, err = s.projectPricing(ctx, p.ID); err != nil {
+				return internalError(err)
+			}
+		}
 	}
-	u := computeTraceUsage(calls, s.pricing, includeCosts)
+	u := computeTraceUsage(calls, pricing, includeCosts)
 	rc.SetStatusCode(fasthttp.StatusOK)
 	rc.SetContentType("application/json")
 	rc.SetBody(u.appendJSON(make([]byte, 0, 64+len(calls)*128)))
 	return nil
+}
+
+// ProjectPricer is what a Store offers when projects may set their own
+// prices (Weave's /cost/create): a project's prices per million tokens by
+// model id, which take precedence over the configured ones.
+type ProjectPricer interface {
+	ProjectPricing(ctx context.Context, projectID int64) (map[string]config.Pricing, error)
+}
+
+// projectPricing returns the prices include_costs uses in a project: the
+// configured prices with the project's own laid over them.
+func (s *Service) projectPricing(ctx context.Context, projectID int64) (map[string]config.Pricing, error) {
+	pp, ok := s.store.(ProjectPricer)
+	if !ok {
+		return s.pricing, nil
+	}
+	own, err := pp.ProjectPricing(ctx, projectID)
+	if err != nil || len(own) == 0 {
+		return s.pricing, err
+	}
+	merged := make(map[string]config.Pricing, len(s.pricing)+len(own))
+	for m, p := range s.pricing {
+		merged[m] = p
+	}
+	for m, p := range own {
+		merged[m] = p
+	}
+	return merged, nil
+}
+
+// maxUsageCallIDs bounds the call_ids of one /calls/usage request.
+const maxUsageCallIDs = 1000
+
+// serveCallsUsage serves POST /calls/usage {"project_id","call_ids",
+// "include_costs","limit"} → {"call_usage": {id: {model: usage}},
+// "unfinished_call_ids"}: Weave's CallsUsageReq. Each asked call's usage
+// is its own plus that of all its descendants, whatever the traces hold
+// besides (the calls of the asked calls' traces are read, at most limit of
+// them); unfinished_call_ids lists the unfinished calls among the asked
+// calls and their descendants. An asked id that names no call gets no key.
+func (s *Service) serveCallsUsage(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, _ pathParams) *apiError {
+	body, e := bodyObject(rc.PostBody(), true)
+	if e != nil {
+		return e
+	}
+	var v validation
+	v.strict(body, bodyLoc, "project_id", "call_ids", "include_costs", "limit")
+	projectID, _ := v.reqString(body, "project_id", bodyLoc)
+	var ids []string
+	if raw, ok := body["call_ids"]; !ok {
+		v.add(at(bodyLoc, "call_ids"), "missing", "Field required", body)
+	} else if ids = v.stringList(raw, at(bodyLoc, "call_ids")); len(ids) > maxUsageCallIDs {
+		v.addCtx(at(bodyLoc, "call_ids"), "too_long",
+			"List should have at most "+strconv.Itoa(maxUsageCallIDs)+" items after validation, not "+strconv.Itoa(len(ids)),
+			nil, map[string]any{"field_type": "List", "max_length": maxUsageCallIDs, "actual_length": len(ids)})
+	}
+	includeCosts := v.optBool(body, "include_costs", bodyLoc, false)
+	limit := v.optNonNegInt(body, "limit", bodyLoc, defaultTraceUsageLimit)
+	if v.failed() {
+		return v.err()
+	}
+	p, found, e := s.resolveProject(ctx, key, projectID, at(bodyLoc, "project_id"), forRead)
+	if e != nil {
+		return e
+	}
+	var calls []TraceUsageCall
+	pricing := s.pricing
+	if found && limit > 0 && len(ids) > 0 {
+		var err error
+		if calls, err = s.store.CallsUsageCalls(ctx, p.ID, ids, limit); err != nil {
+			return internalError(err)
+		}
+		if includeCosts {
+			if pricing, err = s.projectPricing(ctx, p.ID); err != nil {
+				return internalError(err)
+			}
+		}
+	}
+	u := computeTraceUsage(calls, pricing, includeCosts)
+	u.keepSubtrees(calls, ids)
+	rc.SetStatusCode(fasthttp.StatusOK)
+	rc.SetContentType("application/json")
+	rc.SetBody(u.appendJSON(make([]byte, 0, 64+len(ids)*128)))
+	return nil
+}
+
+// keepSubtrees narrows a roll-up to the asked calls: call_usage keeps
+// their keys only, in the order asked, and unfinished_call_ids the
+// unfinished calls of their subtrees.
+func (u *traceUsage) keepSubtrees(calls []TraceUsageCall, asked []string) {
+	pos := make(map[string]int, len(u.ids))
+	for k, id := range u.ids {
+		pos[id] = k
+	}
+	parent := make(map[string]string, len(calls))
+	for i := range calls {
+		parent[calls[i].ID] = calls[i].ParentID
+	}
+	want := make(map[string]bool, len(asked))
+	ids, head := make([]string, 0, len(asked)), make([]int32, 0, len(asked))
+	for _, id := range asked {
+		k, ok := pos[id]
+		if !ok || want[id] {
+			continue
+		}
+		want[id] = true
+		ids, head = append(ids, id), append(head, u.head[k])
+	}
+	var unfinished []string
+	for _, id := range u.unfinished {
+		// Walk up to an asked call; the walk is bounded by the number of
+		// calls, so that a parent cycle cannot hold it.
+		for cur, steps := id, 0; cur != "" && steps <= len(calls); cur, steps = parent[cur], steps+1 {
+			if want[cur] {
+				unfinished = append(unfinished, id)
+				break
+			}
+		}
+	}
+	u.ids, u.head, u.unfinished = ids, head, unfinished
 }

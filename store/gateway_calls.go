@@ -14,9 +14,25 @@ import (
 	"github.com/tollgate-dev/tollgate/accounting"
 )
 
-// gatewayOpName is the op of the calls the gateway records for its own chat
-// completions, the name Weave's OpenAI integration uses.
-const gatewayOpName = "openai.chat.completions.create"
+// gatewayOpName is the op of the call the gateway records for a request to
+// endpoint ("chat.completions", "embeddings", ...; empty for records made
+// before endpoints were told apart, which were chat completions): the name
+// Weave's OpenAI integration gives the SDK method, such as
+// "openai.chat.completions.create" or "openai.embeddings.create". The
+// known endpoints' names are constants, so that no record builds one.
+func gatewayOpName(endpoint string) string {
+	switch endpoint {
+	case "", "chat.completions":
+		return "openai.chat.completions.create"
+	case "completions":
+		return "openai.completions.create"
+	case "embeddings":
+		return "openai.embeddings.create"
+	case "responses":
+		return "openai.responses.create"
+	}
+	return "openai." + endpoint + ".create"
+}
 
 // Fallbacks for a record without a team or project. The proxy applies the
 // configured defaults before recording, so these only keep such a record
@@ -45,6 +61,17 @@ type gatewayAttributes struct {
 	Stream      bool   `json:"stream"`
 	Incomplete  bool   `json:"incomplete"`
 	ServedModel string `json:"served_model"`
+	// CompletionID is the reply's id, by which an SDK's call of the same
+	// completion finds this one (see call_completions.go).
+	CompletionID string `json:"completion_id,omitempty"`
+}
+
+// gatewayAttributesJSON is the attributes of a record's call, as JSON.
+func gatewayAttributesJSON(rec *accounting.Record) ([]byte, error) {
+	return json.Marshal(gatewayAttributes{
+		RequestID: rec.RequestID, KeyName: rec.KeyName, Backend: rec.Backend, Status: rec.Status,
+		Stream: rec.Stream, Incomplete: rec.Incomplete, ServedModel: rec.ServedModel, CompletionID: rec.CompletionID,
+	})
 }
 
 // modelUsage is one model's entry of summary.usage, in the Weave shape the
@@ -68,8 +95,29 @@ func insertGatewayCalls(ctx context.Context, c conn, recs []accounting.Record) e
 	if err != nil {
 		return fmt.Errorf("insert gateway calls: %w", err)
 	}
-	err = insertGatewayCall.exec(ctx, c, len(recs), func(args []any, i int) ([]any, error) {
-		rec := &recs[i]
+	for i := range recs {
+		if recs[i].CallID == "" {
+			// The proxy always sets it; a generated id keeps a record that
+			// lacks one from colliding with another.
+			u, err := uuid.NewV7()
+			if err != nil {
+				return fmt.Errorf("insert gateway calls: %w", err)
+			}
+			recs[i].CallID = u.String()
+		}
+	}
+	folded, err := linkGatewayCompletions(ctx, c, recs, projects)
+	if err != nil {
+		return fmt.Errorf("insert gateway calls: %w", err)
+	}
+	kept := make([]int, 0, len(recs))
+	for i := range recs {
+		if !folded[i] {
+			kept = append(kept, i)
+		}
+	}
+	err = insertGatewayCall.exec(ctx, c, len(kept), func(args []any, k int) ([]any, error) {
+		rec := &recs[kept[k]]
 		args, err := appendGatewayCallArgs(args, projects[recordProject(rec)], rec)
 		if err != nil {
 			return nil, fmt.Errorf("call %s: %w", rec.CallID, err)
@@ -148,10 +196,7 @@ func appendGatewayCallArgs(args []any, projectID int64, rec *accounting.Record) 
 	if ended.IsZero() {
 		ended = rec.Started
 	}
-	attrs, err := json.Marshal(gatewayAttributes{
-		RequestID: rec.RequestID, KeyName: rec.KeyName, Backend: rec.Backend, Status: rec.Status,
-		Stream: rec.Stream, Incomplete: rec.Incomplete, ServedModel: rec.ServedModel,
-	})
+	attrs, err := gatewayAttributesJSON(rec)
 	if err != nil {
 		return nil, err
 	}
@@ -171,7 +216,7 @@ func appendGatewayCallArgs(args []any, projectID int64, rec *accounting.Record) 
 	if rec.KeyName != "" {
 		user = rec.KeyName
 	}
-	return append(args, projectID, id, gatewayOpName, trace, parent, formatTraceTime(rec.Started), formatTraceTime(ended), exception,
+	return append(args, projectID, id, gatewayOpName(rec.Endpoint), trace, parent, formatTraceTime(rec.Started), formatTraceTime(ended), exception,
 		string(attrs), inputs, output, summary, user), nil
 }
 

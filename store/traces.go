@@ -193,11 +193,24 @@ const (
 		WHERE t.trace_id IS NOT NULL
 		ON CONFLICT (project_id, id) DO NOTHING`
 	endCallSQL = `
-		UPDATE calls SET ended_at = ?, exception = ?, output = ?, summary = ?
+		UPDATE calls SET ended_at = ?, exception = ?, output = ?, summary = ?, display_name = COALESCE(?, display_name)
 		WHERE project_id = ? AND id = ?`
+	// pendingEndSQL keeps the end of a call not started yet; a repeated
+	// end replaces it, as it would replace a started call's.
+	pendingEndSQL = `
+		INSERT INTO call_ends (project_id, id, ended_at, exception, output, summary, display_name)
+		VALUES (?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (project_id, id) DO UPDATE SET ended_at = excluded.ended_at, exception = excluded.exception,
+			output = excluded.output, summary = excluded.summary, display_name = excluded.display_name`
+	takePendingEndSQL = `
+		DELETE FROM call_ends WHERE project_id = ? AND id = ?
+		RETURNING ended_at, exception, output, summary, display_name`
 )
 
-// WriteCalls applies starts and ends in order, in one transaction.
+// WriteCalls applies starts and ends in order, in one transaction. An end
+// whose call has not started is kept in call_ends, and the start applies
+// it, so that the order in which an SDK's batches (or the items of one
+// batch) arrive changes nothing.
 func (d *DB) WriteCalls(ctx context.Context, writes []admin.CallWrite) ([]string, error) {
 	tx, c, err := d.begin(ctx)
 	if err != nil {
@@ -205,6 +218,10 @@ func (d *DB) WriteCalls(ctx context.Context, writes []admin.CallWrite) ([]string
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
 	var start, end *sql.Stmt
+	if end, err = c.prepare(ctx, endCallSQL); err != nil {
+		return nil, fmt.Errorf("write calls: %w", err)
+	}
+	defer end.Close()
 	traces := make([]string, len(writes))
 	for i, w := range writes {
 		switch {
@@ -215,17 +232,11 @@ func (d *DB) WriteCalls(ctx context.Context, writes []admin.CallWrite) ([]string
 				}
 				defer start.Close()
 			}
-			if traces[i], err = writeStart(ctx, c, start, w.Start); err != nil {
+			if traces[i], err = writeStart(ctx, c, start, end, w.Start); err != nil {
 				return nil, &admin.CallWriteError{Index: i, Err: err}
 			}
 		case w.End != nil:
-			if end == nil {
-				if end, err = c.prepare(ctx, endCallSQL); err != nil {
-					return nil, fmt.Errorf("write calls: %w", err)
-				}
-				defer end.Close()
-			}
-			if err := writeEnd(ctx, end, w.End); err != nil {
+			if err := writeEnd(ctx, c, end, w.End); err != nil {
 				return nil, &admin.CallWriteError{Index: i, Err: err}
 			}
 		}
@@ -236,7 +247,7 @@ func (d *DB) WriteCalls(ctx context.Context, writes []admin.CallWrite) ([]string
 	return traces, nil
 }
 
-func writeStart(ctx context.Context, c conn, stmt *sql.Stmt, s *admin.CallStart) (string, error) {
+func writeStart(ctx context.Context, c conn, stmt, end *sql.Stmt, s *admin.CallStart) (string, error) {
 	res, err := stmt.ExecContext(ctx,
 		s.ProjectID, s.ID, s.OpName, s.DisplayName, s.ParentID, s.ThreadID, s.TurnID,
 		formatTraceTime(s.StartedAt), jsonOrDefault(s.Attributes, "{}"), jsonOrDefault(s.Inputs, "{}"), s.SvcUserID, s.SvcRunID,
@@ -247,6 +258,9 @@ func writeStart(ctx context.Context, c conn, stmt *sql.Stmt, s *admin.CallStart)
 	if n, err := res.RowsAffected(); err != nil {
 		return "", fmt.Errorf("start call: %w", err)
 	} else if n == 1 {
+		if err := applyPendingEnd(ctx, c, end, s.ProjectID, s.ID); err != nil {
+			return "", err
+		}
 		if s.TraceID != "" {
 			return s.TraceID, nil
 		}
@@ -261,6 +275,59 @@ func writeStart(ctx context.Context, c conn, stmt *sql.Stmt, s *admin.CallStart)
 	return trace, err
 }
 
+// applyPendingEnd applies the end that arrived before the call's start, if
+// one did.
+func applyPendingEnd(ctx context.Context, c conn, end *sql.Stmt, projectID int64, id string) error {
+	var e admin.CallEnd
+	var ended string
+	var exception, output, display sql.NullString
+	var summary []byte
+	err := c.queryRow(ctx, takePendingEndSQL, projectID, id).Scan(&ended, &exception, &output, &summary, &display)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("take pending end: %w", err)
+	}
+	e.ProjectID, e.ID = projectID, id
+	if e.EndedAt, err = parseTraceTime(ended); err != nil {
+		return err
+	}
+	e.Exception, e.DisplayName = nullString(exception), nullString(display)
+	if output.Valid {
+		e.Output = json.RawMessage(output.String)
+	}
+	e.Summary = summary
+	return writeEnd(ctx, c, end, &e)
+}
+
+func writeEnd(ctx context.Context, c conn, stmt *sql.Stmt, e *admin.CallEnd) error {
+	var output any
+	if len(e.Output) > 0 && string(e.Output) != "null" {
+		output = string(e.Output)
+	}
+	summary := jsonOrDefault(e.Summary, "{}")
+	res, err := stmt.ExecContext(ctx, formatTraceTime(e.EndedAt), e.Exception, output, summary, e.DisplayName, e.ProjectID, e.ID)
+	if err != nil {
+		return fmt.Errorf("end call: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("end call: %w", err)
+	}
+	if n == 0 {
+		if _, err := c.exec(ctx, pendingEndSQL, e.ProjectID, e.ID, formatTraceTime(e.EndedAt), e.Exception,
+			output, summary, e.DisplayName); err != nil {
+			return fmt.Errorf("keep early end of call %s: %w", e.ID, err)
+		}
+		return nil
+	}
+	if id := completionID(e.Output); id != "" {
+		return linkSDKCompletion(ctx, c, e.ProjectID, e.ID, id)
+	}
+	return nil
+}
+
 func traceOf(ctx context.Context, c conn, projectID int64, id string) (string, error) {
 	var trace string
 	err := c.queryRow(ctx, `SELECT trace_id FROM calls WHERE project_id = ? AND id = ?`, projectID, id).Scan(&trace)
@@ -271,25 +338,6 @@ func traceOf(ctx context.Context, c conn, projectID int64, id string) (string, e
 		return "", fmt.Errorf("read trace id: %w", err)
 	}
 	return trace, nil
-}
-
-func writeEnd(ctx context.Context, stmt *sql.Stmt, e *admin.CallEnd) error {
-	var output any
-	if len(e.Output) > 0 && string(e.Output) != "null" {
-		output = string(e.Output)
-	}
-	res, err := stmt.ExecContext(ctx, formatTraceTime(e.EndedAt), e.Exception, output, jsonOrDefault(e.Summary, "{}"), e.ProjectID, e.ID)
-	if err != nil {
-		return fmt.Errorf("end call: %w", err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return fmt.Errorf("end call: %w", err)
-	}
-	if n == 0 {
-		return fmt.Errorf("end call %s: %w", e.ID, admin.ErrNotFound)
-	}
-	return nil
 }
 
 func jsonOrDefault(m json.RawMessage, def string) string {
@@ -418,40 +466,225 @@ func (d *DB) FinishCall(ctx context.Context, projectID int64, id, opName string,
 
 // TraceUsageCalls selects at most limit calls for the usage roll-up, in
 // started_at order, reading only what the roll-up needs: ids, the
-// unfinished flag and summary.usage as JSON text.
+// unfinished flag, summary.usage as JSON text and, for calls an SDK
+// logged, their SDK children's summary.usage.
 func (d *DB) TraceUsageCalls(ctx context.Context, projectID int64, filter *admin.CallsFilter, query *admin.Query, limit int) ([]admin.TraceUsageCall, error) {
 	where, err := whereCalls(d.dialect, projectID, filter, query)
 	if err != nil {
 		return nil, fmt.Errorf("select usage calls: %w", err)
 	}
-	// summary.usage as JSON text: PostgreSQL's json (not jsonb) gives the
-	// stored text of the member back as it is, as SQLite's -> does.
-	usage := `c.summary -> '$.usage'`
-	if d.dialect == dialectPostgres {
-		usage = `CAST(CAST(c.summary AS json) -> 'usage' AS text)`
+	return d.usageCalls(ctx, projectID, where, limit)
+}
+
+// CallsUsageCalls selects at most limit calls of the traces the calls ids
+// belong to, for /calls/usage.
+func (d *DB) CallsUsageCalls(ctx context.Context, projectID int64, ids []string, limit int) ([]admin.TraceUsageCall, error) {
+	in := inStrings("a.id", ids)
+	where := sqlFrag{
+		sql:  "c.project_id = ? AND c.trace_id IN (SELECT a.trace_id FROM calls a WHERE a.project_id = ? AND " + in.sql + ")",
+		args: append([]any{projectID, projectID}, in.args...),
 	}
+	return d.usageCalls(ctx, projectID, where, limit)
+}
+
+// usageSQL is summary.usage as JSON text, and sourceSQL
+// attributes.weave.source as text, of the calls table aliased alias.
+// PostgreSQL's json (not jsonb) gives the stored text of the member back
+// as it is, as SQLite's -> does.
+func usageSQL(d dialect, alias string) string {
+	if d == dialectPostgres {
+		return `CAST(CAST(` + alias + `.summary AS json) -> 'usage' AS text)`
+	}
+	return alias + `.summary -> '$.usage'`
+}
+
+func sourceSQL(d dialect, alias string) string {
+	if d == dialectPostgres {
+		return `(CAST(` + alias + `.attributes AS json) #>> '{weave,source}')`
+	}
+	return `json_extract(` + alias + `.attributes, '$.weave.source')`
+}
+
+func (d *DB) usageCalls(ctx context.Context, projectID int64, where sqlFrag, limit int) ([]admin.TraceUsageCall, error) {
 	rows, err := d.conn().query(ctx, `
-		SELECT c.id, c.parent_id, c.ended_at IS NULL, `+usage+`
+		SELECT c.id, c.parent_id, c.ended_at IS NULL, `+usageSQL(d.dialect, "c")+`, `+sourceSQL(d.dialect, "c")+`
 		FROM calls c WHERE `+where.sql+`
 		ORDER BY c.started_at, c.id LIMIT ?`, append(where.args, d.dialect.limitArg(limit))...)
 	if err != nil {
 		return nil, fmt.Errorf("select usage calls: %w", err)
 	}
 	defer rows.Close()
-	out := make([]admin.TraceUsageCall, 0, min(limit, 1024))
+	out := make([]admin.TraceUsageCall, 0, min(max(limit, 0), 1024))
+	sdk := make(map[string]int)
 	for rows.Next() {
 		var c admin.TraceUsageCall
-		var parent, usage sql.NullString
-		if err := rows.Scan(&c.ID, &parent, &c.Unfinished, &usage); err != nil {
+		var parent, usage, source sql.NullString
+		if err := rows.Scan(&c.ID, &parent, &c.Unfinished, &usage, &source); err != nil {
 			return nil, fmt.Errorf("select usage calls: %w", err)
 		}
 		c.ParentID, c.Usage = parent.String, usage.String
+		if c.SDK = isSDKSource(source.String); c.SDK {
+			sdk[c.ID] = len(out)
+		}
 		out = append(out, c)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("select usage calls: %w", err)
 	}
+	rows.Close()
+	if err := d.sdkChildUsage(ctx, projectID, out, sdk); err != nil {
+		return nil, err
+	}
 	return out, nil
+}
+
+// childUsageBatch is how many parent ids one query of sdkChildUsage names.
+const childUsageBatch = 500
+
+// sdkChildUsage fills ChildUsage of the SDK calls (out[sdk[id]]) with the
+// summary.usage of each of their children that an SDK logged too, selected
+// or not: those are the summaries the SDK folded into the parent's.
+func (d *DB) sdkChildUsage(ctx context.Context, projectID int64, out []admin.TraceUsageCall, sdk map[string]int) error {
+	if len(sdk) == 0 {
+		return nil
+	}
+	parents := make([]string, 0, len(sdk))
+	for id := range sdk {
+		parents = append(parents, id)
+	}
+	for start := 0; start < len(parents); start += childUsageBatch {
+		in := inStrings("k.parent_id", parents[start:min(start+childUsageBatch, len(parents))])
+		rows, err := d.conn().query(ctx, `
+			SELECT k.parent_id, `+usageSQL(d.dialect, "k")+`, `+sourceSQL(d.dialect, "k")+`
+			FROM calls k WHERE k.project_id = ? AND `+in.sql, append([]any{projectID}, in.args...)...)
+		if err != nil {
+			return fmt.Errorf("select child usage: %w", err)
+		}
+		for rows.Next() {
+			var parent string
+			var usage, source sql.NullString
+			if err := rows.Scan(&parent, &usage, &source); err != nil {
+				rows.Close()
+				return fmt.Errorf("select child usage: %w", err)
+			}
+			if i, ok := sdk[parent]; ok && usage.Valid && isSDKSource(source.String) {
+				out[i].ChildUsage = append(out[i].ChildUsage, usage.String)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("select child usage: %w", err)
+		}
+	}
+	return nil
+}
+
+// UpdateCall renames a call.
+func (d *DB) UpdateCall(ctx context.Context, projectID int64, id string, displayName string) error {
+	res, err := d.conn().exec(ctx, `UPDATE calls SET display_name = ? WHERE project_id = ? AND id = ?`, displayName, projectID, id)
+	if err != nil {
+		return fmt.Errorf("update call: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("update call: %w", err)
+	}
+	if n == 0 {
+		return fmt.Errorf("call %s: %w", id, admin.ErrNotFound)
+	}
+	return nil
+}
+
+// SetCallOutput replaces a call's output.
+func (d *DB) SetCallOutput(ctx context.Context, projectID int64, id string, output json.RawMessage) error {
+	var out any
+	if len(output) > 0 && string(output) != "null" {
+		out = string(output)
+	}
+	res, err := d.conn().exec(ctx, `UPDATE calls SET output = ? WHERE project_id = ? AND id = ?`, out, projectID, id)
+	if err != nil {
+		return fmt.Errorf("set call output: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("set call output: %w", err)
+	}
+	if n == 0 {
+		return fmt.Errorf("call %s: %w", id, admin.ErrNotFound)
+	}
+	return nil
+}
+
+// deleteBatch is how many ids one DELETE of DeleteCalls names.
+const deleteBatch = 500
+
+// DeleteCalls deletes the calls, all their descendants, their pending ends
+// and their completion links, in one transaction.
+func (d *DB) DeleteCalls(ctx context.Context, projectID int64, ids []string) (int, error) {
+	tx, c, err := d.begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("delete calls: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	in := inStrings("r.id", ids)
+	rows, err := c.query(ctx, `
+		WITH RECURSIVE doomed (id) AS (
+			SELECT r.id FROM calls r WHERE r.project_id = ? AND `+in.sql+`
+			UNION
+			SELECT k.id FROM calls k JOIN doomed ON k.parent_id = doomed.id WHERE k.project_id = ?)
+		SELECT id FROM doomed`, append(append([]any{projectID}, in.args...), projectID)...)
+	if err != nil {
+		return 0, fmt.Errorf("delete calls: %w", err)
+	}
+	var doomed []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("delete calls: %w", err)
+		}
+		doomed = append(doomed, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("delete calls: %w", err)
+	}
+	// An asked id may also name an end whose start never came.
+	pending := append(append([]string{}, doomed...), ids...)
+	for _, del := range []struct {
+		table, col string
+		ids        []string
+	}{
+		{"calls", "id", doomed},
+		{"call_completions", "call_id", doomed},
+		{"call_ends", "id", pending},
+	} {
+		for start := 0; start < len(del.ids); start += deleteBatch {
+			part := inStrings(del.col, del.ids[start:min(start+deleteBatch, len(del.ids))])
+			if _, err := c.exec(ctx, `DELETE FROM `+del.table+` WHERE project_id = ? AND `+part.sql,
+				append([]any{projectID}, part.args...)...); err != nil {
+				return 0, fmt.Errorf("delete calls: %w", err)
+			}
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("delete calls: %w", err)
+	}
+	return len(doomed), nil
+}
+
+// CountCalls counts the selected calls, at most limit when limit >= 0.
+func (d *DB) CountCalls(ctx context.Context, projectID int64, filter *admin.CallsFilter, query *admin.Query, limit int) (int, error) {
+	where, err := whereCalls(d.dialect, projectID, filter, query)
+	if err != nil {
+		return 0, fmt.Errorf("count calls: %w", err)
+	}
+	var n int
+	if err := d.conn().queryRow(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM calls c WHERE `+where.sql+` LIMIT ?) s`,
+		append(where.args, d.dialect.limitArg(limit))...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count calls: %w", err)
+	}
+	return n, nil
 }
 
 // sqlFrag is a piece of SQL with the arguments of its placeholders, in order.
@@ -587,6 +820,10 @@ func columnSQL(name string) (string, bool) {
 		"started_at", "ended_at", "exception", "svc_user_id", "svc_run_id",
 		"attributes", "inputs", "output", "summary":
 		return "c." + name, true
+	case "wb_user_id":
+		return "c.svc_user_id", true
+	case "wb_run_id":
+		return "c.svc_run_id", true
 	}
 	return "", false
 }

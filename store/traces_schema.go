@@ -138,4 +138,56 @@ var traceMigrations = []migration{
 			`CREATE INDEX calls_svc_run ON calls (project_id, svc_run_id) WHERE svc_run_id IS NOT NULL`,
 		},
 	},
+	{
+		// Version 2 keeps what ingest used to refuse for its order:
+		//   - call_ends holds the end of a call whose start has not
+		//     arrived yet (an SDK batch may carry the end first, or in the
+		//     same batch); the start takes it over and deletes it.
+		//   - call_completions links a chat completion's id, within one
+		//     entity, to the one call that stands for it: the gateway's
+		//     call until an SDK call that traced the same completion
+		//     arrives, then the SDK's (into which the gateway's call is
+		//     folded). Its primary key is what makes the two writers of
+		//     a link, which may race, agree on one.
+		component: "traces",
+		version:   2,
+		sqlite: []string{
+			`CREATE TABLE call_ends (
+				project_id   INTEGER NOT NULL REFERENCES projects (id),
+				id           TEXT NOT NULL,
+				ended_at     TEXT NOT NULL,
+				exception    TEXT,
+				output       TEXT,
+				summary      TEXT NOT NULL DEFAULT '{}',
+				display_name TEXT,
+				PRIMARY KEY (project_id, id))`,
+			`CREATE TABLE call_completions (
+				entity        TEXT NOT NULL,
+				completion_id TEXT NOT NULL,
+				project_id    INTEGER NOT NULL REFERENCES projects (id),
+				call_id       TEXT NOT NULL,
+				sdk           INTEGER NOT NULL,
+				PRIMARY KEY (entity, completion_id))`,
+			`CREATE INDEX call_completions_call ON call_completions (project_id, call_id)`,
+		},
+		postgres: []string{
+			`CREATE TABLE call_ends (
+				project_id   BIGINT NOT NULL REFERENCES projects (id),
+				id           TEXT COLLATE "C" NOT NULL,
+				ended_at     TEXT COLLATE "C" NOT NULL,
+				exception    TEXT COLLATE "C",
+				output       TEXT,
+				summary      TEXT NOT NULL DEFAULT '{}',
+				display_name TEXT COLLATE "C",
+				PRIMARY KEY (project_id, id))`,
+			`CREATE TABLE call_completions (
+				entity        TEXT COLLATE "C" NOT NULL,
+				completion_id TEXT COLLATE "C" NOT NULL,
+				project_id    BIGINT NOT NULL REFERENCES projects (id),
+				call_id       TEXT COLLATE "C" NOT NULL,
+				sdk           BOOLEAN NOT NULL,
+				PRIMARY KEY (entity, completion_id))`,
+			`CREATE INDEX call_completions_call ON call_completions (project_id, call_id)`,
+		},
+	},
 }

@@ -174,9 +174,76 @@ func TestWriteCalls(t *testing.T) {
 		if _, err := db.ReadCall(ctx, p.ID, "fresh"); !errors.Is(err, admin.ErrNotFound) {
 			t.Fatalf("batch not rolled back: %v", err)
 		}
-		_, err = db.WriteCalls(ctx, []admin.CallWrite{{End: &admin.CallEnd{ProjectID: p.ID, ID: "ghost", EndedAt: callT0}}})
-		if !errors.As(err, &we) || we.Index != 0 || !errors.Is(err, admin.ErrNotFound) {
-			t.Fatalf("end of unknown call: %v", err)
+	})
+}
+
+// TestEndBeforeStart: an end that arrives before its start, in an earlier
+// batch or earlier in the same batch, is kept and merged when the start
+// arrives; the call reads as if they had come in order.
+func TestEndBeforeStart(t *testing.T) {
+	forEachStore(t, func(t *testing.T, db *store.DB) {
+		ctx := context.Background()
+		p, err := db.EnsureProject(ctx, "acme", "p")
+		if err != nil {
+			t.Fatal(err)
+		}
+		end := func(id string) *admin.CallEnd {
+			return &admin.CallEnd{ProjectID: p.ID, ID: id, EndedAt: callT0.Add(time.Second), Output: json.RawMessage(`{"a":1}`),
+				Summary: json.RawMessage(`{"usage":{"m":{"prompt_tokens":3}}}`), Exception: sp("late"), DisplayName: sp("renamed")}
+		}
+		start := func(id string) *admin.CallStart {
+			return &admin.CallStart{ProjectID: p.ID, ID: id, OpName: "op", TraceID: "tr", StartedAt: callT0, DisplayName: sp("first")}
+		}
+		// Separate requests: the end alone is accepted and not yet a call.
+		if _, err := db.WriteCalls(ctx, []admin.CallWrite{{End: end("apart")}}); err != nil {
+			t.Fatalf("early end: %v", err)
+		}
+		if _, err := db.ReadCall(ctx, p.ID, "apart"); !errors.Is(err, admin.ErrNotFound) {
+			t.Fatalf("an end alone is not a call: %v", err)
+		}
+		if _, err := db.WriteCalls(ctx, []admin.CallWrite{{Start: start("apart")}}); err != nil {
+			t.Fatal(err)
+		}
+		// Same batch, end first.
+		if _, err := db.WriteCalls(ctx, []admin.CallWrite{{End: end("batch")}, {Start: start("batch")}}); err != nil {
+			t.Fatalf("end then start in one batch: %v", err)
+		}
+		for _, id := range []string{"apart", "batch"} {
+			c, err := db.ReadCall(ctx, p.ID, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.EndedAt == nil || !c.EndedAt.Equal(callT0.Add(time.Second)) || string(c.Output) != `{"a":1}` ||
+				*c.Exception != "late" || *c.DisplayName != "renamed" || string(c.Summary) != `{"usage":{"m":{"prompt_tokens":3}}}` ||
+				c.TraceID != "tr" || c.OpName != "op" {
+				t.Fatalf("%s = %+v", id, c)
+			}
+		}
+		// The pending end was consumed: a retried start changes nothing,
+		// and a later end still applies as usual.
+		if _, err := db.WriteCalls(ctx, []admin.CallWrite{{Start: start("batch")}}); err != nil {
+			t.Fatal(err)
+		}
+		later := end("batch")
+		later.Output = json.RawMessage(`"second"`)
+		if _, err := db.WriteCalls(ctx, []admin.CallWrite{{End: later}}); err != nil {
+			t.Fatal(err)
+		}
+		if c, _ := db.ReadCall(ctx, p.ID, "batch"); string(c.Output) != `"second"` {
+			t.Fatalf("later end = %s", c.Output)
+		}
+		// Two ends before the start: the last one wins, as it would on a
+		// started call.
+		first, second := end("twice"), end("twice")
+		second.Output = json.RawMessage(`"last"`)
+		if _, err := db.WriteCalls(ctx, []admin.CallWrite{{End: first}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.WriteCalls(ctx, []admin.CallWrite{{End: second}, {Start: start("twice")}}); err != nil {
+			t.Fatal(err)
+		}
+		if c, _ := db.ReadCall(ctx, p.ID, "twice"); string(c.Output) != `"last"` {
+			t.Fatalf("twice = %s", c.Output)
 		}
 	})
 }
