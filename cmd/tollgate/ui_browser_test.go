@@ -137,6 +137,8 @@ func TestDashboardInBrowser(t *testing.T) {
 	checkUsage(ctx, t, g, p, adminKey, "model", []string{"demo"})
 	p.selectOption(ctx, t, "range-select", "1h")
 	checkUsage(ctx, t, g, p, adminKey, "model", []string{"demo"})
+	p.selectOption(ctx, t, "group-select", "endpoint")
+	checkUsage(ctx, t, g, p, adminKey, "endpoint", []string{"chat.completions"})
 
 	// A team key sees its own team only, and not another team's trace.
 	p.click(ctx, t, "sign-out-button")
@@ -249,12 +251,13 @@ type usageTotals struct {
 // grouping) and sums each group over the range.
 func apiUsage(t *testing.T, g *running, key, start, width, groupBy string) map[string]usageTotals {
 	t.Helper()
-	field := map[string]string{"project_id": "project_id", "model": "model", "api_key_id": "api_key_id"}[groupBy]
+	field := map[string]string{"project_id": "project_id", "model": "model", "api_key_id": "api_key_id", "endpoint": "endpoint"}[groupBy]
 	out := map[string]usageTotals{}
 	page := ""
 	for range 100 {
 		q := url.Values{"start_time": {start}, "bucket_width": {width}, "group_by": {groupBy},
-			"limit": {map[string]string{"1m": "1440", "1h": "168", "1d": "31"}[width]}}
+			"limit":     {map[string]string{"1m": "1440", "1h": "168", "1d": "31"}[width]},
+			"endpoints": {"chat.completions,completions,embeddings,responses"}}
 		if page != "" {
 			q.Set("page", page)
 		}
@@ -303,7 +306,7 @@ func checkUsage(ctx context.Context, t *testing.T, g *running, p *page, key, gro
 				cached: text('total-cached'), requests: text('total-requests') },
 		};
 	})()`, &dom)
-	groupBy := map[string]string{"project": "project_id", "model": "model", "key": "api_key_id"}[group]
+	groupBy := map[string]string{"project": "project_id", "model": "model", "key": "api_key_id", "endpoint": "endpoint"}[group]
 	want := apiUsage(t, g, key, dom.Start, dom.Width, groupBy)
 	var names []string
 	for _, r := range dom.Rows {

@@ -2,7 +2,7 @@
 // Everything the dashboard shows comes through here, so every number can
 // also be had with curl and the same key.
 
-import { GROUPS, RANGES } from './usage.js';
+import { ENDPOINTS, GROUPS, RANGES } from './usage.js';
 
 // AuthError is a 401: the key is missing or wrong.
 export class AuthError extends Error {}
@@ -58,7 +58,8 @@ export class Api {
   }
 
   // usage reads GET /v1/organization/usage/completions for a range and a
-  // grouping, following next_page, and returns every bucket.
+  // grouping, every endpoint counted, following next_page, and returns
+  // every bucket.
   async usage(range, group, start) {
     const r = RANGES[range];
     const buckets = [];
@@ -69,6 +70,7 @@ export class Api {
         bucket_width: r.width,
         limit: String(r.limit),
         group_by: GROUPS[group].param,
+        endpoints: ENDPOINTS.join(','),
       });
       if (page) q.set('page', page);
       const body = JSON.parse(await this.request(`/v1/organization/usage/completions?${q}`));

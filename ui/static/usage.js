@@ -18,7 +18,14 @@ export const GROUPS = {
   project: { param: 'project_id', field: 'project_id', label: 'team/project' },
   model: { param: 'model', field: 'model', label: 'model' },
   key: { param: 'api_key_id', field: 'api_key_id', label: 'API key' },
+  endpoint: { param: 'endpoint', field: 'endpoint', label: 'endpoint' },
 };
+
+// ENDPOINTS are every endpoint the gateway meters. The page asks the usage
+// API for all of them (its endpoints= parameter), so that embeddings count
+// in its totals too; /v1/organization/usage/completions alone counts the
+// text-generation endpoints only, as OpenAI's does.
+export const ENDPOINTS = ['chat.completions', 'completions', 'embeddings', 'responses'];
 
 // rangeStart returns the start_time (unix seconds) of a range: the start of
 // the bucket that makes the range end with the bucket now is in. Buckets

@@ -5,7 +5,7 @@ import test from 'node:test';
 
 import { histogramBuckets, histogramQuantile, parsePrometheus, summarize } from '../static/metrics.js';
 import { buildTree, sumUsage } from '../static/trace.js';
-import { aggregate, rangeStart } from '../static/usage.js';
+import { ENDPOINTS, aggregate, rangeStart } from '../static/usage.js';
 
 const exposition = `# HELP tollgate_requests_total Chat completion requests.
 # TYPE tollgate_requests_total counter
@@ -86,6 +86,21 @@ test('aggregate sums groups and buckets', () => {
   assert.deepEqual(a.requests, [1, 3]);
   assert.deepEqual(a.totals, { input: 16, output: 12, cached: 2, requests: 4, total: 28 });
   assert.deepEqual(a.groups.map((g) => [g.name, g.total, g.series]), [['b/y', 20, [0, 20]], ['a/x', 8, [6, 2]]]);
+});
+
+test('aggregate by endpoint', () => {
+  const buckets = [
+    {
+      start_time: 0,
+      results: [
+        { input_tokens: 9, output_tokens: 0, input_cached_tokens: 0, num_model_requests: 3, endpoint: 'embeddings' },
+        { input_tokens: 4, output_tokens: 2, input_cached_tokens: 1, num_model_requests: 1, endpoint: 'chat.completions' },
+      ],
+    },
+  ];
+  const a = aggregate(buckets, 'endpoint');
+  assert.deepEqual(a.groups.map((g) => [g.name, g.total, g.requests]), [['embeddings', 9, 3], ['chat.completions', 6, 1]]);
+  assert.deepEqual(ENDPOINTS, ['chat.completions', 'completions', 'embeddings', 'responses']);
 });
 
 test('rangeStart ends the range with the current bucket', () => {
