@@ -14,6 +14,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/auth"
 	"github.com/tollgate-dev/tollgate/config"
+	"github.com/tollgate-dev/tollgate/weave"
 )
 
 // Project is a team's (entity's) project, with the integer behind its
@@ -171,6 +172,12 @@ type Options struct {
 	// MaxJSONDepth bounds the nesting of request bodies, as
 	// server.max_json_depth does; zero means 64 (see bounds.go).
 	MaxJSONDepth int
+	// Weave persists objects, tables, files, feedback and prices; nil
+	// means Store, which must then implement weave.Store.
+	Weave weave.Store
+	// MaxFileBytes bounds a file of /file/create, as
+	// traces.max_file_bytes does; zero means 32 MiB.
+	MaxFileBytes int64
 }
 
 // Service serves the service API.
@@ -180,6 +187,11 @@ type Service struct {
 	pricing map[string]config.Pricing
 	log     *zap.Logger
 	bounds  bodyBounds
+
+	// weave and maxFileBytes serve the objects, tables, files, feedback
+	// and prices routes.
+	weave        weave.Store
+	maxFileBytes int64
 }
 
 // New returns a Service.
@@ -188,8 +200,16 @@ func New(opts Options) *Service {
 	if log == nil {
 		log = zap.NewNop()
 	}
+	ws := opts.Weave
+	if ws == nil {
+		ws, _ = opts.Store.(weave.Store)
+	}
+	maxFile := opts.MaxFileBytes
+	if maxFile <= 0 {
+		maxFile = defaultMaxFileBytes
+	}
 	return &Service{keys: opts.Keys, store: opts.Store, pricing: opts.Pricing, log: log,
-		bounds: newBodyBounds(opts.MaxJSONDepth)}
+		bounds: newBodyBounds(opts.MaxJSONDepth), weave: ws, maxFileBytes: maxFile}
 }
 
 // handler serves one route once the caller is authenticated. For the /v2/
@@ -283,6 +303,46 @@ func (s *Service) match(path string) (route, pathParams, bool) {
 	switch path {
 	case "/service/projects_info":
 		return route{post: s.projectsInfo}, pathParams{}, true
+	case "/health":
+		return route{get: s.health}, pathParams{}, true
+	case "/server_info":
+		return route{get: s.serverInfo}, pathParams{}, true
+	case "/obj/create":
+		return route{post: s.objCreate}, pathParams{}, true
+	case "/obj/read":
+		return route{post: s.objRead}, pathParams{}, true
+	case "/objs/query":
+		return route{post: s.objsQuery}, pathParams{}, true
+	case "/obj/delete":
+		return route{post: s.objDelete}, pathParams{}, true
+	case "/table/create":
+		return route{post: s.tableCreate}, pathParams{}, true
+	case "/table/update":
+		return route{post: s.tableUpdate}, pathParams{}, true
+	case "/table/query":
+		return route{post: s.tableQuery}, pathParams{}, true
+	case "/table/query_stats":
+		return route{post: s.tableQueryStats}, pathParams{}, true
+	case "/refs/read_batch":
+		return route{post: s.refsReadBatch}, pathParams{}, true
+	case "/file/create":
+		return route{post: s.fileCreate}, pathParams{}, true
+	case "/file/content":
+		return route{post: s.fileContent}, pathParams{}, true
+	case "/feedback/create":
+		return route{post: s.feedbackCreate}, pathParams{}, true
+	case "/feedback/query":
+		return route{post: s.feedbackQuery}, pathParams{}, true
+	case "/feedback/purge":
+		return route{post: s.feedbackPurge}, pathParams{}, true
+	case "/feedback/replace":
+		return route{post: s.feedbackReplace}, pathParams{}, true
+	case "/cost/create":
+		return route{post: s.costCreate}, pathParams{}, true
+	case "/cost/query":
+		return route{post: s.costQuery}, pathParams{}, true
+	case "/cost/purge":
+		return route{post: s.costPurge}, pathParams{}, true
 	case "/call/start":
 		return route{post: s.callStart}, pathParams{}, true
 	case "/call/end":

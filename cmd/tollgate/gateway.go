@@ -163,7 +163,7 @@ func build(ctx context.Context, cfg *config.Config, stderr io.Writer) (*gateway,
 		pricing[m.Name] = m.Pricing
 	}
 	svc := admin.New(admin.Options{Keys: keys, Store: g.store, Pricing: pricing, Log: g.log,
-		MaxJSONDepth: cfg.Server.MaxJSONDepth})
+		MaxJSONDepth: cfg.Server.MaxJSONDepth, MaxFileBytes: cfg.Traces.MaxFileBytes})
 	usageAPI := admin.NewUsageAPI(g.store, keys)
 	budgetAPI := admin.NewBudgetAPI(g.store, keys, func() []config.Limit {
 		g.mu.Lock()

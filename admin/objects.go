@@ -1,0 +1,325 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/tollgate-dev/tollgate/auth"
+	"github.com/tollgate-dev/tollgate/weave"
+)
+
+// maxDeleteDigests bounds the versions one /obj/delete names, as Weave's.
+const maxDeleteDigests = 100
+
+// objJSON is Weave's ObjSchema.
+type objJSON struct {
+	ProjectID       string          `json:"project_id"`
+	ObjectID        string          `json:"object_id"`
+	CreatedAt       string          `json:"created_at"`
+	DeletedAt       *string         `json:"deleted_at"`
+	Digest          string          `json:"digest"`
+	VersionIndex    int             `json:"version_index"`
+	IsLatest        int             `json:"is_latest"`
+	Kind            string          `json:"kind"`
+	BaseObjectClass *string         `json:"base_object_class"`
+	LeafObjectClass *string         `json:"leaf_object_class"`
+	Val             json.RawMessage `json:"val"`
+	WBUserID        *string         `json:"wb_user_id"`
+	SizeBytes       int64           `json:"size_bytes"`
+}
+
+func renderObject(projectID string, o *weave.Object) objJSON {
+	out := objJSON{
+		ProjectID: projectID, ObjectID: o.ObjectID, CreatedAt: formatTime(o.CreatedAt), Digest: o.Digest,
+		VersionIndex: o.VersionIndex, Kind: o.Kind, BaseObjectClass: o.BaseObjectClass,
+		LeafObjectClass: o.LeafObjectClass, Val: o.Val, WBUserID: o.WBUserID, SizeBytes: o.SizeBytes,
+	}
+	if o.IsLatest {
+		out.IsLatest = 1
+	}
+	if o.DeletedAt != nil {
+		d := formatTime(*o.DeletedAt)
+		out.DeletedAt = &d
+	}
+	if out.Val == nil {
+		out.Val = json.RawMessage("null")
+	}
+	return out
+}
+
+// projectOf reads a body's required project_id and resolves it for the
+// key. found is false, with no error, for a read of a project that does
+// not exist yet.
+func (s *Service) projectOf(ctx context.Context, v *validation, key *auth.Key, obj map[string]any, loc []any, access projectAccess) (raw string, p Project, found bool, e *apiError) {
+	raw, ok := v.reqString(obj, "project_id", loc)
+	if !ok || v.failed() {
+		return "", Project{}, false, v.err()
+	}
+	p, found, e = s.resolveProject(ctx, key, raw, at(loc, "project_id"), access)
+	return raw, p, found, e
+}
+
+// objCreate serves POST /obj/create {"obj": ObjSchemaForInsert}.
+func (s *Service) objCreate(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, _ pathParams) *apiError {
+	body, e := bodyObject(rc.PostBody(), true)
+	if e != nil {
+		return e
+	}
+	var v validation
+	raw, ok := body["obj"]
+	if !ok {
+		v.add(at(bodyLoc, "obj"), "missing", "Field required", body)
+		return v.err()
+	}
+	loc := at(bodyLoc, "obj")
+	obj, ok := v.object(raw, loc, "ObjSchemaForInsert")
+	if !ok {
+		return v.err()
+	}
+	objectID, ok := v.reqString(obj, "object_id", loc)
+	if ok && !validObjectID(objectID) {
+		v.add(at(loc, "object_id"), "value_error",
+			"Value error, an object id is 1 to 128 letters, digits, '_', '-' or '.'", objectID)
+	}
+	val, hasVal := obj["val"]
+	if !hasVal {
+		v.add(at(loc, "val"), "missing", "Field required", obj)
+	}
+	builtin := v.optString(obj, "builtin_object_class", loc)
+	if builtin == nil {
+		builtin = v.optString(obj, "set_base_object_class", loc)
+	}
+	if v.failed() {
+		return v.err()
+	}
+	leaf, base := weave.ObjectClasses(val)
+	if builtin != nil {
+		switch m, isDict := val.(map[string]any); {
+		case leaf != nil && *leaf != *builtin:
+			v.add(at(loc, "builtin_object_class"), "value_error", "Value error, object_class must match val's defined object class: "+*leaf+" != "+*builtin, *builtin)
+		case !isDict:
+			v.add(at(loc, "builtin_object_class"), "value_error", "Value error, object_class cannot be provided for non-dict objects", *builtin)
+		case leaf == nil:
+			// A builtin class marks the value as that class, as Weave's
+			// dump of the validated model does.
+			val = withClass(m, *builtin)
+			leaf, base = weave.ObjectClasses(val)
+		}
+		if v.failed() {
+			return v.err()
+		}
+	}
+	_, proj, _, e := s.projectOf(ctx, &v, key, obj, loc, forWrite)
+	if e != nil {
+		return e
+	}
+	digest, err := weave.ValueDigest(val)
+	if err != nil {
+		return internalError(err)
+	}
+	w := weave.ObjectWrite{
+		ProjectID: proj.ID, ObjectID: objectID, Digest: digest, Kind: weave.KindOf(val),
+		BaseObjectClass: base, LeafObjectClass: leaf, Val: weave.Compact(val), WBUserID: &key.Name, At: time.Now(),
+	}
+	if w.Kind == weave.KindOp {
+		w.OpCodeDigest = weave.OpCodeDigest(val)
+	}
+	o, err := s.weave.PutObject(ctx, w)
+	if err != nil {
+		return internalError(err)
+	}
+	writeJSON(rc, fasthttp.StatusOK, map[string]string{"digest": o.Digest, "object_id": o.ObjectID})
+	return nil
+}
+
+func withClass(m map[string]any, class string) map[string]any {
+	out := make(map[string]any, len(m)+2)
+	for k, x := range m {
+		out[k] = x
+	}
+	out["_class_name"] = class
+	out["_bases"] = []any{"BaseObject", "BaseModel"}
+	return out
+}
+
+// objRead serves POST /obj/read {project_id, object_id, digest, metadata_only}.
+// digest may be "latest" or "v<index>".
+func (s *Service) objRead(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, _ pathParams) *apiError {
+	body, e := bodyObject(rc.PostBody(), true)
+	if e != nil {
+		return e
+	}
+	var v validation
+	objectID, _ := v.reqString(body, "object_id", bodyLoc)
+	version, _ := v.reqString(body, "digest", bodyLoc)
+	metadataOnly := v.optBool(body, "metadata_only", bodyLoc, false)
+	raw, proj, found, e := s.projectOf(ctx, &v, key, body, bodyLoc, forRead)
+	if e != nil {
+		return e
+	}
+	notFoundErr := notFound("Obj " + objectID + ":" + version)
+	if !found {
+		return notFoundErr
+	}
+	o, err := s.weave.ReadObject(ctx, proj.ID, objectID, version)
+	switch {
+	case errors.Is(err, weave.ErrNotFound):
+		return notFoundErr
+	case errors.Is(err, weave.ErrDeleted):
+		return notFound(objectID + ":v" + strconv.Itoa(o.VersionIndex) + " was deleted, object")
+	case err != nil:
+		return internalError(err)
+	}
+	if metadataOnly {
+		o.Val = json.RawMessage("{}")
+	}
+	writeJSON(rc, fasthttp.StatusOK, map[string]objJSON{"obj": renderObject(raw, &o)})
+	return nil
+}
+
+// objsQuery serves POST /objs/query {project_id, filter, limit, offset,
+// sort_by, metadata_only}.
+func (s *Service) objsQuery(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, _ pathParams) *apiError {
+	body, e := bodyObject(rc.PostBody(), true)
+	if e != nil {
+		return e
+	}
+	var v validation
+	q := weave.ObjectQuery{Limit: -1}
+	if raw, ok := body["filter"]; ok && raw != nil {
+		floc := at(bodyLoc, "filter")
+		if f, ok := v.object(raw, floc, "ObjectVersionFilter"); ok {
+			v.strict(f, floc, "base_object_classes", "exclude_base_object_classes", "leaf_object_classes",
+				"object_ids", "is_op", "latest_only")
+			q.BaseObjectClasses = v.optStringList(f, "base_object_classes", floc)
+			q.ExcludeBaseObjectClasses = v.optStringList(f, "exclude_base_object_classes", floc)
+			q.LeafObjectClasses = v.optStringList(f, "leaf_object_classes", floc)
+			q.ObjectIDs = v.optStringList(f, "object_ids", floc)
+			if x, ok := f["is_op"]; ok && x != nil {
+				b := v.boolean(x, at(floc, "is_op"))
+				q.IsOp = &b
+			}
+			q.LatestOnly = v.optBool(f, "latest_only", floc, false)
+		}
+	}
+	if _, ok := body["limit"]; ok && body["limit"] != nil {
+		q.Limit = v.optNonNegInt(body, "limit", bodyLoc, -1)
+	}
+	q.Offset = v.optNonNegInt(body, "offset", bodyLoc, 0)
+	q.MetadataOnly = v.optBool(body, "metadata_only", bodyLoc, false)
+	for _, srt := range parseDocSort(&v, body["sort_by"], at(bodyLoc, "sort_by")) {
+		f := strings.Join(srt.Field, ".")
+		if !contains(weave.ObjectSortFields, f) {
+			v.add(at(bodyLoc, "sort_by"), "value_error", "Value error, objects sort by "+strings.Join(weave.ObjectSortFields, ", "), f)
+			continue
+		}
+		q.SortBy = append(q.SortBy, weave.ObjectSort{Field: f, Desc: srt.Desc})
+	}
+	raw, proj, found, e := s.projectOf(ctx, &v, key, body, bodyLoc, forRead)
+	if e != nil {
+		return e
+	}
+	out := []objJSON{}
+	if found {
+		objs, err := s.weave.QueryObjects(ctx, proj.ID, q)
+		if err != nil {
+			return internalError(err)
+		}
+		for i := range objs {
+			if q.MetadataOnly {
+				objs[i].Val = json.RawMessage("{}")
+			}
+			out = append(out, renderObject(raw, &objs[i]))
+		}
+	}
+	writeJSON(rc, fasthttp.StatusOK, map[string][]objJSON{"objs": out})
+	return nil
+}
+
+// objDelete serves POST /obj/delete {project_id, object_id, digests}.
+func (s *Service) objDelete(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, _ pathParams) *apiError {
+	body, e := bodyObject(rc.PostBody(), true)
+	if e != nil {
+		return e
+	}
+	var v validation
+	objectID, _ := v.reqString(body, "object_id", bodyLoc)
+	digests := v.optStringList(body, "digests", bodyLoc)
+	if len(digests) > maxDeleteDigests {
+		v.addCtx(at(bodyLoc, "digests"), "too_long", "List should have at most 100 items after validation", len(digests),
+			map[string]any{"max_length": maxDeleteDigests})
+	}
+	_, proj, found, e := s.projectOf(ctx, &v, key, body, bodyLoc, forRead)
+	if e != nil {
+		return e
+	}
+	if !found {
+		return notFound("Object " + objectID)
+	}
+	n, err := s.weave.DeleteObjects(ctx, proj.ID, objectID, digests, time.Now())
+	switch {
+	case errors.Is(err, weave.ErrNotFound):
+		return notFound("Object " + objectID)
+	case err != nil:
+		return internalError(err)
+	}
+	writeJSON(rc, fasthttp.StatusOK, map[string]int{"num_deleted": n})
+	return nil
+}
+
+// parseDocSort validates a sort_by list of {"field", "direction"} whose
+// fields are dotted paths into a document.
+func parseDocSort(v *validation, raw any, loc []any) []weave.DocSort {
+	if raw == nil {
+		return nil
+	}
+	list, ok := raw.([]any)
+	if !ok {
+		v.add(loc, "list_type", "Input should be a valid list", raw)
+		return nil
+	}
+	var out []weave.DocSort
+	for i, item := range list {
+		iloc := at(loc, i)
+		obj, ok := v.object(item, iloc, "SortBy")
+		if !ok {
+			continue
+		}
+		field, fok := v.reqString(obj, "field", iloc)
+		dir, dok := v.reqString(obj, "direction", iloc)
+		if dok && dir != "asc" && dir != "desc" {
+			v.addCtx(at(iloc, "direction"), "literal_error", "Input should be 'asc' or 'desc'", dir,
+				map[string]any{"expected": "'asc' or 'desc'"})
+			dok = false
+		}
+		path := strings.Split(field, ".")
+		if fok && contains(path, "") {
+			v.add(at(iloc, "field"), "value_error", "Value error, malformed field path "+strconv.Quote(field), field)
+			fok = false
+		}
+		if fok && dok {
+			out = append(out, weave.DocSort{Field: path, Desc: dir == "desc"})
+		}
+	}
+	return out
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
+
+func itoa(i int) string { return strconv.Itoa(i) }
