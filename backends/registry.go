@@ -18,6 +18,8 @@ type Route struct {
 	Upstream string
 	// PriorityScheduling says the backends honour a request's priority.
 	PriorityScheduling bool
+	// ToolCalling says the backends call tools, so tool_choice may ask for it.
+	ToolCalling bool
 	// NameJSON and UpstreamJSON are Name and Upstream as quoted JSON
 	// strings, built once so that rewriting a body is a splice.
 	NameJSON     []byte
@@ -72,6 +74,7 @@ func NewRegistry(cfg *config.Config) (*Registry, error) {
 	}
 	for i, mc := range cfg.Models {
 		rt := &Route{Name: mc.Name, Upstream: mc.Name, PriorityScheduling: mc.PriorityScheduling,
+			ToolCalling:        mc.ToolCalling,
 			FallbackKeepsModel: mc.FallbackKeepsModel, Affinity: mc.Affinity == "prefix", queue: mc.Queue, slots: r.slots}
 		if mc.UpstreamModel != "" {
 			rt.Upstream = mc.UpstreamModel

@@ -98,6 +98,14 @@ type Server struct {
 	// ShutdownTimeout is how long in-flight requests and streams may run
 	// after SIGINT/SIGTERM. Zero means 30s.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// MaxStopStrings caps the strings in a request's "stop"; more get a
+	// 400. OpenAI accepts 4 and vLLM sets no cap. Zero means 64, more than
+	// any client sends.
+	MaxStopStrings int `yaml:"max_stop_strings"`
+	// MaxLogitBias caps the entries of a request's "logit_bias"; more get
+	// a 400. Zero means 300000, above the largest vocabularies of current
+	// models (about 262,000 tokens), so biasing every token still passes.
+	MaxLogitBias int `yaml:"max_logit_bias"`
 	// MaxResponseBytes caps a non-streamed upstream reply body: past it
 	// the gateway stops reading, closes the upstream connection and
 	// answers 502. Zero means 16 MiB, far above any chat completion.
@@ -202,6 +210,12 @@ type Model struct {
 	// PriorityScheduling says the backends schedule by the request's
 	// "priority"; without it a non-zero priority is refused with 400.
 	PriorityScheduling bool `yaml:"priority_scheduling"`
+	// ToolCalling says the backends call tools (vLLM started with
+	// --enable-auto-tool-choice and a --tool-call-parser), so requests may
+	// send tool_choice "auto", "required" or a named function. Zero means
+	// false: only tool_choice "none" (or none at all) is accepted, and any
+	// other gets a 400 that says to set tool_calling.
+	ToolCalling bool `yaml:"tool_calling"`
 	// Pricing per million tokens, used by /trace/usage with include_costs.
 	// Zero means the model's costs are 0.
 	Pricing Pricing `yaml:"pricing"`
@@ -340,8 +354,4 @@ type Traces struct {
 	// StorePayloads stores prompts and outputs in the calls' inputs and
 	// output. Zero means they are not stored.
 	StorePayloads bool `yaml:"store_payloads"`
-	// MaxFileBytes bounds a file the Weave SDKs store through /file/create
-	// (an op's code, an image); a larger one is refused with 413. Zero
-	// means 32 MiB. server.max_body_bytes bounds the whole request too.
-	MaxFileBytes int64 `yaml:"max_file_bytes"`
 }

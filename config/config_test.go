@@ -37,6 +37,7 @@ models:
     priority_scheduling: false
   - name: demo
     backends: [demo]
+    tool_calling: true
 store: {driver: sqlite, path: tollgate.db}
 usage: {flush_interval: 1s}
 limits:
@@ -131,6 +132,8 @@ func TestLoadFullConfig(t *testing.T) {
 			MaxConnections:  20000,
 			MaxStreams:      10000,
 			ShutdownTimeout: 30 * time.Second,
+			MaxStopStrings:  64,
+			MaxLogitBias:    300000,
 		},
 		Backends: []Backend{
 			{
@@ -152,7 +155,7 @@ func TestLoadFullConfig(t *testing.T) {
 		},
 		Models: []Model{
 			{Name: "llama-3.1-8b", UpstreamModel: "meta-llama/Llama-3.1-8B-Instruct", Backends: []string{"vllm-a"}, Queue: wantQueue},
-			{Name: "demo", Backends: []string{"demo"}, Queue: wantQueue},
+			{Name: "demo", Backends: []string{"demo"}, ToolCalling: true, Queue: wantQueue},
 		},
 		Retries:       wantRetries,
 		Reload:        Reload{Interval: 2 * time.Second},
@@ -700,6 +703,8 @@ func TestProvisionDefaults(t *testing.T) {
 			MaxConnections:  20000,
 			MaxStreams:      10000,
 			ShutdownTimeout: 30 * time.Second,
+			MaxStopStrings:  64,
+			MaxLogitBias:    300000,
 		},
 		Backends: []Backend{
 			{Name: "u", URL: "http://u", Weight: 1, MaxConns: 1024, Timeouts: timeouts, Health: wantHealth},
@@ -727,6 +732,7 @@ func TestProvisionKeepsSetValues(t *testing.T) {
 		Log:      Log{Level: "debug", Format: "console"},
 		Auth:     Auth{Keys: []Key{{DefaultTeam: "acme"}, {Teams: []string{"x"}}}},
 		Backends: []Backend{{Weight: 3, MaxConns: 7, Timeouts: BackendTimeouts{Connect: time.Second}, Simulated: &Simulated{Tokens: 2}}},
+		Server:   Server{MaxStopStrings: 4, MaxLogitBias: 10},
 		Store:    Store{Driver: "postgres"},
 		Usage:    Usage{BatchSize: 9, DefaultProject: "p"},
 		Limits:   []Limit{{BudgetWindow: "day"}},
@@ -749,6 +755,8 @@ func TestProvisionKeepsSetValues(t *testing.T) {
 		{"batch size", cfg.Usage.BatchSize, 9},
 		{"project", cfg.Usage.DefaultProject, "p"},
 		{"window", cfg.Limits[0].BudgetWindow, "day"},
+		{"max stop strings", cfg.Server.MaxStopStrings, 4},
+		{"max logit bias", cfg.Server.MaxLogitBias, 10},
 	}
 	for _, c := range checks {
 		t.Run(c.name, func(t *testing.T) {
@@ -934,6 +942,8 @@ func TestValidate(t *testing.T) {
 		{"idle timeout", func(c *Config) { c.Server.IdleTimeout = 0 }, "server.idle_timeout", "must be positive"},
 		{"max connections", func(c *Config) { c.Server.MaxConnections = 0 }, "server.max_connections", "must be positive"},
 		{"shutdown timeout", func(c *Config) { c.Server.ShutdownTimeout = -time.Second }, "server.shutdown_timeout", "must be positive, got -1s"},
+		{"max stop strings", func(c *Config) { c.Server.MaxStopStrings = -1 }, "server.max_stop_strings", "must be positive, got -1"},
+		{"max logit bias", func(c *Config) { c.Server.MaxLogitBias = 0 }, "server.max_logit_bias", "must be positive, got 0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -22,6 +22,8 @@ const (
 	defaultServerIdleTimeout = 120 * time.Second
 	defaultMaxConnections    = 20000
 	defaultShutdownTimeout   = 30 * time.Second
+	defaultMaxStopStrings    = 64
+	defaultMaxLogitBias      = 300000
 	defaultMaxResponseBytes  = 16 << 20
 	defaultMaxEventBytes     = 1 << 20
 
@@ -108,6 +110,8 @@ func (c *Config) Provision() {
 	setDefault(&s.MaxConnections, defaultMaxConnections)
 	setDefault(&s.MaxStreams, defaultMaxStreams)
 	setDefault(&s.ShutdownTimeout, defaultShutdownTimeout)
+	setDefault(&s.MaxStopStrings, defaultMaxStopStrings)
+	setDefault(&s.MaxLogitBias, defaultMaxLogitBias)
 	setDefault(&s.MaxResponseBytes, defaultMaxResponseBytes)
 	setDefault(&s.MaxEventBytes, defaultMaxEventBytes)
 

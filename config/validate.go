@@ -216,6 +216,8 @@ func (v *validator) server(s *Server) {
 	v.positive("server.max_connections", int64(s.MaxConnections))
 	v.positiveDuration("server.shutdown_timeout", s.ShutdownTimeout)
 	v.positive("server.max_streams", int64(s.MaxStreams))
+	v.positive("server.max_stop_strings", int64(s.MaxStopStrings))
+	v.positive("server.max_logit_bias", int64(s.MaxLogitBias))
 	v.positive("server.max_response_bytes", int64(s.MaxResponseBytes))
 	v.positive("server.max_event_bytes", int64(s.MaxEventBytes))
 }

@@ -129,7 +129,8 @@ func (s *Server) serveChat(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	body := ctx.PostBody()
-	if verr := ValidateChatDepth(body, &c.req, st.cfg.Server.MaxJSONDepth); verr != nil {
+	srv := &st.cfg.Server
+	if verr := ValidateChatLimits(body, &c.req, BodyLimits{MaxDepth: srv.MaxJSONDepth, MaxStopStrings: srv.MaxStopStrings, MaxLogitBias: srv.MaxLogitBias}); verr != nil {
 		s.reject(ctx, c, &apiError{Status: fasthttp.StatusBadRequest, Type: "invalid_request_error", Param: verr.Param, Message: verr.Message})
 		return
 	}
@@ -149,6 +150,10 @@ func (s *Server) serveChat(ctx *fasthttp.RequestCtx) {
 	if c.req.Priority != 0 && !c.route.PriorityScheduling {
 		s.finish(ctx, c, &apiError{Status: fasthttp.StatusBadRequest, Type: "invalid_request_error", Param: "priority",
 			Message: "priority must be 0: model " + c.route.Name + " is not served with priority scheduling."})
+		return
+	}
+	if e := toolChoiceRefusal(&c.req, c.route); e != nil {
+		s.finish(ctx, c, e)
 		return
 	}
 

@@ -40,11 +40,63 @@ type ChatRequest struct {
 	// prompt's tokens; counting escapes as written over-estimates slightly, which errs on
 	// the safe side for budget reservations and costs no extra pass over the text.
 	PromptBytes int
+	// ToolChoice is what tool_choice asks for; ToolChoiceName is the function a named
+	// choice names (a capped slice of the body, or unescaped storage when it has escapes).
+	// The model-dependent rule (tool calling is configured per model) is the handler's.
+	ToolChoice     ToolChoice
+	ToolChoiceName []byte
 
 	// modelBuf backs Model when the model id carries escapes and cannot be a slice of the
 	// body. Model ids are short, so 64 bytes avoids an allocation in practice.
 	modelBuf [64]byte
 }
+
+// ToolChoice is the kind of tool_choice a request sends.
+type ToolChoice uint8
+
+const (
+	// ToolChoiceAbsent is no tool_choice, or null: the backend's default applies.
+	ToolChoiceAbsent   ToolChoice = iota
+	ToolChoiceNone                // "none": tools may be described but are never called
+	ToolChoiceAuto                // "auto": the model decides whether to call a tool
+	ToolChoiceRequired            // "required": the model must call at least one tool
+	ToolChoiceNamed               // {"type":"function","function":{"name":...}}: that function
+)
+
+// String returns the choice as a client writes it, for messages.
+func (t ToolChoice) String() string {
+	switch t {
+	case ToolChoiceNone:
+		return `"none"`
+	case ToolChoiceAuto:
+		return `"auto"`
+	case ToolChoiceRequired:
+		return `"required"`
+	case ToolChoiceNamed:
+		return "a named function"
+	}
+	return "absent"
+}
+
+// BodyLimits bounds what a request body may hold beyond its size, from the server
+// configuration. A zero field takes the default stated beside it, so a zero BodyLimits
+// is the gateway's defaults.
+type BodyLimits struct {
+	MaxDepth       int // nesting levels; zero (or more than maxDepth) means maxDepth
+	MaxStopStrings int // strings in stop; zero means defaultMaxStopStrings
+	MaxLogitBias   int // entries in logit_bias; zero means defaultMaxLogitBias
+}
+
+// The defaults of BodyLimits, the same as the configuration's (server.max_stop_strings
+// and server.max_logit_bias). OpenAI accepts 4 stop strings and vLLM sets no cap; 64 is
+// more than any client sends. A logit_bias entry is a vocabulary token, and the largest
+// vocabularies of current open models have about 262,000 tokens, so 300,000 entries still
+// lets a client bias every token, while a body holding millions (possible only with a
+// raised max_body_bytes) never costs a backend the time to decode it.
+const (
+	defaultMaxStopStrings = 64
+	defaultMaxLogitBias   = 300000
+)
 
 // ValidationError says which request field is wrong and what was expected.
 type ValidationError struct {
@@ -61,8 +113,8 @@ func (e *ValidationError) Error() string { return e.Message }
 // body once with a small cursor, never unmarshalling it into Go structs; a valid body
 // costs no allocation.
 //
-// The model-dependent priority rule is not checked here: Priority is reported and the
-// handler, which knows the model, decides.
+// The model-dependent rules are not checked here: Priority and ToolChoice are reported
+// and the handler, which knows the model, decides.
 func ValidateChat(body []byte, req *ChatRequest) *ValidationError {
 	return ValidateChatDepth(body, req, maxDepth)
 }
@@ -70,34 +122,19 @@ func ValidateChat(body []byte, req *ChatRequest) *ValidationError {
 // ValidateChatDepth is ValidateChat with nesting bounded at depth levels
 // (the server's max_json_depth); depth is capped at maxDepth.
 func ValidateChatDepth(body []byte, req *ChatRequest, depth int) *ValidationError {
+	return ValidateChatLimits(body, req, BodyLimits{MaxDepth: depth})
+}
+
+// ValidateChatLimits is ValidateChat within the server's limits.
+func ValidateChatLimits(body []byte, req *ChatRequest, lim BodyLimits) *ValidationError {
+	depth := lim.MaxDepth
 	*req = ChatRequest{N: 1}
-	s := b2s(body)
-	first := skipSpace(s, 0)
-	if first == len(s) {
-		return &ValidationError{Message: `The request body is empty; send a JSON object with a "messages" array.`}
-	}
-	if depth <= 0 || depth > maxDepth {
-		depth = maxDepth
-	}
-	if tooDeep(s, depth) {
-		return &ValidationError{Message: fmt.Sprintf(
-			"The request body nests arrays and objects more than %d levels deep.", depth)}
-	}
-	if !validJSON(s) {
-		// JSON text is UTF-8 (RFC 8259); a backend decoding the body would
-		// refuse it, and invalid bytes must not reach logs or the store.
-		// validJSON refuses both; the message says which it was.
-		if !utf8.Valid(body) {
-			return &ValidationError{Message: "The request body is not valid UTF-8."}
-		}
-		return &ValidationError{Message: "The request body is not valid JSON."}
-	}
-	if s[first] != '{' {
-		top := value{raw: s[first:valueEnd(s, first)], off: first}
-		return &ValidationError{Message: fmt.Sprintf("The request body must be a JSON object, got %s.", describe(top))}
+	s, first, verr := checkDocument(body, depth, `The request body is empty; send a JSON object with a "messages" array.`)
+	if verr != nil {
+		return verr
 	}
 
-	v := validator{body: body, s: s, req: req, addGenerationPrompt: true}
+	v := validator{body: body, s: s, req: req, limits: lim, addGenerationPrompt: true}
 	it := iter{s: s, i: first + 1, obj: true}
 	for {
 		key, start, ok := it.member()
@@ -125,6 +162,39 @@ func ValidateChatDepth(body []byte, req *ChatRequest, depth int) *ValidationErro
 		}
 	}
 	return v.crossChecks()
+}
+
+// checkDocument checks what every endpoint's body must be: not empty (else
+// the error says empty), nested at most depth levels (capped at maxDepth),
+// valid JSON in UTF-8, and an object. It returns the body as a string and
+// the offset of its opening brace.
+func checkDocument(body []byte, depth int, empty string) (string, int, *ValidationError) {
+	s := b2s(body)
+	first := skipSpace(s, 0)
+	if first == len(s) {
+		return "", 0, &ValidationError{Message: empty}
+	}
+	if depth <= 0 || depth > maxDepth {
+		depth = maxDepth
+	}
+	if tooDeep(s, depth) {
+		return "", 0, &ValidationError{Message: fmt.Sprintf(
+			"The request body nests arrays and objects more than %d levels deep.", depth)}
+	}
+	if !validJSON(s) {
+		// JSON text is UTF-8 (RFC 8259); a backend decoding the body would
+		// refuse it, and invalid bytes must not reach logs or the store.
+		// validJSON refuses both; the message says which it was.
+		if !utf8.Valid(body) {
+			return "", 0, &ValidationError{Message: "The request body is not valid UTF-8."}
+		}
+		return "", 0, &ValidationError{Message: "The request body is not valid JSON."}
+	}
+	if s[first] != '{' {
+		top := value{raw: s[first:valueEnd(s, first)], off: first}
+		return "", 0, &ValidationError{Message: fmt.Sprintf("The request body must be a JSON object, got %s.", describe(top))}
+	}
+	return s, first, nil
 }
 
 // maxDepth bounds how deeply arrays and objects may nest. validJSON recurses once per
@@ -165,14 +235,38 @@ type validator struct {
 	req  *ChatRequest
 	seen uint64 // bitset of top-level field ids already seen
 
+	limits BodyLimits
+
 	logprobs            bool
 	topLogprobs         int64
 	promptLogprobs      int64
 	maxTokens           int64
 	maxCompletionTokens int64
+	minTokens           int64
+	temperature         float64
+	temperatureSet      bool // temperature was sent as a number
+	useBeamSearch       bool
 	continueFinal       bool
-	addGenerationPrompt bool // true unless the body says otherwise, as in vLLM
-	addGenerationSet    bool // add_generation_prompt was sent, to word the error precisely
+	addGenerationPrompt bool  // true unless the body says otherwise, as in vLLM
+	addGenerationSet    bool  // add_generation_prompt was sent, to word the error precisely
+	toolsArray          value // the tools array, when one was sent
+	toolCount           int
+	toolChoiceName      value // the name a named tool_choice gives
+}
+
+// maxStopStrings and maxLogitBias are the limits in force, defaults for zero fields.
+func (v *validator) maxStopStrings() int {
+	if v.limits.MaxStopStrings > 0 {
+		return v.limits.MaxStopStrings
+	}
+	return defaultMaxStopStrings
+}
+
+func (v *validator) maxLogitBias() int {
+	if v.limits.MaxLogitBias > 0 {
+		return v.limits.MaxLogitBias
+	}
+	return defaultMaxLogitBias
 }
 
 // crossChecks applies the rules that relate fields to each other; they run after the walk
@@ -201,10 +295,22 @@ func (v *validator) crossChecks() *ValidationError {
 		return &ValidationError{Param: "prompt_logprobs", Message: `prompt_logprobs is not available when stream is true; remove prompt_logprobs or send "stream": false.`}
 	}
 	req.MaxTokens = v.maxTokens
+	maxName := "max_tokens"
 	if v.maxCompletionTokens > 0 {
-		req.MaxTokens = v.maxCompletionTokens
+		req.MaxTokens, maxName = v.maxCompletionTokens, "max_completion_tokens"
 	}
-	return nil
+	// vLLM's sampling parameters: temperature below 1e-5 is greedy decoding, which has
+	// one answer to give (beam search reads n as its width instead).
+	if v.temperatureSet && v.temperature < 1e-5 && req.N > 1 && !v.useBeamSearch {
+		return &ValidationError{Param: "n", Message: fmt.Sprintf(
+			"n is %d, but temperature %s means greedy sampling, which gives a single answer; send n 1, or a temperature above 0 for several answers.",
+			req.N, strconv.FormatFloat(v.temperature, 'g', -1, 64))}
+	}
+	if req.MaxTokens > 0 && v.minTokens > req.MaxTokens {
+		return &ValidationError{Param: "min_tokens", Message: fmt.Sprintf(
+			"min_tokens is %d, more than %s (%d); send a min_tokens of at most %d.", v.minTokens, maxName, req.MaxTokens, req.MaxTokens)}
+	}
+	return v.toolChoiceChecks()
 }
 
 // Top-level field ids. They index chatFields and the duplicate-key bitset, so there must
@@ -446,7 +552,7 @@ var chatFields = [numChatFields]field{
 	fMessages:                   newField("messages", kindSpecial, notNull),
 	fModel:                      newField("model", kindString, orNull),
 	fFrequencyPenalty:           numField("frequency_penalty", orNull, -2, 2, false, "a number between -2 and 2 or null"),
-	fLogitBias:                  newField("logit_bias", kindObject, orNull),
+	fLogitBias:                  newField("logit_bias", kindSpecial, orNull),
 	fLogprobs:                   newField("logprobs", kindBool, orNull),
 	fTopLogprobs:                intField("top_logprobs", orNull, 0, "an integer of at least 0, or null"),
 	fMaxTokens:                  intField("max_tokens", orNull, 1, "an integer of at least 1, or null"),
@@ -461,7 +567,7 @@ var chatFields = [numChatFields]field{
 	fTemperature:                numField("temperature", orNull, 0, 2, false, "a number between 0 and 2 or null"),
 	fTopP:                       numField("top_p", orNull, 0, 1, true, "a number greater than 0 and at most 1, or null"),
 	fTools:                      newField("tools", kindSpecial, orNull),
-	fToolChoice:                 newField("tool_choice", kindSpecial, notNull),
+	fToolChoice:                 newField("tool_choice", kindSpecial, orNull),
 	fReasoningEffort:            newField("reasoning_effort", kindSpecial, orNull),
 	fIncludeReasoning:           newField("include_reasoning", kindBool, notNull),
 	fParallelToolCalls:          newField("parallel_tool_calls", kindBool, orNull),
@@ -479,13 +585,13 @@ var chatFields = [numChatFields]field{
 	fSpacesBetweenSpecialTokens: newField("spaces_between_special_tokens", kindBool, notNull),
 	fTruncatePromptTokens:       intField("truncate_prompt_tokens", orNull, -1, "an integer of at least -1, or null"),
 	fPromptLogprobs:             intField("prompt_logprobs", orNull, 0, "an integer of at least 0, or null"),
-	fAllowedTokenIDs:            newField("allowed_token_ids", kindIntArray, orNull),
+	fAllowedTokenIDs:            newField("allowed_token_ids", kindSpecial, orNull),
 	fBadWords:                   newField("bad_words", kindStringArray, notNull),
 	fEcho:                       newField("echo", kindBool, notNull),
 	fAddGenerationPrompt:        newField("add_generation_prompt", kindBool, notNull),
 	fContinueFinalMessage:       newField("continue_final_message", kindBool, notNull),
 	fAddSpecialTokens:           newField("add_special_tokens", kindBool, notNull),
-	fDocuments:                  newField("documents", kindObjectArray, orNull),
+	fDocuments:                  newField("documents", kindSpecial, orNull),
 	fChatTemplate:               newField("chat_template", kindString, orNull),
 	fChatTemplateKwargs:         newField("chat_template_kwargs", kindObject, orNull),
 	fMMProcessorKwargs:          newField("mm_processor_kwargs", kindObject, orNull),
@@ -570,10 +676,22 @@ func (v *validator) field(id int, it *iter, start int) *ValidationError {
 	case fTools:
 		return v.tools(val)
 	case fToolChoice:
-		if unquoteIfString(val) != "none" {
-			return &ValidationError{Param: "tool_choice", Message: fmt.Sprintf(
-				`tool_choice must be "none", the only value this service accepts, got %s.`, describe(val))}
+		return v.toolChoice(val)
+	case fLogitBias:
+		return v.logitBias(val)
+	case fAllowedTokenIDs:
+		if val.isNull() {
+			return nil
 		}
+		if !val.isArray() {
+			return typeError("allowed_token_ids", "an array of integers or null", val)
+		}
+		if emptyArray(val) {
+			return &ValidationError{Param: "allowed_token_ids", Message: "allowed_token_ids must not be empty; send null, or leave it out, to allow every token."}
+		}
+		return v.elements("allowed_token_ids", kindInt, val)
+	case fDocuments:
+		return v.documents(val)
 	case fReasoningEffort:
 		if val.isNull() {
 			return nil
@@ -595,12 +713,48 @@ func (v *validator) field(id int, it *iter, start int) *ValidationError {
 	case fEngineXargs:
 		return v.engineXargs(val)
 	case fRepetitionDetection:
-		if obj, err := nullableObject("repetition_detection", val); !obj {
-			return err
-		}
-		return v.checkKnown(val, repetitionDetectionFields)
+		return v.repetitionDetection(val)
 	}
 	return nil
+}
+
+// repetitionDetection checks vLLM's repetition detection: sizes and a count of at least
+// 0, and, when detection is on (max_pattern_size > 0), a pattern size range that is not
+// empty and a count of at least 2, since one occurrence is no repetition.
+func (v *validator) repetitionDetection(val value) *ValidationError {
+	if obj, err := nullableObject("repetition_detection", val); !obj {
+		return err
+	}
+	var n [3]int64 // max_pattern_size, min_pattern_size, min_count, as in the table
+	it := v.iter(val)
+	for {
+		i, x, ok, err := v.nextKnown(&it, repetitionDetectionFields)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			break
+		}
+		n[i], _, _ = laxInt(x.raw)
+	}
+	maxSize, minSize, minCount := n[0], n[1], n[2]
+	if maxSize <= 0 {
+		return nil
+	}
+	if minSize > maxSize {
+		return &ValidationError{Param: "repetition_detection.min_pattern_size", Message: fmt.Sprintf(
+			"repetition_detection.min_pattern_size is %d, more than max_pattern_size (%d); send a min_pattern_size of at most %d.", minSize, maxSize, maxSize)}
+	}
+	if minCount < 2 {
+		return &ValidationError{Param: "repetition_detection.min_count", Message: fmt.Sprintf(
+			"repetition_detection.min_count must be at least 2 when max_pattern_size is above 0, got %d.", minCount)}
+	}
+	return nil
+}
+
+// emptyArray reports whether array val has no elements.
+func emptyArray(val value) bool {
+	return val.raw[skipSpace(val.raw, 1)] == ']'
 }
 
 // nullableObject reports whether val is an object to look into. Null is accepted (with
@@ -635,6 +789,16 @@ func (v *validator) record(id int, val value, n int64) {
 		v.maxTokens = n
 	case fMaxCompletionTokens:
 		v.maxCompletionTokens = n
+	case fMinTokens:
+		v.minTokens = n
+	case fTemperature:
+		if val.isNumber() {
+			// check accepted it, so it parses.
+			v.temperature, _ = strconv.ParseFloat(val.raw, 64)
+			v.temperatureSet = true
+		}
+	case fUseBeamSearch:
+		v.useBeamSearch = val.isTrue()
 	case fN:
 		if !val.isNull() {
 			req.N = n
@@ -693,8 +857,8 @@ func (v *validator) message(i int, parent *iter, start int) *ValidationError {
 		return &ValidationError{Param: fmt.Sprintf("messages[%d]", i), Message: fmt.Sprintf(
 			"messages[%d] must be a message object with a role and content, got %s.", i, describe(parent.finish(start)))}
 	}
-	var role, content, name value
-	var toolCalls, functionCall bool
+	var role, content, name, toolCalls, toolCallID value
+	var functionCall bool
 	var contentBytes int
 	it := parent.enter(start)
 	for {
@@ -719,7 +883,9 @@ func (v *validator) message(i int, parent *iter, start int) *ValidationError {
 		case "name":
 			name = x
 		case "tool_calls":
-			toolCalls = !x.isNull()
+			toolCalls = x
+		case "tool_call_id":
+			toolCallID = x
 		case "function_call":
 			functionCall = !x.isNull()
 		}
@@ -736,7 +902,7 @@ func (v *validator) message(i int, parent *iter, start int) *ValidationError {
 	switch {
 	case content.isString(), content.isArray():
 		v.req.PromptBytes += contentBytes
-	case (!content.exists() || content.isNull()) && (toolCalls || functionCall) && unquote(role.raw) == "assistant":
+	case (!content.exists() || content.isNull()) && (toolCalls.exists() && !toolCalls.isNull() || functionCall) && unquote(role.raw) == "assistant":
 		// An assistant message that calls tools may leave its content out.
 	case !content.exists():
 		return &ValidationError{Param: fmt.Sprintf("messages[%d].content", i), Message: fmt.Sprintf(
@@ -751,6 +917,22 @@ func (v *validator) message(i int, parent *iter, start int) *ValidationError {
 	if name.exists() && !name.isString() {
 		return &ValidationError{Param: fmt.Sprintf("messages[%d].name", i), Message: fmt.Sprintf(
 			"messages[%d].name must be a string, got %s.", i, describe(name))}
+	}
+	if toolCalls.exists() {
+		if err := v.toolCalls(i, toolCalls); err != nil {
+			return err
+		}
+	}
+	switch {
+	case toolCallID.isString():
+	case unquote(role.raw) == "tool":
+		if !toolCallID.exists() {
+			return &ValidationError{Param: fmt.Sprintf("messages[%d].tool_call_id", i), Message: fmt.Sprintf(
+				"messages[%d].tool_call_id is required on a tool message: the id of the tool call it answers.", i)}
+		}
+		return typeError(fmt.Sprintf("messages[%d].tool_call_id", i), "a string", toolCallID)
+	case toolCallID.exists() && !toolCallID.isNull():
+		return typeError(fmt.Sprintf("messages[%d].tool_call_id", i), "a string or null", toolCallID)
 	}
 	return nil
 }
@@ -809,15 +991,113 @@ func (v *validator) contentParts(i int, parent *iter, start int) (int, *Validati
 	return textBytes, nil
 }
 
-// stop is a string, an array of strings, or null.
+// stop is a string, an array of at most maxStopStrings strings, or null. No stop string
+// may be empty: vLLM refuses one, as it would stop before the first token.
 func (v *validator) stop(val value) *ValidationError {
-	if val.isNull() || val.isString() {
+	if val.isNull() {
+		return nil
+	}
+	if val.isString() {
+		if len(val.raw) == 2 {
+			return &ValidationError{Param: "stop", Message: `stop must not be an empty string; send null, or leave it out, for no stop string.`}
+		}
 		return nil
 	}
 	if !val.isArray() {
 		return typeError("stop", "a string, an array of strings or null", val)
 	}
-	return v.elements("stop", kindString, val)
+	limit := v.maxStopStrings()
+	it := v.iter(val)
+	for i := 0; ; i++ {
+		_, e, ok := it.next()
+		if !ok {
+			return nil
+		}
+		if i == limit {
+			return &ValidationError{Param: "stop", Message: fmt.Sprintf(
+				"stop has more than %d strings, the most the gateway accepts.", limit)}
+		}
+		if !e.isString() {
+			return typeError(fmt.Sprintf("stop[%d]", i), "a string", e)
+		}
+		if len(e.raw) == 2 {
+			return &ValidationError{Param: fmt.Sprintf("stop[%d]", i), Message: fmt.Sprintf(
+				"stop[%d] is an empty string; every stop string must have at least one character.", i)}
+		}
+	}
+}
+
+// logitBias maps token ids, written as decimal integer strings, to the bias added to
+// their logits (vLLM clamps it to [-100, 100]); it holds at most maxLogitBias entries.
+func (v *validator) logitBias(val value) *ValidationError {
+	if obj, err := nullableObject("logit_bias", val); !obj {
+		return err
+	}
+	limit := v.maxLogitBias()
+	it := v.iter(val)
+	for i := 0; ; i++ {
+		k, x, ok := it.next()
+		if !ok {
+			return nil
+		}
+		if i == limit {
+			return &ValidationError{Param: "logit_bias", Message: fmt.Sprintf(
+				"logit_bias has more than %d entries, the most the gateway accepts.", limit)}
+		}
+		if !tokenID(k) {
+			return &ValidationError{Param: "logit_bias", Message: fmt.Sprintf(
+				`logit_bias keys must be token ids written as integer strings, such as "50256", got %s.`,
+				describe(value{raw: strconv.Quote(k)}))}
+		}
+		if !x.isNumber() {
+			return typeError("logit_bias."+k, "a number", x)
+		}
+	}
+}
+
+// tokenID reports whether k is a token id as logit_bias keys write it: 1 to 19 decimal
+// digits, which fits an int64. Token ids are never negative.
+func tokenID(k string) bool {
+	if len(k) == 0 || len(k) > 19 {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < '0' || k[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// documents is null or an array of objects whose values are all strings (vLLM reads
+// them as dict[str, str]), such as {"title": "...", "text": "..."}.
+func (v *validator) documents(val value) *ValidationError {
+	if val.isNull() {
+		return nil
+	}
+	if !val.isArray() {
+		return typeError("documents", "an array of objects or null", val)
+	}
+	it := v.iter(val)
+	for i := 0; ; i++ {
+		_, d, ok := it.next()
+		if !ok {
+			return nil
+		}
+		if !d.isObject() {
+			return typeError(fmt.Sprintf("documents[%d]", i), "an object", d)
+		}
+		dit := v.iter(d)
+		for {
+			k, x, ok := dit.next()
+			if !ok {
+				break
+			}
+			if !x.isString() {
+				return typeError(fmt.Sprintf("documents[%d].%s", i, k), "a string", x)
+			}
+		}
+	}
 }
 
 func (v *validator) streamOptions(val value) *ValidationError {
@@ -861,13 +1141,43 @@ func (v *validator) responseFormat(val value) *ValidationError {
 			schema = x
 		}
 	}
-	if schema.exists() {
-		return v.checkKnown(schema, jsonSchemaFields)
+	if !typ.exists() {
+		return &ValidationError{Param: "response_format.type", Message: `response_format.type is required: "text", "json_object", "json_schema" or "structural_tag".`}
 	}
-	if typ.exists() && unquote(typ.raw) == "json_schema" {
+	t := unquote(typ.raw)
+	switch t {
+	case "text", "json_object", "json_schema", "structural_tag":
+	default:
+		return &ValidationError{Param: "response_format.type", Message: fmt.Sprintf(
+			`response_format.type must be "text", "json_object", "json_schema" or "structural_tag", got %s.`, describe(typ))}
+	}
+	if schema.exists() {
+		if err := v.checkKnown(schema, jsonSchemaFields); err != nil {
+			return err
+		}
+		if !v.hasKey(schema, "name") {
+			return &ValidationError{Param: "response_format.json_schema.name", Message: `response_format.json_schema.name is required: a name for the schema, such as "answer".`}
+		}
+		return nil
+	}
+	if t == "json_schema" {
 		return &ValidationError{Param: "response_format.json_schema", Message: `response_format.json_schema is required when response_format.type is "json_schema": an object with the schema and its name.`}
 	}
 	return nil
+}
+
+// hasKey reports whether object val has a member named key.
+func (v *validator) hasKey(val value, key string) bool {
+	it := v.iter(val)
+	for {
+		k, _, ok := it.next()
+		if !ok {
+			return false
+		}
+		if k == key {
+			return true
+		}
+	}
 }
 
 func (v *validator) tools(val value) *ValidationError {
@@ -877,10 +1187,12 @@ func (v *validator) tools(val value) *ValidationError {
 	if !val.isArray() {
 		return typeError("tools", "an array of tool objects or null", val)
 	}
+	v.toolsArray = val
 	it := v.iter(val)
 	for i := 0; ; i++ {
 		_, t, ok := it.next()
 		if !ok {
+			v.toolCount = i
 			return nil
 		}
 		if !t.isObject() {
@@ -1026,15 +1338,17 @@ func (v *validator) elements(param string, k kind, val value) *ValidationError {
 		case kindObject:
 			good, want = e.isObject(), "an object"
 		default:
-			good, want = isInt(e.raw), "an integer"
+			want = "an integer"
+			if e.isNumber() {
+				_, integral, overflow := laxInt(e.raw)
+				if overflow {
+					return overflowError(fmt.Sprintf("%s[%d]", param, i), e)
+				}
+				good = integral
+			}
 		}
 		if !good {
 			return typeError(fmt.Sprintf("%s[%d]", param, i), want, e)
-		}
-		if k == kindInt {
-			if _, err := strconv.ParseInt(e.raw, 10, 64); err != nil {
-				return overflowError(fmt.Sprintf("%s[%d]", param, i), e)
-			}
 		}
 	}
 }
@@ -1059,14 +1373,14 @@ func (v *validator) check(param string, f *field, val value) (int64, *Validation
 	case kindStringOrObject:
 		good = val.isString() || val.isObject()
 	case kindInt:
-		if !isInt(val.raw) {
+		if !val.isNumber() {
 			break
 		}
-		n, err := strconv.ParseInt(val.raw, 10, 64)
-		if err != nil {
+		n, integral, overflow := laxInt(val.raw)
+		if overflow {
 			return 0, overflowError(param, val)
 		}
-		if n < f.minInt {
+		if !integral || n < f.minInt {
 			break
 		}
 		return n, nil
@@ -1154,9 +1468,9 @@ func describe(val value) string {
 	return val.raw
 }
 
-// isInt reports whether the JSON number token raw has no fraction and no exponent. The
-// range is checked on the token text by strconv.ParseInt, never through float64, which
-// would round large values.
+// isInt reports whether the JSON number token raw has no fraction and no exponent.
+// Integer fields take more than that (see laxInt); this is for where only plain digits
+// will do.
 func isInt(raw string) bool {
 	i := 0
 	if i < len(raw) && raw[i] == '-' {
@@ -1171,6 +1485,95 @@ func isInt(raw string) bool {
 		}
 	}
 	return true
+}
+
+// laxInt reads the JSON number token raw as an integer the way the backend's pydantic
+// models read integer fields: any number without a fractional part, so 5, 5.0, 1e1 and
+// 1.5e1 are integers and 5.5 and 1e-1 are not. integral is false for a fraction;
+// overflow is true for an integer outside int64. It works on the decimal digits, never
+// through float64, which would round large values and accept 1.0000000000000001 as 1.
+func laxInt(raw string) (n int64, integral, overflow bool) {
+	i, neg := 0, false
+	if i < len(raw) && raw[i] == '-' {
+		neg = true
+		i++
+	}
+	intStart := i
+	for i < len(raw) && raw[i] >= '0' && raw[i] <= '9' {
+		i++
+	}
+	intDigits := raw[intStart:i]
+	var fracDigits string
+	if i < len(raw) && raw[i] == '.' {
+		i++
+		fs := i
+		for i < len(raw) && raw[i] >= '0' && raw[i] <= '9' {
+			i++
+		}
+		fracDigits = raw[fs:i]
+	}
+	var exp int64
+	if i < len(raw) && (raw[i] == 'e' || raw[i] == 'E') {
+		i++
+		expNeg := false
+		if i < len(raw) && (raw[i] == '+' || raw[i] == '-') {
+			expNeg = raw[i] == '-'
+			i++
+		}
+		for ; i < len(raw) && raw[i] >= '0' && raw[i] <= '9'; i++ {
+			// Saturate: no body has 2^40 digits to balance a larger exponent.
+			exp = min(exp*10+int64(raw[i]-'0'), 1<<40)
+		}
+		if expNeg {
+			exp = -exp
+		}
+	}
+	if i != len(raw) || len(intDigits) == 0 {
+		return 0, false, false // not a JSON number; validJSON has refused it already
+	}
+	// The value is digits × 10^scale, digits being intDigits then fracDigits.
+	digit := func(k int) byte {
+		if k < len(intDigits) {
+			return intDigits[k]
+		}
+		return fracDigits[k-len(intDigits)]
+	}
+	first, last := 0, len(intDigits)+len(fracDigits)
+	scale := exp - int64(len(fracDigits))
+	for last > first && digit(last-1) == '0' {
+		last--
+		scale++
+	}
+	for first < last && digit(first) == '0' {
+		first++
+	}
+	if first == last {
+		return 0, true, false // zero, however it is written
+	}
+	if scale < 0 {
+		return 0, false, false
+	}
+	if int64(last-first)+scale > 19 {
+		return 0, true, true
+	}
+	limit := uint64(math.MaxInt64)
+	if neg {
+		limit++
+	}
+	var u uint64
+	for k := first; k < last; k++ {
+		u = u*10 + uint64(digit(k)-'0') // at most 19 digits: no wrap-around
+	}
+	for ; scale > 0; scale-- {
+		u *= 10
+	}
+	if u > limit {
+		return 0, true, true
+	}
+	if neg {
+		return int64(-u), true, false // -2^63 too
+	}
+	return int64(u), true, false
 }
 
 // unquote returns the content of a JSON string token. Keys and enum values practically

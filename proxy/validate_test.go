@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -104,10 +105,10 @@ func TestValidateChatMessages(t *testing.T) {
 		{"content null on assistant with tool_calls null", withMessages(`{"role":"assistant","content":null,"tool_calls":null}`), "messages[0].content", "got null."},
 		{"content null on user with tool_calls", withMessages(`{"role":"user","content":null,"tool_calls":[{"id":"c"}]}`), "messages[0].content", "got null."},
 		{"content null on assistant with tool_calls", withMessages(`{"role":"user","content":"q"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]}`), "", ""},
-		{"content absent on assistant with tool_calls", withMessages(`{"role":"assistant","tool_calls":[{"id":"c1"}]}`), "", ""},
+		{"content absent on assistant with tool_calls", withMessages(`{"role":"assistant","tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]}`), "", ""},
 		{"content absent on assistant with function_call", withMessages(`{"role":"assistant","function_call":{"name":"f","arguments":"{}"}}`), "", ""},
 		{"assistant message as the OpenAI SDK dumps it", withMessages(`{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}],"function_call":null,"refusal":null,"audio":null}`), "", ""},
-		{"function_call null before tool_calls", withMessages(`{"role":"assistant","function_call":null,"tool_calls":[{"id":"c1"}]}`), "", ""},
+		{"function_call null before tool_calls", withMessages(`{"role":"assistant","function_call":null,"tool_calls":[{"id":"c1","function":{"name":"f","arguments":""}}]}`), "", ""},
 		{"content absent on tool", withMessages(`{"role":"tool","tool_call_id":"c1"}`), "messages[0].content", "is required"},
 		{"part not an object", withMessages(`{"role":"user","content":["a"]}`), "messages[0].content[0]", `must be a content part object such as {"type":"text","text":"..."}, got "a".`},
 		{"part without type", withMessages(`{"role":"user","content":[{"type":"text","text":"a"},{"text":"b"}]}`), "messages[0].content[1].type", "messages[0].content[1].type is required"},
@@ -148,19 +149,19 @@ func TestValidateChatFields(t *testing.T) {
 	add("model", []string{`"meta-llama/Llama-3.1-8B-Instruct"`, "null", `"caf\u00e9"`, `""`}, []string{"1", "{}", "[]", "true"})
 	add("frequency_penalty", []string{"-2", "2", "0.5", "-2.0", "null"}, []string{"-2.01", "3", `"0"`, "false"})
 	add("presence_penalty", []string{"-2", "2", "1e-3", "null"}, []string{"2.0001", "-3", `"1"`})
-	add("logit_bias", []string{`{"50256":-100}`, "{}", "null"}, []string{"[]", `"x"`, "1"})
+	add("logit_bias", []string{`{"50256":-100}`, `{"0":0.5,"1":1e2}`, "{}", "null"}, []string{"[]", `"x"`, "1"})
 	add("logprobs", orNullBools, notOrNullBool)
-	add("top_logprobs", []string{"0", "null"}, []string{"-1", "1.5", `"2"`, "1e1"})
-	add("max_tokens", []string{"1", "4096", "null"}, []string{"0", "-1", "1.5", "1e3", `"5"`, "9223372036854775808", "true"})
-	add("max_completion_tokens", []string{"1", "128", "null"}, []string{"0", "2.0", `"128"`})
-	add("n", []string{"1", "3", "null"}, []string{"0", "-2", "1.0", `"1"`})
-	add("seed", []string{"0", "-42", "9223372036854775807", "-9223372036854775808", "null"},
-		[]string{"9223372036854775808", "-9223372036854775809", "1.5", `"1"`, "1E2"})
-	add("stop", []string{`"\n"`, `["a","b"]`, "[]", "null"}, []string{"1", "{}", "true"})
+	add("top_logprobs", []string{"0", "null", "0.0", "0e5"}, []string{"-1", "1.5", `"2"`, "1e-1"})
+	add("max_tokens", []string{"1", "4096", "null", "1e3", "512.0"}, []string{"0", "-1", "1.5", "0.0", `"5"`, "9223372036854775808", "1e19", "true"})
+	add("max_completion_tokens", []string{"1", "128", "null", "2.0"}, []string{"0", "2.5", `"128"`})
+	add("n", []string{"1", "3", "null", "1.0"}, []string{"0", "-2", "1.5", `"1"`})
+	add("seed", []string{"0", "-42", "9223372036854775807", "-9223372036854775808", "null", "1E2", "-9.223372036854775808e18"},
+		[]string{"9223372036854775808", "-9223372036854775809", "9.223372036854775808e18", "1.5", `"1"`})
+	add("stop", []string{`"\n"`, `["a","b"]`, "[]", "null"}, []string{"1", "{}", "true", `""`})
 	add("stream", orNullBools, notOrNullBool)
 	add("temperature", []string{"0", "2", "0.7", "1", "null"}, []string{"-0.01", "2.01", "3", `"1"`, "true", "1e400"})
 	add("top_p", []string{"1", "0.01", "1e-9", "null"}, []string{"0", "-0", "1.01", "-0.5", `"1"`})
-	add("tool_choice", []string{`"none"`}, []string{`"auto"`, `"required"`, "null", `{"type":"function","function":{"name":"f"}}`})
+	add("tool_choice", []string{`"none"`, "null"}, []string{`"any"`, `"None"`, "1", "[]", "true"})
 	add("reasoning_effort", []string{`"low"`, `"medium"`, `"high"`, "null"}, []string{`"max"`, `"LOW"`, "1", `""`})
 	add("include_reasoning", bools, notBool)
 	add("parallel_tool_calls", orNullBools, notOrNullBool)
@@ -173,18 +174,18 @@ func TestValidateChatFields(t *testing.T) {
 	add("stop_token_ids", []string{"[1,2]", "[]", "null"}, []string{"1", `"1,2"`, "{}"})
 	add("include_stop_str_in_output", bools, notBool)
 	add("ignore_eos", bools, notBool)
-	add("min_tokens", []string{"0", "10"}, []string{"-1", "null", "0.5"})
+	add("min_tokens", []string{"0", "10", "1e1"}, []string{"-1", "null", "0.5"})
 	add("skip_special_tokens", bools, notBool)
 	add("spaces_between_special_tokens", bools, notBool)
 	add("truncate_prompt_tokens", []string{"-1", "0", "100", "9223372036854775807", "null"}, []string{"-2", "1.5", "9223372036854775808"})
 	add("prompt_logprobs", []string{"0", "5", "null"}, []string{"-1", "0.5", `"1"`})
-	add("allowed_token_ids", []string{"[1,2]", "[]", "null"}, []string{"1", `"1,2"`})
+	add("allowed_token_ids", []string{"[1,2]", "[3.0]", "null"}, []string{"1", `"1,2"`, "[]", "[ ]"})
 	add("bad_words", []string{`["x","y z"]`, "[]"}, []string{"null", `"x"`, "{}"})
 	add("echo", bools, notBool)
 	add("add_generation_prompt", bools, notBool)
 	add("continue_final_message", []string{"false"}, notBool)
 	add("add_special_tokens", bools, notBool)
-	add("documents", []string{`[{"title":"t","text":"x"}]`, "[]", "null"}, []string{"{}", `"x"`})
+	add("documents", []string{`[{"title":"t","text":"x"}]`, `[{}]`, "[]", "null"}, []string{"{}", `"x"`})
 	add("chat_template", []string{`"{{ messages }}"`, "null"}, []string{"1", "[]"})
 	add("chat_template_kwargs", []string{`{"enable_thinking":false}`, "{}", "null"}, []string{"[]", `"x"`})
 	add("mm_processor_kwargs", []string{`{"fps":1}`, "null"}, []string{"[]", "1"})
@@ -195,8 +196,8 @@ func TestValidateChatFields(t *testing.T) {
 	add("cache_salt", []string{`"c2FsdA"`, "null"}, []string{`""`, "1", "{}"})
 	add("kv_transfer_params", []string{`{"do_remote_decode":true}`, "null"}, []string{"[]", `"x"`})
 	add("engine_xargs", []string{`{"a":"x","b":1,"c":["x",2.5],"d":[]}`, "{}", "null"}, []string{`"x"`, "[]"})
-	add("repetition_detection", []string{`{"max_pattern_size":0,"min_pattern_size":0,"min_count":0}`, `{"max_pattern_size":8,"x":null}`, "{}", "null"}, []string{`"x"`, "[]", "0"})
-	add("response_format", []string{`{"type":"text"}`, `{"type":"json_object"}`, "{}",
+	add("repetition_detection", []string{`{"max_pattern_size":0,"min_pattern_size":0,"min_count":0}`, `{"max_pattern_size":8,"min_count":2,"x":null}`, "{}", "null"}, []string{`"x"`, "[]", "0"})
+	add("response_format", []string{`{"type":"text"}`, `{"type":"json_object"}`, `{"type":"structural_tag","structures":[],"triggers":[]}`,
 		`{"type":"json_schema","json_schema":{"name":"n","description":"d","schema":{"type":"object"},"strict":true}}`},
 		[]string{"null", `"json"`, "[]"})
 	add("tools", []string{"null", "[]",
@@ -305,7 +306,12 @@ func TestValidateChatMessagesExact(t *testing.T) {
 		{withFields(`"top_k":-3`), "top_k must be -1, 0 (both turn top-k off) or an integer of at least 1, or null, got -3."},
 		{withFields(`"seed":9223372036854775808`), "seed must fit in a signed 64-bit integer (-9223372036854775808 to 9223372036854775807), got 9223372036854775808."},
 		{withFields(`"stream":"yes"`), `stream must be a boolean or null, got "yes".`},
-		{withFields(`"tool_choice":"auto"`), `tool_choice must be "none", the only value this service accepts, got "auto".`},
+		{withFields(`"tool_choice":"auto"`), `tool_choice "auto" needs tools: send the tools the model may call, or leave tool_choice out.`},
+		{withFields(`"tool_choice":"any"`), `tool_choice must be "none", "auto", "required" or {"type": "function", "function": {"name": "..."}}, got "any".`},
+		{withFields(`"n":2,"temperature":0`), "n is 2, but temperature 0 means greedy sampling, which gives a single answer; send n 1, or a temperature above 0 for several answers."},
+		{withFields(`"min_tokens":20,"max_tokens":10`), "min_tokens is 20, more than max_tokens (10); send a min_tokens of at most 10."},
+		{withFields(`"max_tokens":1.5`), "max_tokens must be an integer of at least 1, or null, got 1.5."},
+		{withFields(`"logit_bias":{"hello":1}`), `logit_bias keys must be token ids written as integer strings, such as "50256", got "hello".`},
 		{withFields(`"stream":["` + strings.Repeat("x", 100) + `"]`), "stream must be a boolean or null, got an array."},
 		{withFields(`"stream":"` + strings.Repeat("x", 100) + `"`), "stream must be a boolean or null, got a string of 100 bytes."},
 	}
@@ -490,7 +496,7 @@ func TestValidateChatDepth(t *testing.T) {
 
 // TestValidateChatConfiguredDepth checks the server's max_json_depth.
 func TestValidateChatConfiguredDepth(t *testing.T) {
-	nested := `{"messages":[{"role":"user","content":"x"}],"logit_bias":` + strings.Repeat(`{"a":`, 9) + "1" + strings.Repeat("}", 9) + "}"
+	nested := `{"messages":[{"role":"user","content":"x"}],"x":` + strings.Repeat(`{"a":`, 9) + "1" + strings.Repeat("}", 9) + "}"
 	var req ChatRequest
 	if err := ValidateChatDepth([]byte(nested), &req, 64); err != nil {
 		t.Fatalf("depth 10 under a limit of 64: %v", err)
@@ -498,5 +504,298 @@ func TestValidateChatConfiguredDepth(t *testing.T) {
 	err := ValidateChatDepth([]byte(nested), &req, 8)
 	if err == nil || !strings.Contains(err.Message, "more than 8 levels") {
 		t.Fatalf("depth 10 under a limit of 8: %v", err)
+	}
+}
+
+func TestLaxInt(t *testing.T) {
+	cases := []struct {
+		raw                string
+		n                  int64
+		integral, overflow bool
+	}{
+		{"0", 0, true, false},
+		{"-0", 0, true, false},
+		{"-0.0", 0, true, false},
+		{"0e999999999999999999999", 0, true, false},
+		{"5", 5, true, false},
+		{"5.0", 5, true, false},
+		{"5.000", 5, true, false},
+		{"1e1", 10, true, false},
+		{"1E+1", 10, true, false},
+		{"1.5e1", 15, true, false},
+		{"150e-1", 15, true, false},
+		{"100e-2", 1, true, false},
+		{"-42", -42, true, false},
+		{"-4.2e1", -42, true, false},
+		{"5.5", 0, false, false},
+		{"1e-1", 0, false, false},
+		{"1.0000000000000001", 0, false, false},
+		{"15e-1", 0, false, false},
+		{"1e-999999999999999999999", 0, false, false},
+		{"9223372036854775807", 9223372036854775807, true, false},
+		{"9223372036854775807.0", 9223372036854775807, true, false},
+		{"9223372036854775808", 0, true, true},
+		{"-9223372036854775808", -9223372036854775808, true, false},
+		{"-9223372036854775809", 0, true, true},
+		{"9.223372036854775807e18", 9223372036854775807, true, false},
+		{"1e19", 0, true, true},
+		{"1e18", 1000000000000000000, true, false},
+		{"99999999999999999999999", 0, true, true},
+		{"1e400", 0, true, true},
+		{"1e999999999999999999999", 0, true, true},
+		{"0.00000000000000000000001e23", 1, true, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.raw, func(t *testing.T) {
+			n, integral, overflow := laxInt(tc.raw)
+			if n != tc.n || integral != tc.integral || overflow != tc.overflow {
+				t.Fatalf("laxInt(%s) = %d, %v, %v; want %d, %v, %v", tc.raw, n, integral, overflow, tc.n, tc.integral, tc.overflow)
+			}
+		})
+	}
+}
+
+// TestValidateChatLaxIntegers checks that integer fields take what the backend's pydantic
+// models take, everywhere integers are read, and report the value.
+func TestValidateChatLaxIntegers(t *testing.T) {
+	runValidateCases(t, []validateCase{
+		{"stop_token_ids elements", withFields(`"stop_token_ids":[1.0,2e0,3]`), "", ""},
+		{"stop_token_ids fraction", withFields(`"stop_token_ids":[1,2.5]`), "stop_token_ids[1]", "stop_token_ids[1] must be an integer, got 2.5."},
+		{"allowed_token_ids exponent", withFields(`"allowed_token_ids":[1e3]`), "", ""},
+		{"allowed_token_ids overflow", withFields(`"allowed_token_ids":[1e20]`), "allowed_token_ids[0]", "must fit in a signed 64-bit integer"},
+		{"repetition_detection exponent", withFields(`"repetition_detection":{"max_pattern_size":1e1,"min_pattern_size":2.0,"min_count":3}`), "", ""},
+		{"priority exponent", withFields(`"priority":1e2`), "", ""},
+		{"truncate_prompt_tokens -1.0", withFields(`"truncate_prompt_tokens":-1.0`), "", ""},
+		{"top_k -2.0", withFields(`"top_k":-2.0`), "top_k", "got -2.0."},
+	})
+	var req ChatRequest
+	if err := ValidateChat([]byte(withFields(`"max_tokens":1.5e2,"n":2.0,"priority":-1e1`)), &req); err != nil {
+		t.Fatal(err)
+	}
+	if req.MaxTokens != 150 || req.N != 2 || req.Priority != -10 {
+		t.Fatalf("MaxTokens %d N %d Priority %d, want 150 2 -10", req.MaxTokens, req.N, req.Priority)
+	}
+}
+
+// TestValidateChatVLLMRules covers the rest of vLLM's request rules, each both ways.
+func TestValidateChatVLLMRules(t *testing.T) {
+	runValidateCases(t, []validateCase{
+		{"response_format type missing", withFields(`"response_format":{}`), "response_format.type", `response_format.type is required: "text", "json_object", "json_schema" or "structural_tag".`},
+		{"response_format type missing with a schema", withFields(`"response_format":{"json_schema":{"name":"n"}}`), "response_format.type", "is required"},
+		{"response_format type unknown", withFields(`"response_format":{"type":"json"}`), "response_format.type", `must be "text", "json_object", "json_schema" or "structural_tag", got "json".`},
+		{"response_format type upper case", withFields(`"response_format":{"type":"TEXT"}`), "response_format.type", `got "TEXT".`},
+		{"response_format type null", withFields(`"response_format":{"type":null}`), "response_format.type", "must be a string, got null."},
+		{"response_format structural_tag", withFields(`"response_format":{"type":"structural_tag","format":{"type":"triggered_tags"}}`), "", ""},
+		{"json_schema name missing", withFields(`"response_format":{"type":"json_schema","json_schema":{"schema":{"type":"object"}}}`), "response_format.json_schema.name", "response_format.json_schema.name is required"},
+		{"json_schema name missing on json_object", withFields(`"response_format":{"type":"json_object","json_schema":{}}`), "response_format.json_schema.name", "is required"},
+		{"json_schema as the OpenAI SDK sends it", withFields(`"response_format":{"type":"json_schema","json_schema":{"name":"Answer","strict":true,"schema":{"type":"object","properties":{"a":{"type":"string"}},"required":["a"],"additionalProperties":false}}}`), "", ""},
+		{"json_schema as the AI SDK sends it", withFields(`"response_format":{"type":"json_schema","json_schema":{"schema":{"type":"object"},"strict":true,"name":"response"}}`), "", ""},
+
+		{"greedy with n 2", withFields(`"temperature":0,"n":2`), "n", "n is 2, but temperature 0 means greedy sampling"},
+		{"greedy with n 2, n first", withFields(`"n":2,"temperature":0.0`), "n", "greedy sampling"},
+		{"near-greedy with n 3", withFields(`"temperature":0.000001,"n":3`), "n", "temperature 1e-06 means greedy sampling"},
+		{"greedy with n 1", withFields(`"temperature":0,"n":1`), "", ""},
+		{"greedy with n null", withFields(`"temperature":0,"n":null`), "", ""},
+		{"sampling with n 2", withFields(`"temperature":0.7,"n":2`), "", ""},
+		{"no temperature with n 2", withFields(`"n":2`), "", ""},
+		{"null temperature with n 2", withFields(`"temperature":null,"n":2`), "", ""},
+		{"greedy beam search with n 2", withFields(`"temperature":0,"n":2,"use_beam_search":true`), "", ""},
+
+		{"min_tokens above max_tokens", withFields(`"min_tokens":20,"max_tokens":10`), "min_tokens", "min_tokens is 20, more than max_tokens (10)"},
+		{"min_tokens above max_completion_tokens", withFields(`"max_tokens":100,"max_completion_tokens":10,"min_tokens":11`), "min_tokens", "more than max_completion_tokens (10)"},
+		{"min_tokens equal to max_tokens", withFields(`"min_tokens":10,"max_tokens":10`), "", ""},
+		{"min_tokens without max_tokens", withFields(`"min_tokens":1000`), "", ""},
+		{"min_tokens with null max_tokens", withFields(`"min_tokens":1000,"max_tokens":null`), "", ""},
+
+		{"empty stop string", withFields(`"stop":""`), "stop", "stop must not be an empty string"},
+		{"empty string in stop", withFields(`"stop":["a",""]`), "stop[1]", "stop[1] is an empty string"},
+		{"stop of spaces", withFields(`"stop":[" ","\n"]`), "", ""},
+
+		{"allowed_token_ids empty", withFields(`"allowed_token_ids":[]`), "allowed_token_ids", "allowed_token_ids must not be empty; send null, or leave it out, to allow every token."},
+		{"allowed_token_ids not an array", withFields(`"allowed_token_ids":{}`), "allowed_token_ids", "allowed_token_ids must be an array of integers or null, got an object."},
+		{"allowed_token_ids element", withFields(`"allowed_token_ids":[1,"2"]`), "allowed_token_ids[1]", `must be an integer, got "2".`},
+
+		{"logit_bias key not a number", withFields(`"logit_bias":{"50256":1,"abc":2}`), "logit_bias", `logit_bias keys must be token ids written as integer strings, such as "50256", got "abc".`},
+		{"logit_bias negative key", withFields(`"logit_bias":{"-1":2}`), "logit_bias", `got "-1".`},
+		{"logit_bias fraction key", withFields(`"logit_bias":{"1.5":2}`), "logit_bias", `got "1.5".`},
+		{"logit_bias empty key", withFields(`"logit_bias":{"":2}`), "logit_bias", `got "".`},
+		{"logit_bias huge key", withFields(`"logit_bias":{"99999999999999999999":2}`), "logit_bias", "got"},
+		{"logit_bias escaped key", withFields(`"logit_bias":{"\u0035":2}`), "", ""},
+		{"logit_bias string value", withFields(`"logit_bias":{"50256":"-100"}`), "logit_bias.50256", `logit_bias.50256 must be a number, got "-100".`},
+		{"logit_bias null value", withFields(`"logit_bias":{"1":null}`), "logit_bias.1", "got null."},
+		{"logit_bias large value", withFields(`"logit_bias":{"1":1e300,"2":-1e300}`), "", ""},
+
+		{"repetition_detection min above max", withFields(`"repetition_detection":{"max_pattern_size":4,"min_pattern_size":5,"min_count":3}`), "repetition_detection.min_pattern_size", "repetition_detection.min_pattern_size is 5, more than max_pattern_size (4)"},
+		{"repetition_detection count 1", withFields(`"repetition_detection":{"max_pattern_size":4,"min_count":1}`), "repetition_detection.min_count", "repetition_detection.min_count must be at least 2 when max_pattern_size is above 0, got 1."},
+		{"repetition_detection count missing", withFields(`"repetition_detection":{"max_pattern_size":4}`), "repetition_detection.min_count", "got 0."},
+		{"repetition_detection off ignores the rest", withFields(`"repetition_detection":{"max_pattern_size":0,"min_pattern_size":9,"min_count":0}`), "", ""},
+		{"repetition_detection on", withFields(`"repetition_detection":{"max_pattern_size":4,"min_pattern_size":4,"min_count":2}`), "", ""},
+
+		{"document value not a string", withFields(`"documents":[{"title":"t","text":"x"},{"title":"u","year":2020}]`), "documents[1].year", "documents[1].year must be a string, got 2020."},
+		{"document value null", withFields(`"documents":[{"text":null}]`), "documents[0].text", "got null."},
+		{"document value object", withFields(`"documents":[{"meta":{}}]`), "documents[0].meta", "got an object."},
+		{"document not an object", withFields(`"documents":[{"text":"x"},"y"]`), "documents[1]", `documents[1] must be an object, got "y".`},
+	})
+}
+
+// TestValidateChatToolChoice checks that tool_choice is reported as sent, and that its
+// shape and its relation to tools are checked whatever the model.
+func TestValidateChatToolChoice(t *testing.T) {
+	const tools = `"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}},{"type":"function","function":{"name":"get_time"}}]`
+	cases := []struct {
+		name       string
+		body       string
+		choice     ToolChoice
+		choiceName string
+		param, msg string // the expected error, if any
+	}{
+		{"absent", withFields(tools), ToolChoiceAbsent, "", "", ""},
+		{"null", withFields(tools + `,"tool_choice":null`), ToolChoiceAbsent, "", "", ""},
+		{"none", withFields(tools + `,"tool_choice":"none"`), ToolChoiceNone, "", "", ""},
+		{"none without tools", withFields(`"tool_choice":"none"`), ToolChoiceNone, "", "", ""},
+		{"auto", withFields(tools + `,"tool_choice":"auto"`), ToolChoiceAuto, "", "", ""},
+		{"auto before tools", withFields(`"tool_choice":"auto",` + tools), ToolChoiceAuto, "", "", ""},
+		{"auto with empty tools", withFields(`"tools":[],"tool_choice":"auto"`), ToolChoiceAuto, "", "", ""},
+		{"required", withFields(tools + `,"tool_choice":"required"`), ToolChoiceRequired, "", "", ""},
+		{"named", withFields(tools + `,"tool_choice":{"type":"function","function":{"name":"get_time"}}`), ToolChoiceNamed, "get_time", "", ""},
+		{"named before tools", withFields(`"tool_choice":{"type":"function","function":{"name":"get_weather"}},` + tools), ToolChoiceNamed, "get_weather", "", ""},
+		{"named without type", withFields(tools + `,"tool_choice":{"function":{"name":"get_time"}}`), ToolChoiceNamed, "get_time", "", ""},
+		{"named with escapes", withFields(tools + `,"tool_choice":{"type":"function","function":{"name":"get_\u0074ime"}}`), ToolChoiceNamed, "get_time", "", ""},
+		{"named with extra members", withFields(tools + `,"tool_choice":{"type":"function","function":{"name":"get_time","x":1},"y":2}`), ToolChoiceNamed, "get_time", "", ""},
+		{"named with parallel_tool_calls", withFields(tools + `,"tool_choice":{"type":"function","function":{"name":"get_time"}},"parallel_tool_calls":false`), ToolChoiceNamed, "get_time", "", ""},
+
+		{"unknown string", withFields(tools + `,"tool_choice":"any"`), 0, "", "tool_choice", `got "any".`},
+		{"number", withFields(tools + `,"tool_choice":1`), 0, "", "tool_choice", "got 1."},
+		{"auto without tools", withFields(`"tool_choice":"auto"`), 0, "", "tool_choice", `tool_choice "auto" needs tools`},
+		{"auto with null tools", withFields(`"tools":null,"tool_choice":"auto"`), 0, "", "tool_choice", `tool_choice "auto" needs tools`},
+		{"required without tools", withFields(`"tool_choice":"required"`), 0, "", "tool_choice", `tool_choice "required" needs a non-empty tools array`},
+		{"required with empty tools", withFields(`"tools":[],"tool_choice":"required"`), 0, "", "tool_choice", "needs a non-empty tools array"},
+		{"named without tools", withFields(`"tool_choice":{"type":"function","function":{"name":"f"}}`), 0, "", "tool_choice", `tool_choice names the function "f", which needs a non-empty tools array that declares it.`},
+		{"named undeclared", withFields(tools + `,"tool_choice":{"type":"function","function":{"name":"get_news"}}`), 0, "", "tool_choice.function.name", `tool_choice names the function "get_news", which none of the tools declares`},
+		{"named case differs", withFields(tools + `,"tool_choice":{"type":"function","function":{"name":"Get_Time"}}`), 0, "", "tool_choice.function.name", "none of the tools declares"},
+		{"object without function", withFields(tools + `,"tool_choice":{"type":"function"}`), 0, "", "tool_choice", "tool_choice is an object without a function"},
+		{"allowed_tools", withFields(tools + `,"tool_choice":{"type":"allowed_tools","allowed_tools":{"mode":"auto","tools":[]}}`), 0, "", "tool_choice.type", `tool_choice.type must be "function", got "allowed_tools"`},
+		{"type not a string", withFields(tools + `,"tool_choice":{"type":1,"function":{"name":"get_time"}}`), 0, "", "tool_choice.type", "got 1;"},
+		{"function a string", withFields(tools + `,"tool_choice":{"type":"function","function":"get_time"}`), 0, "", "tool_choice.function", `tool_choice.function must be an object with the function's name, such as {"name": "get_weather"}, got "get_time".`},
+		{"name missing", withFields(tools + `,"tool_choice":{"type":"function","function":{}}`), 0, "", "tool_choice.function.name", "tool_choice.function.name is required"},
+		{"name not a string", withFields(tools + `,"tool_choice":{"type":"function","function":{"name":["get_time"]}}`), 0, "", "tool_choice.function.name", "tool_choice.function.name must be a string, got an array."},
+		{"name empty", withFields(tools + `,"tool_choice":{"type":"function","function":{"name":""}}`), 0, "", "tool_choice.function.name", "must not be empty"},
+		{"duplicate tool_choice", withFields(tools + `,"tool_choice":"none","tool_choice":"auto"`), 0, "", "tool_choice", `repeats the key "tool_choice"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			req := ChatRequest{ToolChoice: ToolChoiceRequired, ToolChoiceName: []byte("stale")}
+			err := ValidateChat([]byte(tc.body), &req)
+			if tc.msg != "" {
+				if err == nil {
+					t.Fatalf("body %s accepted, want an error on %q containing %q", tc.body, tc.param, tc.msg)
+				}
+				if err.Param != tc.param || !strings.Contains(err.Message, tc.msg) || !strings.HasSuffix(err.Message, ".") {
+					t.Fatalf("got param %q message %q\nwant param %q message containing %q", err.Param, err.Message, tc.param, tc.msg)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("body %s: unexpected error (param %q): %s", tc.body, err.Param, err.Message)
+			}
+			if req.ToolChoice != tc.choice || string(req.ToolChoiceName) != tc.choiceName {
+				t.Fatalf("ToolChoice %v name %q, want %v %q", req.ToolChoice, req.ToolChoiceName, tc.choice, tc.choiceName)
+			}
+		})
+	}
+}
+
+// TestValidateChatToolMessages checks the shape of tool calls carried back in an
+// assistant message and of the tool messages that answer them.
+func TestValidateChatToolMessages(t *testing.T) {
+	const user = `{"role":"user","content":"Weather in Paris?"},`
+	call := func(c string) string {
+		return withMessages(user + `{"role":"assistant","content":null,"tool_calls":[` + c + `]}`)
+	}
+	const good = `{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}`
+	runValidateCases(t, []validateCase{
+		{"round trip as the OpenAI SDK sends it", withMessages(user +
+			`{"role":"assistant","content":null,"refusal":null,"tool_calls":[` + good + `]},` +
+			`{"role":"tool","tool_call_id":"call_1","content":"18 degrees"}`), "", ""},
+		{"round trip as the AI SDK sends it", withMessages(user +
+			`{"role":"assistant","content":"","tool_calls":[{"id":"c1","type":"function","function":{"name":"get_weather","arguments":"{}"},"extra_content":{"google":{"thought_signature":"x"}}}]},` +
+			`{"role":"tool","tool_call_id":"c1","content":"{\"t\":18}"}`), "", ""},
+		{"parallel calls", call(good + `,{"id":"call_2","type":"function","function":{"name":"get_time","arguments":""}}`), "", ""},
+		{"content absent", withMessages(user + `{"role":"assistant","tool_calls":[` + good + `]}`), "", ""},
+		{"type left out", call(`{"id":"c","function":{"name":"f","arguments":"{}"}}`), "", ""},
+		{"empty tool_calls", withMessages(user + `{"role":"assistant","content":"a","tool_calls":[]}`), "", ""},
+		{"null tool_calls", withMessages(user + `{"role":"assistant","content":"a","tool_calls":null}`), "", ""},
+
+		{"tool_calls not an array", withMessages(user + `{"role":"assistant","content":"a","tool_calls":{}}`), "messages[1].tool_calls", "messages[1].tool_calls must be an array of tool calls or null, got an object."},
+		{"call not an object", call(`"call_1"`), "messages[1].tool_calls[0]", `messages[1].tool_calls[0] must be a tool call object such as`},
+		{"id missing", call(`{"type":"function","function":{"name":"f","arguments":"{}"}}`), "messages[1].tool_calls[0].id", "messages[1].tool_calls[0].id is required"},
+		{"id not a string", call(`{"id":7,"type":"function","function":{"name":"f","arguments":"{}"}}`), "messages[1].tool_calls[0].id", "must be a string, got 7."},
+		{"type not function", call(`{"id":"c","type":"custom","function":{"name":"f","arguments":"{}"}}`), "messages[1].tool_calls[0].type", `messages[1].tool_calls[0].type must be "function", got "custom".`},
+		{"function missing", call(`{"id":"c","type":"function"}`), "messages[1].tool_calls[0].function", "messages[1].tool_calls[0].function is required"},
+		{"function not an object", call(`{"id":"c","type":"function","function":"f"}`), "messages[1].tool_calls[0].function", `got "f".`},
+		{"name missing", call(`{"id":"c","type":"function","function":{"arguments":"{}"}}`), "messages[1].tool_calls[0].function.name", "messages[1].tool_calls[0].function.name is required"},
+		{"name not a string", call(`{"id":"c","type":"function","function":{"name":null,"arguments":"{}"}}`), "messages[1].tool_calls[0].function.name", "got null."},
+		{"arguments missing", call(`{"id":"c","type":"function","function":{"name":"f"}}`), "messages[1].tool_calls[0].function.arguments", "messages[1].tool_calls[0].function.arguments is required"},
+		{"arguments an object", call(`{"id":"c","type":"function","function":{"name":"f","arguments":{"city":"Paris"}}}`), "messages[1].tool_calls[0].function.arguments", "must be a string (the arguments as JSON text"},
+		{"second call wrong", call(good + `,{"id":"c2","type":"function","function":{"name":"f","arguments":1}}`), "messages[1].tool_calls[1].function.arguments", "got 1."},
+
+		{"tool message without tool_call_id", withMessages(user + `{"role":"tool","content":"18"}`), "messages[1].tool_call_id", "messages[1].tool_call_id is required on a tool message"},
+		{"tool message tool_call_id number", withMessages(user + `{"role":"tool","tool_call_id":1,"content":"18"}`), "messages[1].tool_call_id", "messages[1].tool_call_id must be a string, got 1."},
+		{"tool message tool_call_id null", withMessages(user + `{"role":"tool","tool_call_id":null,"content":"18"}`), "messages[1].tool_call_id", "got null."},
+		{"tool_call_id on another role", withMessages(`{"role":"user","content":"a","tool_call_id":["x"]}`), "messages[0].tool_call_id", "must be a string or null, got an array."},
+		{"tool_call_id null on another role", withMessages(`{"role":"user","content":"a","tool_call_id":null}`), "", ""},
+	})
+}
+
+// TestValidateChatLimits checks server.max_stop_strings and server.max_logit_bias: at
+// the limit a body passes, past it the error names the field, and the defaults apply to
+// zero limits.
+func TestValidateChatLimits(t *testing.T) {
+	stops := func(n int) string {
+		return `"stop":[` + strings.TrimSuffix(strings.Repeat(`"x",`, n), ",") + `]`
+	}
+	bias := func(n int) string {
+		var b strings.Builder
+		b.WriteString(`"logit_bias":{`)
+		for i := range n {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(`"` + strconv.Itoa(i) + `":-100`)
+		}
+		return b.String() + "}"
+	}
+	cases := []struct {
+		name       string
+		body       string
+		lim        BodyLimits
+		param, msg string
+	}{
+		{"stop at the limit", withFields(stops(4)), BodyLimits{MaxStopStrings: 4}, "", ""},
+		{"stop past the limit", withFields(stops(5)), BodyLimits{MaxStopStrings: 4}, "stop", "stop has more than 4 strings, the most the gateway accepts."},
+		{"a stop string is one", withFields(`"stop":"x"`), BodyLimits{MaxStopStrings: 1}, "", ""},
+		{"stop at the default", withFields(stops(defaultMaxStopStrings)), BodyLimits{}, "", ""},
+		{"stop past the default", withFields(stops(defaultMaxStopStrings + 1)), BodyLimits{}, "stop", "more than 64 strings"},
+		{"100,000 stop strings", withFields(stops(100000)), BodyLimits{}, "stop", "more than 64 strings"},
+		{"logit_bias at the limit", withFields(bias(3)), BodyLimits{MaxLogitBias: 3}, "", ""},
+		{"logit_bias past the limit", withFields(bias(4)), BodyLimits{MaxLogitBias: 3}, "logit_bias", "logit_bias has more than 3 entries, the most the gateway accepts."},
+		{"50,000 bias entries under a limit of 1,000", withFields(bias(50000)), BodyLimits{MaxLogitBias: 1000}, "logit_bias", "more than 1000 entries"},
+		{"a vocabulary's worth at the default", withFields(bias(262144)), BodyLimits{}, "", ""},
+		{"past the default", withFields(bias(defaultMaxLogitBias + 1)), BodyLimits{}, "logit_bias", "more than 300000 entries"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var req ChatRequest
+			err := ValidateChatLimits([]byte(tc.body), &req, tc.lim)
+			if tc.msg == "" {
+				if err != nil {
+					t.Fatalf("unexpected error (param %q): %s", err.Param, err.Message)
+				}
+				return
+			}
+			if err == nil || err.Param != tc.param || !strings.Contains(err.Message, tc.msg) {
+				t.Fatalf("got %+v, want param %q message containing %q", err, tc.param, tc.msg)
+			}
+		})
 	}
 }

@@ -1,0 +1,273 @@
+package proxy
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/tollgate-dev/tollgate/backends"
+)
+
+// Tool calling, in vLLM's rules: tool_choice "none" is always accepted; "auto",
+// "required" and a named function need a model whose backends parse tool calls
+// (models[].tool_calling, checked by the handler with toolChoiceRefusal), and tools to
+// choose from ("required" and a named choice need at least one, and a named choice must
+// name one of them). Assistant messages that carried tool calls, and the tool messages
+// that answer them, come back in later requests and are checked for shape.
+
+// namedChoiceShape is how errors spell the one object form tool_choice accepts.
+const namedChoiceShape = `{"type": "function", "function": {"name": "..."}}`
+
+// toolChoice checks tool_choice, which is "none", "auto", "required", a named function,
+// or null (the same as leaving it out), and reports it in req.
+func (v *validator) toolChoice(val value) *ValidationError {
+	req := v.req
+	switch {
+	case val.isNull():
+		return nil
+	case val.isString():
+		switch unquote(val.raw) {
+		case "none":
+			req.ToolChoice = ToolChoiceNone
+		case "auto":
+			req.ToolChoice = ToolChoiceAuto
+		case "required":
+			req.ToolChoice = ToolChoiceRequired
+		default:
+			return toolChoiceError(val)
+		}
+		return nil
+	case !val.isObject():
+		return toolChoiceError(val)
+	}
+	var typ, fn value
+	it := v.iter(val)
+	for {
+		k, x, ok := it.next()
+		if !ok {
+			break
+		}
+		switch k {
+		case "type":
+			typ = x
+		case "function":
+			fn = x
+		}
+	}
+	// The type defaults to "function" in vLLM. OpenAI's other kinds (allowed_tools,
+	// custom) have no equivalent in vLLM, so they are refused here rather than there.
+	if typ.exists() && unquoteIfString(typ) != "function" {
+		return &ValidationError{Param: "tool_choice.type", Message: fmt.Sprintf(
+			`tool_choice.type must be "function", got %s; the object form of tool_choice names one function: %s.`, describe(typ), namedChoiceShape)}
+	}
+	if !fn.exists() {
+		return &ValidationError{Param: "tool_choice", Message: fmt.Sprintf(
+			`tool_choice is an object without a function; send "none", "auto", "required" or %s.`, namedChoiceShape)}
+	}
+	if !fn.isObject() {
+		return typeError("tool_choice.function", `an object with the function's name, such as {"name": "get_weather"}`, fn)
+	}
+	var name value
+	fit := v.iter(fn)
+	for {
+		k, x, ok := fit.next()
+		if !ok {
+			break
+		}
+		if k == "name" {
+			name = x
+		}
+	}
+	switch {
+	case !name.exists():
+		return &ValidationError{Param: "tool_choice.function.name", Message: "tool_choice.function.name is required: the name of the tool to call."}
+	case !name.isString():
+		return typeError("tool_choice.function.name", "a string", name)
+	case len(name.raw) == 2:
+		return &ValidationError{Param: "tool_choice.function.name", Message: "tool_choice.function.name must not be empty; name one of the tools."}
+	}
+	req.ToolChoice = ToolChoiceNamed
+	v.toolChoiceName = name
+	req.ToolChoiceName = v.bodyString(name)
+	return nil
+}
+
+func toolChoiceError(val value) *ValidationError {
+	return &ValidationError{Param: "tool_choice", Message: fmt.Sprintf(
+		`tool_choice must be "none", "auto", "required" or %s, got %s.`, namedChoiceShape, describe(val))}
+}
+
+// bodyString returns the content of string value val as bytes: a capped slice of the
+// body when it has no escapes, else a copy of the unescaped text.
+func (v *validator) bodyString(val value) []byte {
+	a, b := val.off+1, val.end()-1
+	if strings.IndexByte(val.raw, '\\') < 0 {
+		return v.body[a:b:b]
+	}
+	return []byte(unquote(val.raw))
+}
+
+// toolChoiceChecks relates tool_choice to tools, once both have been seen.
+func (v *validator) toolChoiceChecks() *ValidationError {
+	req := v.req
+	switch req.ToolChoice {
+	case ToolChoiceAuto:
+		if !v.toolsArray.exists() {
+			return &ValidationError{Param: "tool_choice", Message: `tool_choice "auto" needs tools: send the tools the model may call, or leave tool_choice out.`}
+		}
+	case ToolChoiceRequired:
+		if v.toolCount == 0 {
+			return &ValidationError{Param: "tool_choice", Message: `tool_choice "required" needs a non-empty tools array: the tools the model must choose from.`}
+		}
+	case ToolChoiceNamed:
+		if v.toolCount == 0 {
+			return &ValidationError{Param: "tool_choice", Message: fmt.Sprintf(
+				"tool_choice names the function %s, which needs a non-empty tools array that declares it.", describe(v.toolChoiceName))}
+		}
+		if !v.toolDeclared(unquote(v.toolChoiceName.raw)) {
+			return &ValidationError{Param: "tool_choice.function.name", Message: fmt.Sprintf(
+				"tool_choice names the function %s, which none of the tools declares; name one of the functions in tools.", describe(v.toolChoiceName))}
+		}
+	}
+	return nil
+}
+
+// toolDeclared reports whether one of the tools, which tools has already checked, is
+// a function called name.
+func (v *validator) toolDeclared(name string) bool {
+	it := v.iter(v.toolsArray)
+	for {
+		_, t, ok := it.next()
+		if !ok {
+			return false
+		}
+		tit := v.iter(t)
+		for {
+			k, fn, ok := tit.next()
+			if !ok {
+				break
+			}
+			if k != "function" {
+				continue
+			}
+			fit := v.iter(fn)
+			for {
+				fk, x, ok := fit.next()
+				if !ok {
+					break
+				}
+				if fk == "name" && unquote(x.raw) == name {
+					return true
+				}
+			}
+		}
+	}
+}
+
+// toolCalls checks messages[i].tool_calls: null, or an array of calls as a reply
+// carried them, {"id": "...", "type": "function", "function": {"name": "...",
+// "arguments": "..."}}, where arguments is the JSON text of the arguments. Other members
+// (such as a provider's extra_content) pass through.
+func (v *validator) toolCalls(i int, val value) *ValidationError {
+	if val.isNull() {
+		return nil
+	}
+	if !val.isArray() {
+		return typeError(fmt.Sprintf("messages[%d].tool_calls", i), "an array of tool calls or null", val)
+	}
+	it := v.iter(val)
+	for j := 0; ; j++ {
+		_, call, ok := it.next()
+		if !ok {
+			return nil
+		}
+		if !call.isObject() {
+			return typeError(callParam(i, j, ""), `a tool call object such as {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}`, call)
+		}
+		var id, typ, fn value
+		cit := v.iter(call)
+		for {
+			k, x, ok := cit.next()
+			if !ok {
+				break
+			}
+			switch k {
+			case "id":
+				id = x
+			case "type":
+				typ = x
+			case "function":
+				fn = x
+			}
+		}
+		switch {
+		case !id.exists():
+			return &ValidationError{Param: callParam(i, j, ".id"), Message: fmt.Sprintf(
+				"%s is required: the id the tool's answer refers to in its tool_call_id.", callParam(i, j, ".id"))}
+		case !id.isString():
+			return typeError(callParam(i, j, ".id"), "a string", id)
+		}
+		// As in tools, the type defaults to "function", the only kind there is.
+		if typ.exists() && unquoteIfString(typ) != "function" {
+			return &ValidationError{Param: callParam(i, j, ".type"), Message: fmt.Sprintf(
+				`%s must be "function", got %s.`, callParam(i, j, ".type"), describe(typ))}
+		}
+		switch {
+		case !fn.exists():
+			return &ValidationError{Param: callParam(i, j, ".function"), Message: fmt.Sprintf(
+				"%s is required: an object with the function's name and arguments.", callParam(i, j, ".function"))}
+		case !fn.isObject():
+			return typeError(callParam(i, j, ".function"), "an object with the function's name and arguments", fn)
+		}
+		var name, args value
+		fit := v.iter(fn)
+		for {
+			k, x, ok := fit.next()
+			if !ok {
+				break
+			}
+			switch k {
+			case "name":
+				name = x
+			case "arguments":
+				args = x
+			}
+		}
+		switch {
+		case !name.exists():
+			return &ValidationError{Param: callParam(i, j, ".function.name"), Message: fmt.Sprintf(
+				"%s is required: the name of the function called.", callParam(i, j, ".function.name"))}
+		case !name.isString():
+			return typeError(callParam(i, j, ".function.name"), "a string", name)
+		case !args.exists():
+			return &ValidationError{Param: callParam(i, j, ".function.arguments"), Message: fmt.Sprintf(
+				`%s is required: the arguments as a string of JSON, such as "{}".`, callParam(i, j, ".function.arguments"))}
+		case !args.isString():
+			return typeError(callParam(i, j, ".function.arguments"), `a string (the arguments as JSON text, such as "{\"city\": \"Paris\"}")`, args)
+		}
+	}
+}
+
+// callParam names a member of messages[i].tool_calls[j] in errors.
+func callParam(i, j int, member string) string {
+	return fmt.Sprintf("messages[%d].tool_calls[%d]%s", i, j, member)
+}
+
+// toolChoiceRefusal is the 400 for a request whose tool_choice needs tool calling from
+// a model that is not configured for it, or nil when the request may go on. Only "none"
+// (or no tool_choice) is accepted then, as vLLM accepts only "none" from a server started
+// without --enable-auto-tool-choice.
+func toolChoiceRefusal(req *ChatRequest, route *backends.Route) *apiError {
+	if req.ToolChoice == ToolChoiceAbsent || req.ToolChoice == ToolChoiceNone || route.ToolCalling {
+		return nil
+	}
+	got := req.ToolChoice.String()
+	if req.ToolChoice == ToolChoiceNamed {
+		got = "a named function (" + clip(string(req.ToolChoiceName)) + ")"
+	}
+	return &apiError{Status: fasthttp.StatusBadRequest, Type: "invalid_request_error", Param: "tool_choice",
+		Message: "Model " + route.Name + " is not configured for tool calling, so tool_choice must be \"none\" or left out, got " + got +
+			". To let it call tools, set `tool_calling: true` for model " + route.Name + " in the gateway configuration; " +
+			"its backends must parse tool calls (vLLM: --enable-auto-tool-choice and --tool-call-parser)."}
+}
