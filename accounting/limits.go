@@ -157,6 +157,14 @@ func NewLimiter(limits []config.Limit, now func() time.Time) *Limiter {
 // that budgets survive a restart. Call it once, before serving: it replaces
 // the spend of the counters it restores.
 func (l *Limiter) Restore(ctx context.Context, st LimitsStore) error {
+	return l.restore(ctx, st, false)
+}
+
+// restore loads the tokens spent in the current budget windows from st.
+// With keepHigher, a counter already in the current window keeps its spend
+// if that is higher (it holds reservations in flight and records not yet
+// written); otherwise the store's spend replaces it.
+func (l *Limiter) restore(ctx context.Context, st LimitsStore, keepHigher bool) error {
 	w := windowsAt(l.now())
 	for _, monthly := range []bool{false, true} {
 		if !l.hasBudget(monthly) {
@@ -185,8 +193,13 @@ func (l *Limiter) Restore(ctx context.Context, st LimitsStore) error {
 		}
 		for c, n := range spent {
 			c.mu.Lock()
-			c.window = start
-			c.spent = n
+			switch {
+			case keepHigher && c.window == start:
+				c.spent = max(c.spent, n)
+			case !keepHigher || c.window < start:
+				c.window = start
+				c.spent = n
+			}
 			c.mu.Unlock()
 		}
 	}

@@ -26,30 +26,63 @@ var (
 	// them fit, counts the request in all of them, so that a refusal by one
 	// limit counts nothing anywhere.
 	reserveScript = redis.NewScript(`
--- KEYS are the counters one request counts in, each named once. ARGV
--- holds, for each key, its increment and its time to live in milliseconds,
--- then, for each check in rule order, the index of its key and its cap.
--- The reply is {0, 0} when the request was counted, else {check, count}:
--- the first check that refused it (from 1) and what its counter held.
-local n = #KEYS
-local raw = redis.call('MGET', unpack(KEYS))
+-- KEYS are the counters one request counts in, each named once, then the
+-- seed markers of the budget windows it counts in. ARGV[1] is how many
+-- markers there are; then, for each counter, its increment and its time to
+-- live in milliseconds; then, for each check in rule order, the index of
+-- its counter and its cap. The reply is {0, 0} when the request was
+-- counted, {-1, 0} when a marker is missing (Redis lost or never had the
+-- budgets: they must be seeded from the usage store first), else
+-- {check, count}: the first check that refused it (from 1) and what its
+-- counter held.
+local m = tonumber(ARGV[1])
+local n = #KEYS - m
+for i = n + 1, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 0 then
+    return {-1, 0}
+  end
+end
+local raw = redis.call('MGET', unpack(KEYS, 1, n))
 local counts = {}
 for i = 1, n do
   counts[i] = tonumber(raw[i] or '0')
 end
-for j = 2 * n + 1, #ARGV, 2 do
+for j = 2 * n + 2, #ARGV, 2 do
   local i = tonumber(ARGV[j])
-  if counts[i] + tonumber(ARGV[2 * i - 1]) > tonumber(ARGV[j + 1]) then
-    return {(j - 2 * n + 1) / 2, counts[i]}
+  if counts[i] + tonumber(ARGV[2 * i]) > tonumber(ARGV[j + 1]) then
+    return {(j - 2 * n) / 2, counts[i]}
   end
 end
 for i = 1, n do
-  redis.call('INCRBY', KEYS[i], ARGV[2 * i - 1])
+  redis.call('INCRBY', KEYS[i], ARGV[2 * i])
   if not raw[i] then
-    redis.call('PEXPIRE', KEYS[i], ARGV[2 * i])
+    redis.call('PEXPIRE', KEYS[i], ARGV[2 * i + 1])
   end
 end
 return {0, 0}
+`)
+
+	// seedScript raises budget counters to the spend the usage store holds
+	// and sets the seed markers of their windows, in one step, so that no
+	// reservation sees a window marked seeded whose counters are not.
+	seedScript = redis.NewScript(`
+-- KEYS are budget counters, then seed markers. ARGV[1] is how many
+-- counters there are; then, for each counter, the spend to raise it to
+-- and its time to live in milliseconds; then, for each marker, its time to
+-- live. A counter already higher keeps its count: it holds what the store
+-- has plus reservations in flight and records not yet written.
+local n = tonumber(ARGV[1])
+for i = 1, n do
+  local want = tonumber(ARGV[2 * i])
+  local cur = tonumber(redis.call('GET', KEYS[i]) or '-1')
+  if cur < want then
+    redis.call('SET', KEYS[i], want, 'PX', ARGV[2 * i + 1])
+  end
+end
+for i = n + 1, #KEYS do
+  redis.call('SET', KEYS[i], 1, 'PX', ARGV[2 * n + 1 + (i - n)])
+end
+return 0
 `)
 
 	// settleScript applies the correction of a settled request to the
@@ -97,16 +130,24 @@ const (
 // script applying the correction. A request no limit selects costs nothing.
 // Counters are named by what they count and their window, e.g.
 // "tollgate:tokens:2025-03:team="acme"", and expire a while after their
-// window ends. Budgets survive restarts with the counters themselves;
-// Restore seeds a budget counter Redis lost from the usage store.
+// window ends. Budgets survive restarts with the counters themselves, and
+// a Redis that lost them is seeded from the usage store: a seed marker per
+// budget window says Redis holds the window as seeded, and a reservation
+// that finds it missing seeds the window's counters (raising each to the
+// store's spend, in one script) before anything is counted.
 //
 // Fail-open policy: when Redis is unreachable, answers with an error, or
 // is slower than limits_backend.timeout, the gateway keeps serving and
 // enforces the same limits with counters local to each replica. During an
 // outage each replica enforces the full limit on its own, so the traffic
-// admitted may reach N replicas times the limit; local budgets count from
-// the spend restored at start plus what the replica admitted locally, not
-// from what Redis held. The fall back is
+// admitted may reach N replicas times the limit. Local budgets start from
+// the usage store's spend in the window, read when the fall back begins
+// (each counter keeps the higher of that and its own count), so that N
+// replicas admit at most N times what remained of a budget, and a single
+// replica no more than the budget, short of the records not yet written
+// and the reservations in flight when Redis failed. When Redis answers
+// again it is seeded from the store before it counts, so that what the
+// replicas admitted on their own is not forgotten. The fall back is
 // logged once as a warning, repeated every minute while it lasts, and its
 // end once; tollgate_limits_fallback_active is 1 meanwhile, and
 // tollgate_limits_redis_errors_total counts the failed calls. While falling
@@ -134,11 +175,19 @@ type RedisLimiter struct {
 	down      atomic.Bool  // Redis failed: local counters enforce the limits
 	nextProbe atomic.Int64 // unix nanoseconds, when the next request tries Redis
 
+	// st is the usage store Restore was given: budgets are seeded from it
+	// into the local counters when Redis fails, and into Redis when Redis
+	// lost them or comes back. Nil until Restore.
+	st LimitsStore
+	// seeding is held for writing while the local counters are seeded
+	// from the store at the start of a fall back, and for reading by every
+	// local reservation, so that none is admitted on counters not seeded.
+	seeding sync.RWMutex
+
 	mu         sync.Mutex // guards what follows, and the transitions of down
 	downSince  time.Time
 	downErrs   int64
 	nextRemind time.Time
-	seeds      []redisSeed // seeds Restore could not write, while down
 }
 
 // NewRedisLimiter returns a limiter whose counters live in Redis, falling
@@ -220,23 +269,61 @@ func (l *RedisLimiter) Close() error {
 }
 
 // Restore loads the tokens spent in the current budget windows from st into
-// the local counters, and seeds each budget counter missing in Redis (which
-// lost its data) with the same spend. Seeds only create counters, so that
-// replicas starting together seed each once and a counter the others
-// already count in is left alone. Call it once, before serving. It fails
-// only if st does: when Redis fails, the limiter falls back to its local
-// counters and writes the seeds once Redis answers again.
+// the local counters, and raises each budget counter in Redis to the same
+// spend, marking the windows seeded. A counter already higher is left
+// alone, so that replicas starting together, or one starting while others
+// count, lose nothing. Call it once, before serving. It fails only if st
+// does: when Redis fails, the limiter falls back to its local counters and
+// seeds Redis from st once it answers again.
+//
+// The limiter keeps st: whenever Redis fails, the local counters are seeded
+// from it again (each keeps the higher of its own count and the store's),
+// and whenever Redis answers again, or answers without the seed marker of
+// a budget window (it restarted empty, or lost its data), Redis is seeded
+// from it before any reservation counts there.
 func (l *RedisLimiter) Restore(ctx context.Context, st LimitsStore) error {
 	if len(l.local.rules) == 0 {
 		return nil // Nothing is limited: Redis is never used.
 	}
+	l.st = st
 	cache := &spentCache{st: st}
 	if err := l.local.Restore(ctx, cache); err != nil {
 		return err // Already wrapped by Limiter.Restore.
 	}
+	// The local Restore has read the store: the cache answers.
+	seeds, err := l.budgetSeeds(ctx, cache)
+	if err != nil {
+		return err
+	}
+	sctx, cancel := context.WithTimeout(ctx, seedTimeout)
+	defer cancel()
+	if err := l.writeSeeds(sctx, seeds); err != nil {
+		l.fallBack(fmt.Errorf("restore: %w", err))
+	}
+	return nil
+}
+
+// redisSeed is the spend a budget counter is raised to.
+type redisSeed struct {
+	key    string
+	tokens int64
+	end    int64 // the end of the counter's window, unix nanoseconds
+}
+
+// redisSeeds are the budget counters of the current windows with their
+// spend in the store, and the seed markers of those windows.
+type redisSeeds struct {
+	counters []redisSeed
+	markers  []redisSeed // tokens unused
+}
+
+// budgetSeeds reads the spend of the current budget windows from st, as
+// the seeds of their Redis counters. Rules of the same selection share a
+// counter: each row is counted once in it.
+func (l *RedisLimiter) budgetSeeds(ctx context.Context, st LimitsStore) (redisSeeds, error) {
+	var seeds redisSeeds
 	w := windowsAt(l.now())
 	bySeedKey := make(map[string]int)
-	var seeds []redisSeed
 	for _, monthly := range []bool{false, true} {
 		if !l.local.hasBudget(monthly) {
 			continue
@@ -245,14 +332,19 @@ func (l *RedisLimiter) Restore(ctx context.Context, st LimitsStore) error {
 		if monthly {
 			start = w.month
 		}
-		// The local Restore has read these rows: the cache answers.
-		rows, err := cache.SpentTokens(ctx, time.Unix(0, start).UTC())
+		var end int64
+		for i := range l.local.rules {
+			if lr := &l.local.rules[i]; lr.budget > 0 && lr.monthly == monthly {
+				end = lr.budgetEnd(start)
+				break
+			}
+		}
+		seeds.markers = append(seeds.markers, redisSeed{key: l.markerKey(start, monthly), end: end})
+		rows, err := st.SpentTokens(ctx, time.Unix(0, start).UTC())
 		if err != nil {
-			return fmt.Errorf("restore budgets: %w", err)
+			return redisSeeds{}, fmt.Errorf("restore budgets: %w", err)
 		}
 		for _, row := range rows {
-			// Rules of the same selection share a counter: count each
-			// row once in it.
 			var counted []string
 			for i := range l.local.rules {
 				lr := &l.local.rules[i]
@@ -266,58 +358,81 @@ func (l *RedisLimiter) Restore(ctx context.Context, st LimitsStore) error {
 				counted = append(counted, key)
 				j, ok := bySeedKey[key]
 				if !ok {
-					j = len(seeds)
+					j = len(seeds.counters)
 					bySeedKey[key] = j
-					seeds = append(seeds, redisSeed{key: key, end: lr.budgetEnd(start)})
+					seeds.counters = append(seeds.counters, redisSeed{key: key, end: lr.budgetEnd(start)})
 				}
-				seeds[j].tokens = AddTokens(seeds[j].tokens, max(row.Tokens, 0))
+				seeds.counters[j].tokens += row.Tokens
 			}
 		}
 	}
-	sctx, cancel := context.WithTimeout(ctx, seedTimeout)
-	defer cancel()
-	var err error
-	if len(seeds) > 0 {
-		err = l.writeSeeds(sctx, seeds)
-	} else {
+	return seeds, nil
+}
+
+// writeSeeds raises the seeds' counters and sets their windows' markers,
+// in one script. Seeds of windows that have ended are dropped.
+func (l *RedisLimiter) writeSeeds(ctx context.Context, seeds redisSeeds) error {
+	now := l.now().UnixNano()
+	keys := make([]string, 0, len(seeds.counters)+len(seeds.markers))
+	args := make([]any, 1, 1+2*len(seeds.counters)+len(seeds.markers))
+	for _, sd := range seeds.counters {
+		if sd.tokens > 0 && sd.end > now {
+			keys = append(keys, sd.key)
+			args = append(args, sd.tokens, (time.Duration(sd.end-now) + budgetKeyMargin).Milliseconds())
+		}
+	}
+	args[0] = len(keys)
+	for _, m := range seeds.markers {
+		if m.end > now {
+			keys = append(keys, m.key)
+			args = append(args, (time.Duration(m.end-now) + budgetKeyMargin).Milliseconds())
+		}
+	}
+	if len(keys) == 0 {
 		// Nothing to seed: check Redis anyway, so that a wrong address
 		// shows at start rather than at the first request.
-		err = l.client.Ping(sctx).Err()
-	}
-	if err != nil {
-		l.failed(fmt.Errorf("restore: %w", err))
-		if len(seeds) > 0 {
-			l.mu.Lock()
-			l.seeds = seeds
-			l.mu.Unlock()
-		}
-	}
-	return nil
-}
-
-// redisSeed is the spend a budget counter starts from if Redis lacks it.
-type redisSeed struct {
-	key    string
-	tokens int64
-	end    int64 // the end of the counter's window, unix nanoseconds
-}
-
-// writeSeeds creates each seed's counter that does not exist, in one round
-// trip. Seeds of windows that have ended are dropped.
-func (l *RedisLimiter) writeSeeds(ctx context.Context, seeds []redisSeed) error {
-	now := l.now().UnixNano()
-	_, err := l.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, sd := range seeds {
-			if sd.tokens > 0 && sd.end > now {
-				p.SetNX(ctx, sd.key, sd.tokens, time.Duration(sd.end-now)+budgetKeyMargin)
-			}
+		if err := l.client.Ping(ctx).Err(); err != nil {
+			return fmt.Errorf("seed budgets: %w", err)
 		}
 		return nil
-	})
-	if err != nil {
+	}
+	if err := seedScript.Run(ctx, l.client, keys, args...).Err(); err != nil {
 		return fmt.Errorf("seed budgets: %w", err)
 	}
 	return nil
+}
+
+// seedRedis seeds Redis from the store Restore was given, if any.
+func (l *RedisLimiter) seedRedis() error {
+	ctx, cancel := context.WithTimeout(context.Background(), seedTimeout)
+	defer cancel()
+	var seeds redisSeeds
+	if l.st != nil {
+		var err error
+		if seeds, err = l.budgetSeeds(ctx, l.st); err != nil {
+			return err
+		}
+	} else {
+		// No store: mark the windows seeded with nothing.
+		seeds, _ = l.budgetSeeds(ctx, emptyStore{})
+	}
+	return l.writeSeeds(ctx, seeds)
+}
+
+// emptyStore is a LimitsStore with no usage.
+type emptyStore struct{}
+
+func (emptyStore) SpentTokens(context.Context, time.Time) ([]SpentRow, error) { return nil, nil }
+
+// markerKey names the seed marker of the budget window starting at start,
+// e.g. tollgate:seeded:2025-03 for a month: it exists while Redis holds the
+// window's budget counters as seeded from the store.
+func (l *RedisLimiter) markerKey(start int64, monthly bool) string {
+	layout := dayLayout
+	if monthly {
+		layout = monthLayout
+	}
+	return l.prefix + "seeded:" + time.Unix(0, start).UTC().Format(layout)
 }
 
 // spentCache answers SpentTokens once per since, so that Restore reads the
@@ -353,25 +468,33 @@ func (l *RedisLimiter) Reserve(s Subject, estimate int64) (Reservation, error) {
 	}
 	probe := l.down.Load()
 	if probe && !l.probeDue() {
-		return l.local.Reserve(s, estimate)
+		return l.localReserve(s, estimate)
+	}
+	if probe {
+		// Redis may be back empty, or may lack what the replicas admitted
+		// on their own meanwhile: it is seeded from the store before it
+		// counts again.
+		if err := l.seedRedis(); err != nil {
+			l.fallBack(fmt.Errorf("probe: %w", err))
+			return l.localReserve(s, estimate)
+		}
 	}
 	w := windowsAt(l.now())
 	p := l.plan(s, estimate, w)
-	if probe {
-		if err := l.writePendingSeeds(); err != nil {
-			l.failed(err)
-			return l.local.Reserve(s, estimate)
+	res, err := l.reserve(p)
+	if err == nil && res[0] == -1 {
+		// A budget window is not marked seeded: Redis restarted empty or
+		// lost its data. Seed it from the store, then count.
+		if err = l.seedRedis(); err == nil {
+			res, err = l.reserve(p)
+			if err == nil && res[0] == -1 {
+				err = errors.New("seed markers missing right after seeding")
+			}
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
-	defer cancel()
-	res, err := reserveScript.Run(ctx, l.client, p.keys, p.args...).Int64Slice()
-	if err == nil && (len(res) != 2 || res[0] < 0 || res[0] > int64(len(p.checks))) {
-		err = fmt.Errorf("unexpected reply %v", res)
-	}
 	if err != nil {
-		l.failed(fmt.Errorf("reserve: %w", err))
-		return l.local.Reserve(s, estimate)
+		l.fallBack(fmt.Errorf("reserve: %w", err))
+		return l.localReserve(s, estimate)
 	}
 	if probe {
 		l.recovered()
@@ -386,8 +509,44 @@ func (l *RedisLimiter) Reserve(s Subject, estimate int64) (Reservation, error) {
 		minute:   w.minute,
 		day:      w.day,
 		month:    w.month,
-		keys:     p.keys[p.requestKeys:],
+		keys:     p.keys[p.requestKeys:p.counterKeys],
 	}, nil
+}
+
+// reserve runs reserveScript for p and checks the shape of its reply.
+func (l *RedisLimiter) reserve(p redisPlan) ([]int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+	defer cancel()
+	res, err := reserveScript.Run(ctx, l.client, p.keys, p.args...).Int64Slice()
+	if err == nil && (len(res) != 2 || res[0] < -1 || res[0] > int64(len(p.checks))) {
+		err = fmt.Errorf("unexpected reply %v", res)
+	}
+	return res, err
+}
+
+// localReserve reserves against the local counters, once they are seeded.
+func (l *RedisLimiter) localReserve(s Subject, estimate int64) (Reservation, error) {
+	l.seeding.RLock()
+	defer l.seeding.RUnlock()
+	return l.local.Reserve(s, estimate)
+}
+
+// fallBack handles a failed Redis call. When it starts a fall back, the
+// local counters are seeded from the store first, so that they start from
+// what was spent in the window (by every replica, as far as the store
+// knows) rather than from what this replica counted locally.
+func (l *RedisLimiter) fallBack(err error) {
+	if !l.failed(err) || l.st == nil {
+		return
+	}
+	l.seeding.Lock()
+	defer l.seeding.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), seedTimeout)
+	defer cancel()
+	if err := l.local.restore(ctx, l.st, true); err != nil {
+		l.log.Error("seeding the local limit counters from the usage store failed: budgets count from this replica's own spend",
+			zap.Error(err))
+	}
 }
 
 // Settle replaces the reservation's estimate with the tokens actually used
@@ -408,7 +567,7 @@ func (l *RedisLimiter) Settle(r Reservation, used int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
 	defer cancel()
 	if err := settleScript.Run(ctx, l.client, r.keys, delta).Err(); err != nil {
-		l.failed(fmt.Errorf("settle: %w", err))
+		l.fallBack(fmt.Errorf("settle: %w", err))
 	}
 }
 
@@ -424,8 +583,9 @@ func (l *RedisLimiter) selectsAny(s Subject) bool {
 
 // redisPlan is what one Reserve sends to reserveScript.
 type redisPlan struct {
-	keys        []string // request counters, then token counters, each once
+	keys        []string // request counters, then token counters, each once, then seed markers
 	requestKeys int      // how many of keys count requests
+	counterKeys int      // how many of keys are counters
 	args        []any
 	checks      []redisCheck // in the order the local limiter checks
 }
@@ -478,8 +638,18 @@ func (l *RedisLimiter) plan(s Subject, estimate int64, w windows) redisPlan {
 			p.keys = append(p.keys, c.key)
 		}
 	}
-	p.args = make([]any, 0, 2*len(p.keys)+2*len(p.checks))
-	for i, k := range p.keys {
+	p.counterKeys = len(p.keys)
+	// The budget windows counted in must be marked seeded.
+	for _, c := range p.checks {
+		if c.cap == capBudget {
+			if m := l.markerKey(c.start, c.rule.monthly); !slices.Contains(p.keys[p.counterKeys:], m) {
+				p.keys = append(p.keys, m)
+			}
+		}
+	}
+	p.args = make([]any, 0, 1+2*p.counterKeys+2*len(p.checks))
+	p.args = append(p.args, len(p.keys)-p.counterKeys)
+	for i, k := range p.keys[:p.counterKeys] {
 		// The name says what a counter counts and its window: any check
 		// of it gives its increment and expiry.
 		c := p.checks[slices.IndexFunc(p.checks, func(c redisCheck) bool { return c.key == k })]
@@ -565,29 +735,10 @@ func (l *RedisLimiter) probeDue() bool {
 	return now >= next && l.nextProbe.CompareAndSwap(next, now+int64(l.probeEvery))
 }
 
-// writePendingSeeds writes the seeds Restore could not, if any.
-func (l *RedisLimiter) writePendingSeeds() error {
-	l.mu.Lock()
-	seeds := l.seeds
-	l.mu.Unlock()
-	if len(seeds) == 0 {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), seedTimeout)
-	defer cancel()
-	if err := l.writeSeeds(ctx, seeds); err != nil {
-		return fmt.Errorf("restore: %w", err)
-	}
-	l.mu.Lock()
-	l.seeds = nil
-	l.mu.Unlock()
-	return nil
-}
-
 // failed handles a failed Redis call: it is counted, and either starts the
 // fall back to local counters, logged once, or extends it, with a reminder
-// logged now and then.
-func (l *RedisLimiter) failed(err error) {
+// logged now and then. It reports whether it started the fall back.
+func (l *RedisLimiter) failed(err error) bool {
 	l.redisErrors.Inc()
 	now := time.Now()
 	l.mu.Lock()
@@ -599,16 +750,17 @@ func (l *RedisLimiter) failed(err error) {
 		l.downSince, l.downErrs, l.nextRemind = now, 1, now.Add(l.remindEvery)
 		l.log.Warn("Redis limits backend failed: enforcing limits with local counters, each replica on its own, until it answers again",
 			zap.String("addr", l.addr), zap.Error(err))
-		return
+		return true
 	}
 	l.downErrs++
 	if now.Before(l.nextRemind) {
-		return
+		return false
 	}
 	l.nextRemind = now.Add(l.remindEvery)
 	l.log.Warn("Redis limits backend still failing: enforcing limits with local counters",
 		zap.String("addr", l.addr), zap.Duration("for", now.Sub(l.downSince)),
 		zap.Int64("errors", l.downErrs), zap.Error(err))
+	return false
 }
 
 // recovered ends the fall back after a probe reached Redis. Only probes

@@ -1158,3 +1158,179 @@ func BenchmarkRedisLimiter(b *testing.B) {
 		}
 	}
 }
+
+// spendStore is a usage store the test writes settled spend into, as the
+// Recorder would; every row is in the current windows.
+type spendStore struct {
+	mu    sync.Mutex
+	spent map[Subject]int64
+}
+
+func (s *spendStore) add(sub Subject, n int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.spent == nil {
+		s.spent = make(map[Subject]int64)
+	}
+	s.spent[sub] += n
+}
+
+func (s *spendStore) SpentTokens(ctx context.Context, since time.Time) ([]SpentRow, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var rows []SpentRow
+	for sub, n := range s.spent {
+		rows = append(rows, SpentRow{Subject: sub, Tokens: n})
+	}
+	return rows, nil
+}
+
+// TestRedisLimiterBudgetSurvivesRedisLoss checks that a budget holds
+// through everything that can happen to the Redis counting it: Redis
+// failing (the local counters start from the store, not from zero),
+// coming back empty after an outage, and restarting empty while it
+// answers (both seen from the missing seed marker, and seeded from the
+// store before anything is counted again). Redis is cut through a proxy,
+// and "emptied" by deleting the test's own keys only.
+func TestRedisLimiterBudgetSurvivesRedisLoss(t *testing.T) {
+	addr := redisTestAddr(t)
+	proxy := newFlakyProxy(t, addr)
+	rdb := redisTestClient(t, addr)
+	ctx := context.Background()
+	clock := newClock(time.Date(2025, 3, 14, 12, 0, 0, 0, time.UTC))
+	cfg := redisTestBackend(proxy.Addr(), redisTestPrefix(t, addr))
+	cfg.Timeout = 500 * time.Millisecond // a cut connection fails at once; this bounds only a slow host
+	const budget, each = 1000, 100
+	limits := []config.Limit{{Team: "acme", TokenBudget: budget, BudgetWindow: "day"}}
+	st := &spendStore{}
+	l := newRedisTestLimiter(t, limits, cfg, clock.Now, nil, nil)
+	l.probeEvery = time.Hour // the test says when to probe
+	if err := l.Restore(ctx, st); err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	probeNow := func() { l.nextProbe.Store(0) }
+	// use admits requests of each tokens until one is refused, settling
+	// and storing each, and returns how many were admitted.
+	use := func(wantLocal bool) int {
+		t.Helper()
+		n := 0
+		for ; n <= budget/each; n++ {
+			r, err := l.Reserve(acme, each)
+			if err != nil {
+				var le *LimitError
+				if !errors.As(err, &le) || le.Code != CodeInsufficientQuota {
+					t.Fatalf("Reserve: %v, want admitted or insufficient_quota", err)
+				}
+				return n
+			}
+			if local := r.l != nil; local != wantLocal {
+				t.Fatalf("request counted locally: %v, want %v", local, wantLocal)
+			}
+			l.Settle(r, each)
+			st.add(acme, each)
+		}
+		t.Fatalf("more than %d requests of %d tokens admitted on a budget of %d", n, each, budget)
+		return n
+	}
+	emptyRedis := func() {
+		t.Helper()
+		keys, err := rdb.Keys(ctx, cfg.Prefix+"*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(keys) > 0 {
+			if err := rdb.Del(ctx, keys...).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	spent := func() int64 {
+		rows, _ := st.SpentTokens(ctx, time.Time{})
+		var n int64
+		for _, r := range rows {
+			n += r.Tokens
+		}
+		return n
+	}
+
+	// 600 of the 1000 are spent through Redis.
+	for range 6 {
+		r := mustReserveRedis(t, l, acme, each)
+		l.Settle(r, each)
+		st.add(acme, each)
+	}
+	// Redis fails: the local counters start from the 600 the store holds.
+	proxy.set("cut")
+	if n := use(true); n != 4 {
+		t.Errorf("%d requests admitted locally, want the 4 the budget had left", n)
+	}
+	if got := spent(); got != budget {
+		t.Fatalf("spent %d, want %d", got, budget)
+	}
+
+	// Redis comes back empty: the probe seeds it from the store.
+	emptyRedis()
+	proxy.set("pass")
+	probeNow()
+	if n := use(false); n != 0 {
+		t.Errorf("%d requests admitted by a Redis back empty, want 0", n)
+	}
+	if got := testutil.ToFloat64(l.fallbackActive); got != 0 {
+		t.Errorf("still falling back after Redis answered")
+	}
+	if got, err := rdb.Get(ctx, cfg.Prefix+`tokens:2025-03-14:team="acme"`).Int64(); err != nil || got != budget {
+		t.Errorf("Redis counter = %d, %v; want %d seeded from the store", got, err, budget)
+	}
+
+	// The next day has a budget of its own; Redis restarts empty while it
+	// answers: the missing marker makes the limiter seed it again.
+	clock.Advance(24 * time.Hour)
+	st.spent = nil
+	for range 7 {
+		r := mustReserveRedis(t, l, acme, each)
+		l.Settle(r, each)
+		st.add(acme, each)
+	}
+	emptyRedis()
+	if n := use(false); n != 3 {
+		t.Errorf("%d requests admitted after Redis restarted empty, want the 3 the budget had left", n)
+	}
+	if got, err := rdb.Exists(ctx, cfg.Prefix+"seeded:2025-03-15").Result(); err != nil || got != 1 {
+		t.Errorf("seed marker of the day: %d, %v; want it set", got, err)
+	}
+}
+
+// TestRedisLimiterReplicasFallingBackStayWithinWhatRemained checks the
+// bound the README states for N replicas while Redis fails: each starts
+// from the store's spend, so together they admit at most N times what
+// remained, not N times the budget.
+func TestRedisLimiterReplicasFallingBackStayWithinWhatRemained(t *testing.T) {
+	clock := newClock(time.Date(2025, 3, 14, 12, 0, 0, 0, time.UTC))
+	st := &spendStore{}
+	st.add(acme, 800) // spent through Redis before it failed
+	limits := []config.Limit{{Team: "acme", TokenBudget: 1000, BudgetWindow: "day"}}
+	cfg := config.LimitsBackend{Addr: closedAddr(t), Prefix: "tollgate-test:", Timeout: 50 * time.Millisecond}
+	const replicas, each = 3, 50
+	admitted := 0
+	for range replicas {
+		l := newRedisTestLimiter(t, limits, cfg, clock.Now, nil, nil)
+		l.probeEvery = time.Hour
+		// Each replica had restored an older spend at start; the fall
+		// back seeds it with what the store holds now.
+		l.st = st
+		for {
+			r, err := l.Reserve(acme, each)
+			if err != nil {
+				break
+			}
+			l.Settle(r, each)
+			admitted += each
+			if admitted > replicas*1000 {
+				t.Fatal("no replica stops")
+			}
+		}
+	}
+	if want := replicas * (1000 - 800); admitted != want {
+		t.Errorf("replicas admitted %d tokens, want %d: %d × the 200 that remained", admitted, want, replicas)
+	}
+}
