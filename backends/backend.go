@@ -35,8 +35,11 @@ type Backend struct {
 	maxConcurrency int64
 	timeouts       config.BackendTimeouts
 	client         *fasthttp.HostClient
-	chatURL        []byte
-	healthURL      []byte
+	// base is the URL every endpoint's path is appended to (ending in /v1).
+	base string
+	// urls are the endpoints' URLs, indexed by Endpoint, built once.
+	urls      [numEndpoints][]byte
+	healthURL []byte
 	// authorization is the whole "Bearer <key>" header value, built once;
 	// nil when the backend takes no key.
 	authorization []byte
@@ -143,7 +146,10 @@ func newBackend(cfg config.Backend) (*Backend, error) {
 		base = strings.TrimRight(cfg.URL, "/")
 	}
 	b.client = hc
-	b.chatURL = []byte(base + "/chat/completions")
+	b.base = base
+	for e := range numEndpoints {
+		b.urls[e] = []byte(base + e.Path())
+	}
 	b.healthURL = []byte(base + cfg.Health.Path)
 	return b, nil
 }
@@ -157,11 +163,54 @@ func retryStaleConn(_ *fasthttp.Request, attempts int, err error) (bool, bool) {
 	return false, stale && attempts < 2
 }
 
+// Endpoint is an OpenAI endpoint a backend serves.
+type Endpoint uint8
+
+// The endpoints, in the order of config.ModelEndpoints.
+const (
+	EndpointChat Endpoint = iota
+	EndpointCompletions
+	EndpointEmbeddings
+	EndpointResponses
+	numEndpoints
+)
+
+// Path is the endpoint's path below a backend's /v1 base URL.
+func (e Endpoint) Path() string {
+	switch e {
+	case EndpointCompletions:
+		return "/completions"
+	case EndpointEmbeddings:
+		return "/embeddings"
+	case EndpointResponses:
+		return "/responses"
+	}
+	return "/chat/completions"
+}
+
 // PrepareChat points req at the backend's chat completions endpoint and
 // sets its credentials. The caller sets the body and the forwarded headers.
-func (b *Backend) PrepareChat(req *fasthttp.Request) {
-	req.SetRequestURIBytes(b.chatURL)
+func (b *Backend) PrepareChat(req *fasthttp.Request) { b.Prepare(req, EndpointChat) }
+
+// Prepare points req, a POST, at endpoint e of the backend and sets its
+// credentials. The caller sets the body and the forwarded headers.
+func (b *Backend) Prepare(req *fasthttp.Request, e Endpoint) {
+	req.SetRequestURIBytes(b.urls[e])
 	req.Header.SetMethod(fasthttp.MethodPost)
+	b.authorize(req)
+}
+
+// PrepareResponse points req at one stored response of the backend,
+// /responses/{id} followed by suffix ("" or "/cancel"), with method, and
+// sets its credentials. id must already be safe in a URL path.
+func (b *Backend) PrepareResponse(req *fasthttp.Request, method, id, suffix string) {
+	req.SetRequestURI(b.base + "/responses/" + id + suffix)
+	req.Header.SetMethod(method)
+	b.authorize(req)
+}
+
+// authorize sets the backend's credentials on req, or removes any.
+func (b *Backend) authorize(req *fasthttp.Request) {
 	if b.authorization != nil {
 		req.Header.SetBytesV(fasthttp.HeaderAuthorization, b.authorization)
 	} else {
@@ -179,6 +228,11 @@ func (b *Backend) Do(req *fasthttp.Request, resp *fasthttp.Response) error {
 // ContinuousUsage reports whether the backend can put cumulative usage on
 // every streamed chunk (vLLM's stream_options.continuous_usage_stats).
 func (b *Backend) ContinuousUsage() bool { return b.continuousUsage }
+
+// TryAcquire takes a slot on b itself, bypassing selection, for a request
+// that must reach the backend holding its state (a stored response). The
+// caller must Release it.
+func (b *Backend) TryAcquire() bool { return b.tryAcquire() }
 
 // tryAcquire takes a slot unless the backend is at max_concurrency, in one
 // atomic step, so concurrent requests cannot overshoot the limit.

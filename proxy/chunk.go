@@ -53,6 +53,14 @@ type chunkProcessor struct {
 	done   bool
 	// errMessage is the message of an in-band error event, if one came.
 	errMessage string
+
+	// responses says the events are the Responses API's (see
+	// processResponseEvent); responseID is the id of the streamed
+	// response until the stream body has remembered its backend, which
+	// sets responseIDNoted.
+	responses       bool
+	responseID      string
+	responseIDNoted bool
 }
 
 func (c *chunkProcessor) reset(stripUsage, stripContinuous bool, publicModel []byte) {
@@ -61,6 +69,9 @@ func (c *chunkProcessor) reset(stripUsage, stripContinuous bool, publicModel []b
 
 // process appends to dst what the client receives for one upstream event.
 func (c *chunkProcessor) process(dst, ev []byte) []byte {
+	if c.responses {
+		return c.processResponseEvent(dst, ev)
+	}
 	start, end, ok := eventData(ev)
 	if !ok {
 		// Comments and multi-line events pass through untouched.
@@ -91,7 +102,8 @@ func (c *chunkProcessor) process(dst, ev []byte) []byte {
 			hasChoices = true
 			v.ForEach(func(_, choice gjson.Result) bool {
 				nonEmptyChoices = true
-				if deltaHasContent(choice.Get("delta")) {
+				// Chat choices carry a delta, text completions a text.
+				if deltaHasContent(choice.Get("delta")) || textHasContent(choice) {
 					c.deltas++
 				}
 				return true
@@ -191,6 +203,13 @@ func deltaHasContent(d gjson.Result) bool {
 		return !has
 	})
 	return has
+}
+
+// textHasContent reports whether a streamed text completion choice
+// carried generated text.
+func textHasContent(choice gjson.Result) bool {
+	t := choice.Get("text")
+	return t.Type == gjson.String && t.Raw != `""`
 }
 
 // inBandErrorMessage extracts a readable message from an in-band error

@@ -22,13 +22,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_requests_total",
-			Help: "Chat completion requests by public model, backend and status returned to the client.",
-		}, []string{"model", "backend", "status"}),
+			Help: "Requests by public model, backend, status returned to the client and endpoint (chat.completions, completions, embeddings, responses).",
+		}, []string{"model", "backend", "status", "endpoint"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tollgate_request_duration_seconds",
-			Help:    "Time from request to the end of the reply or stream, by public model.",
+			Help:    "Time from request to the end of the reply or stream, by public model and endpoint.",
 			Buckets: latencyBuckets,
-		}, []string{"model"}),
+		}, []string{"model", "endpoint"}),
 		timeToFirstTok: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tollgate_time_to_first_token_seconds",
 			Help:    "Time from request to the first streamed event sent to the client, by public model.",

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/tollgate-dev/tollgate/backends"
 )
 
@@ -51,4 +53,22 @@ func appendBackendStates(dst []byte, reg *backends.Registry) []byte {
 	}
 	b, _ := json.Marshal(out)
 	return append(dst, b...)
+}
+
+// serveModel answers GET /v1/models/{id}: the model object of a configured
+// model, the same as its entry in the list, or 404 model_not_found.
+func (s *Server) serveModel(ctx *fasthttp.RequestCtx, id []byte) {
+	st := s.state.Load()
+	if _, e := s.authenticate(ctx, st); e != nil {
+		writeError(ctx, e)
+		return
+	}
+	rt := st.reg.Route(id)
+	if rt == nil {
+		writeError(ctx, modelNotFound(id))
+		return
+	}
+	b, _ := json.Marshal(modelEntry{ID: rt.Name, Object: "model", Created: s.started.Unix(), OwnedBy: "tollgate"})
+	ctx.SetContentType("application/json")
+	ctx.SetBody(b)
 }

@@ -4,11 +4,13 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -100,6 +102,11 @@ type Server struct {
 	retryBudget *backends.RetryBudget
 	// streams counts stream slots taken, against server.max_streams.
 	streams atomic.Int64
+	// table is the routing table (see routes).
+	table []route
+	// owners remembers which backend made each Responses API response; it
+	// lives as long as the server, across reloads.
+	owners *responseOwners
 }
 
 // New builds a Server. It does not listen; call Serve.
@@ -120,6 +127,8 @@ func New(opts Options) (*Server, error) {
 	if s.log == nil {
 		s.log = zap.NewNop()
 	}
+	s.table = s.routes()
+	s.owners = newResponseOwners(responseOwnerCapacity, responseOwnerTTL, opts.ResponseOwners, s.log)
 	s.Swap(Generation{Config: opts.Config, Registry: opts.Registry, Limiter: opts.Limiter})
 	sc := opts.Config.Server
 	s.srv = &fasthttp.Server{
@@ -201,44 +210,116 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return s.srv.ShutdownWithContext(ctx)
 }
 
-var (
-	pathChat      = "/v1/chat/completions"
-	pathChatSlash = "/v1/chat/completions/"
-	pathModels    = "/v1/models"
-	pathHealthz   = "/healthz"
-	pathReadyz    = "/readyz"
-)
+// route is one entry of the proxy's routing table: a method and a path
+// pattern, and what serves them.
+type route struct {
+	// method is the HTTP method served; "" serves every method.
+	method string
+	// pattern is an exact path, or a path with one "{id}" segment (no
+	// slash in the id) or a trailing "{id...}" (the rest of the path,
+	// slashes included: model ids such as org/model have them).
+	pattern string
+	// serve handles the request, with the id the pattern captured. Nil
+	// hands the request to Options.Next: paths under /v1/ that the
+	// admin module serves.
+	serve func(ctx *fasthttp.RequestCtx, id []byte)
+}
+
+// routes is every path the proxy serves, in one table. Chat completions
+// come first: they are most of the traffic, and the scan stops there.
+func (s *Server) routes() []route {
+	return []route{
+		{fasthttp.MethodPost, "/v1/chat/completions", s.serveEndpoint(&chatEndpoint)},
+		{fasthttp.MethodPost, "/v1/chat/completions/", s.serveEndpoint(&chatEndpoint)},
+		{fasthttp.MethodPost, "/v1/completions", s.serveEndpoint(&completionsEndpoint)},
+		{fasthttp.MethodPost, "/v1/embeddings", s.serveEndpoint(&embeddingsEndpoint)},
+		{fasthttp.MethodPost, "/v1/responses", s.serveEndpoint(&responsesEndpoint)},
+		{fasthttp.MethodGet, "/v1/responses/{id}", s.serveStoredResponse("")},
+		{fasthttp.MethodDelete, "/v1/responses/{id}", s.serveStoredResponse("")},
+		{fasthttp.MethodPost, "/v1/responses/{id}/cancel", s.serveStoredResponse("/cancel")},
+		{fasthttp.MethodGet, "/v1/responses/{id}/input_items", s.serveStoredResponse("/input_items")},
+		{fasthttp.MethodGet, "/v1/models", func(ctx *fasthttp.RequestCtx, _ []byte) { s.serveModels(ctx) }},
+		{fasthttp.MethodGet, "/v1/models/{id...}", s.serveModel},
+		{"", "/v1/organization/usage/completions", nil},
+		{"", "/v1/tollgate/budgets", nil},
+		{"", "/healthz", func(ctx *fasthttp.RequestCtx, _ []byte) {
+			ctx.SetContentType("application/json")
+			ctx.SetBodyString(`{"status":"ok"}`)
+		}},
+		{"", "/readyz", func(ctx *fasthttp.RequestCtx, _ []byte) { s.serveReady(ctx) }},
+	}
+}
 
 // Handler routes a request. It is exported so that tests and other
 // listeners (admin_listen) can serve the same routes.
+//
+// A path in the table with another method gets a 405 naming the methods
+// it takes; any other path under /v1/ gets an OpenAI-shaped 404, since
+// OpenAI clients parse nothing else; every other path goes to Next.
 func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	path := ctx.Path()
-	switch string(path) {
-	case pathChat, pathChatSlash:
-		if !ctx.IsPost() {
-			s.methodNotAllowed(ctx, fasthttp.MethodPost)
-			return
+	var allowed [4]string
+	nAllowed := 0
+	delegate := false
+	for i := range s.table {
+		r := &s.table[i]
+		id, ok := matchRoute(r.pattern, path)
+		if !ok {
+			continue
 		}
-		s.serveChat(ctx)
-	case pathModels:
-		if !ctx.IsGet() {
-			s.methodNotAllowed(ctx, fasthttp.MethodGet)
-			return
+		if r.method != "" && r.method != b2s(ctx.Method()) {
+			if nAllowed < len(allowed) {
+				allowed[nAllowed] = r.method
+				nAllowed++
+			}
+			continue
 		}
-		s.serveModels(ctx)
-	case pathHealthz:
-		ctx.SetContentType("application/json")
-		ctx.SetBodyString(`{"status":"ok"}`)
-	case pathReadyz:
-		s.serveReady(ctx)
-	default:
-		if s.next != nil {
-			s.next(ctx)
-			return
+		if r.serve == nil {
+			delegate = true
+			break
 		}
-		writeError(ctx, &apiError{Status: fasthttp.StatusNotFound, Type: "invalid_request_error",
-			Message: "Unknown path " + string(path) + "."})
+		r.serve(ctx, id)
+		return
 	}
+	v1 := bytes.HasPrefix(path, []byte("/v1/"))
+	switch {
+	case nAllowed > 0:
+		s.methodNotAllowed(ctx, strings.Join(allowed[:nAllowed], ", "))
+	case s.next != nil && (delegate || !v1):
+		s.next(ctx)
+	case v1:
+		writeError(ctx, &apiError{Status: fasthttp.StatusNotFound, Type: "invalid_request_error", Code: "unknown_url",
+			Message: "Unknown request URL: " + string(ctx.Method()) + " " + clip(string(path)) + "."})
+	default:
+		writeError(ctx, &apiError{Status: fasthttp.StatusNotFound, Type: "invalid_request_error",
+			Message: "Unknown path " + clip(string(path)) + "."})
+	}
+}
+
+// matchRoute reports whether path matches pattern, and the id it
+// captured.
+func matchRoute(pattern string, path []byte) (id []byte, ok bool) {
+	open := strings.IndexByte(pattern, '{')
+	if open < 0 {
+		return nil, pattern == b2s(path)
+	}
+	prefix := pattern[:open]
+	if len(path) <= len(prefix) || b2s(path[:len(prefix)]) != prefix {
+		return nil, false
+	}
+	rest := path[len(prefix):]
+	if strings.HasSuffix(pattern, "{id...}") {
+		return rest, true
+	}
+	suffix := pattern[strings.IndexByte(pattern, '}')+1:]
+	slash := bytes.IndexByte(rest, '/')
+	if slash < 0 {
+		slash = len(rest)
+	}
+	if slash == 0 || b2s(rest[slash:]) != suffix {
+		return nil, false
+	}
+	return rest[:slash], true
 }
 
 func (s *Server) methodNotAllowed(ctx *fasthttp.RequestCtx, allow string) {

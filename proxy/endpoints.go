@@ -1,0 +1,60 @@
+package proxy
+
+import (
+	"github.com/valyala/fasthttp"
+
+	"github.com/tollgate-dev/tollgate/backends"
+)
+
+// endpoint describes one OpenAI endpoint routed by model: how its body is
+// validated, where it goes upstream and how its reply is accounted. Chat
+// completions, completions, embeddings and the Responses API share one
+// path through the proxy (serve, forward, attempt, the stream body), which
+// reads what differs from here.
+type endpoint struct {
+	// name is accounting.Record.Endpoint and the metrics' endpoint label.
+	name string
+	// path is the client-facing path, for error messages.
+	path string
+	// config is the endpoint's name in models[].endpoints.
+	config   string
+	upstream backends.Endpoint
+	// validate checks body against the endpoint's rules, within depth
+	// levels of nesting, and fills c.req (and c.previousResponse).
+	validate func(body []byte, c *completion, depth int) *ValidationError
+	// generates says the endpoint generates tokens, so the most it may
+	// generate is reserved against budgets; embeddings only count input.
+	generates bool
+	// responses marks the Responses API: usage counted as input and
+	// output tokens, stream events named by type with no [DONE], and each
+	// response remembered with the backend that made it.
+	responses bool
+}
+
+// The endpoints routed by model. They are read-only.
+var (
+	chatEndpoint = endpoint{name: "chat.completions", path: "/v1/chat/completions", config: "chat",
+		upstream: backends.EndpointChat, validate: validateChatBody, generates: true}
+	completionsEndpoint = endpoint{name: "completions", path: "/v1/completions", config: "completions",
+		upstream: backends.EndpointCompletions, validate: validateCompletions, generates: true}
+	embeddingsEndpoint = endpoint{name: "embeddings", path: "/v1/embeddings", config: "embeddings",
+		upstream: backends.EndpointEmbeddings, validate: validateEmbeddings}
+	responsesEndpoint = endpoint{name: "responses", path: "/v1/responses", config: "responses",
+		upstream: backends.EndpointResponses, validate: validateResponses, generates: true, responses: true}
+)
+
+func validateChatBody(body []byte, c *completion, depth int) *ValidationError {
+	return ValidateChatDepth(body, &c.req, depth)
+}
+
+// serveEndpoint is the routing table's handler for ep.
+func (s *Server) serveEndpoint(ep *endpoint) func(*fasthttp.RequestCtx, []byte) {
+	return func(ctx *fasthttp.RequestCtx, _ []byte) { s.serve(ctx, ep) }
+}
+
+// endpointNotServed is the 400 for a model that is configured without
+// the endpoint requested.
+func endpointNotServed(ep *endpoint, model string) *apiError {
+	return &apiError{Status: fasthttp.StatusBadRequest, Type: "invalid_request_error", Param: "model", Code: "unsupported_endpoint",
+		Message: "Model " + model + " does not serve " + ep.path + " (its endpoints are limited in the gateway's configuration)."}
+}

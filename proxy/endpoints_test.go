@@ -1,0 +1,577 @@
+package proxy_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/tollgate-dev/tollgate/accounting"
+	"github.com/tollgate-dev/tollgate/auth"
+	"github.com/tollgate-dev/tollgate/backends"
+	"github.com/tollgate-dev/tollgate/config"
+	"github.com/tollgate-dev/tollgate/proxy"
+)
+
+// upstreamCall is one request a fake upstream received.
+type upstreamCall struct {
+	method, path, query string
+	body                string
+}
+
+// fakeUpstream is an OpenAI-compatible backend speaking completions,
+// embeddings and the Responses API with fixed usage, which records every
+// request it receives. Its responses live in its own memory, as vLLM's do:
+// another fakeUpstream does not know them.
+type fakeUpstream struct {
+	name string
+	srv  *http.Server
+	url  string
+
+	mu        sync.Mutex
+	calls     []upstreamCall
+	responses map[string]bool
+	next      int
+}
+
+func newFakeUpstream(t *testing.T, name string) *fakeUpstream {
+	t.Helper()
+	f := &fakeUpstream{name: name, responses: map[string]bool{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.url = "http://" + ln.Addr().String() + "/v1"
+	f.srv = &http.Server{Handler: http.HandlerFunc(f.serve), ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.srv.Serve(ln) //nolint:errcheck // ends with ErrServerClosed
+	}()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		f.srv.Shutdown(ctx) //nolint:errcheck // the listener is gone either way
+		<-done
+	})
+	return f
+}
+
+func (f *fakeUpstream) received() []upstreamCall {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]upstreamCall(nil), f.calls...)
+}
+
+func (f *fakeUpstream) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	f.mu.Lock()
+	f.calls = append(f.calls, upstreamCall{method: r.Method, path: r.URL.Path, query: r.URL.RawQuery, body: string(body)})
+	f.mu.Unlock()
+	req := gjson.ParseBytes(body)
+	model := req.Get("model").String()
+	switch {
+	case r.URL.Path == "/v1/completions":
+		if req.Get("stream").Bool() {
+			events := []string{
+				fmt.Sprintf(`{"id":"cmpl-1","object":"text_completion","created":1,"model":%q,"choices":[{"index":0,"text":"Hel","logprobs":null,"finish_reason":null}]}`, model),
+				fmt.Sprintf(`{"id":"cmpl-1","object":"text_completion","created":1,"model":%q,"choices":[{"index":0,"text":"lo","logprobs":null,"finish_reason":"length"}]}`, model),
+			}
+			if req.Get("stream_options.include_usage").Bool() {
+				events = append(events, fmt.Sprintf(`{"id":"cmpl-1","object":"text_completion","created":1,"model":%q,"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}`, model))
+			}
+			f.stream(w, "", events, true)
+			return
+		}
+		reply(w, 200, fmt.Sprintf(`{"id":"cmpl-1","object":"text_completion","created":1,"model":%q,"choices":[{"index":0,"text":"Hello","logprobs":null,"finish_reason":"length"}],"usage":{"prompt_tokens":5,"completion_tokens":3,"total_tokens":8}}`, model))
+	case r.URL.Path == "/v1/embeddings":
+		vector := `[0.25,-0.5]`
+		if req.Get("encoding_format").String() == "base64" {
+			vector = `"AACAPgAAAL8="` // float32 little-endian 0.25, -0.5
+		}
+		reply(w, 200, fmt.Sprintf(`{"object":"list","data":[{"object":"embedding","index":0,"embedding":%s}],"model":%q,"usage":{"prompt_tokens":4,"total_tokens":4}}`, vector, model))
+	case r.URL.Path == "/v1/responses" && r.Method == http.MethodPost:
+		if prev := req.Get("previous_response_id").String(); prev != "" && !f.has(prev) {
+			reply(w, 404, fmt.Sprintf(`{"error":{"message":"Response with id '%s' not found.","type":"invalid_request_error","param":null,"code":404}}`, prev))
+			return
+		}
+		id := f.create()
+		resp := func(status, usage string) string {
+			return fmt.Sprintf(`{"id":%q,"object":"response","created_at":1,"model":%q,"status":%q,"output":[{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Hi"}]}],"usage":%s}`, id, model, status, usage)
+		}
+		const usage = `{"input_tokens":7,"input_tokens_details":{"cached_tokens":1},"output_tokens":2,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":9}`
+		if req.Get("stream").Bool() {
+			f.stream(w, "response.", []string{
+				`{"type":"response.created","sequence_number":0,"response":` + resp("in_progress", "null") + `}`,
+				`{"type":"response.output_text.delta","sequence_number":1,"item_id":"msg_1","output_index":0,"content_index":0,"delta":"H"}`,
+				`{"type":"response.output_text.delta","sequence_number":2,"item_id":"msg_1","output_index":0,"content_index":0,"delta":"i"}`,
+				`{"type":"response.completed","sequence_number":3,"response":` + resp("completed", usage) + `}`,
+			}, false)
+			return
+		}
+		reply(w, 200, resp("completed", usage))
+	case strings.HasPrefix(r.URL.Path, "/v1/responses/"):
+		id, sub, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/v1/responses/"), "/")
+		if !f.has(id) {
+			reply(w, 404, fmt.Sprintf(`{"error":{"message":"Response with id '%s' not found.","type":"invalid_request_error","param":null,"code":404}}`, id))
+			return
+		}
+		switch {
+		case r.Method == http.MethodDelete:
+			f.mu.Lock()
+			delete(f.responses, id)
+			f.mu.Unlock()
+			reply(w, 200, fmt.Sprintf(`{"id":%q,"object":"response","deleted":true}`, id))
+		case sub == "cancel":
+			reply(w, 200, fmt.Sprintf(`{"id":%q,"object":"response","status":"cancelled","backend":%q}`, id, f.name))
+		default:
+			reply(w, 200, fmt.Sprintf(`{"id":%q,"object":"response","status":"completed","backend":%q}`, id, f.name))
+		}
+	default:
+		reply(w, 404, `{"detail":"Not Found"}`)
+	}
+}
+
+func (f *fakeUpstream) has(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.responses[id]
+}
+
+func (f *fakeUpstream) create() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.next++
+	id := fmt.Sprintf("resp_%s%d", f.name, f.next)
+	f.responses[id] = true
+	return id
+}
+
+// stream writes events as SSE; named events get an "event:" line with
+// their type (prefix says which are), and done closes with [DONE].
+func (f *fakeUpstream) stream(w http.ResponseWriter, prefix string, events []string, done bool) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(200)
+	for _, ev := range events {
+		if prefix != "" {
+			fmt.Fprintf(w, "event: %s\n", gjson.Get(ev, "type").String())
+		}
+		fmt.Fprintf(w, "data: %s\n\n", ev)
+		w.(http.Flusher).Flush()
+	}
+	if done {
+		fmt.Fprint(w, "data: [DONE]\n\n")
+	}
+}
+
+func reply(w http.ResponseWriter, status int, body string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	io.WriteString(w, body) //nolint:errcheck // the client may have left
+}
+
+// surface is a gateway in front of two fake upstreams, a and b. Model demo
+// is served by both under the upstream id up/demo; model embed only serves
+// embeddings, on a.
+type surface struct {
+	t        *testing.T
+	a, b     *fakeUpstream
+	base     string
+	recorder *recorder
+}
+
+func newSurface(t *testing.T) *surface {
+	t.Helper()
+	checkLeaks(t)
+	s := &surface{t: t, a: newFakeUpstream(t, "a"), b: newFakeUpstream(t, "b"), recorder: newRecorder()}
+	yaml := fmt.Sprintf(`
+listen: "127.0.0.1:0"
+auth:
+  keys:
+    - name: acme-key
+      key: %q
+      teams: [acme]
+      default_team: acme
+backends:
+  - name: a
+    url: %q
+  - name: b
+    url: %q
+models:
+  - name: demo
+    upstream_model: up/demo
+    backends: [a, b]
+  - name: embed
+    backends: [a]
+    endpoints: [embeddings]
+`, testKey, s.a.url, s.b.url)
+	cfg, err := config.Parse([]byte(yaml), "test.yaml")
+	if err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	reg, err := backends.NewRegistry(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := auth.NewKeyring(cfg.Auth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := proxy.New(proxy.Options{Config: cfg, Registry: reg, Keys: keys, Recorder: s.recorder,
+		Limiter: accounting.NewLimiter(cfg.Limits, time.Now)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- gw.Serve(ln) }()
+	s.base = "http://" + ln.Addr().String()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := gw.Shutdown(ctx); err != nil {
+			t.Errorf("gateway shutdown: %v", err)
+		}
+		<-done
+		if err := reg.Close(); err != nil {
+			t.Errorf("registry close: %v", err)
+		}
+	})
+	return s
+}
+
+// do sends a request with the test key and reads the whole reply.
+func (s *surface) do(method, path, body string) response {
+	s.t.Helper()
+	req, err := http.NewRequest(method, s.base+path, strings.NewReader(body))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+testKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return response{status: resp.StatusCode, header: resp.Header, body: b}
+}
+
+// upstreamCalls is every request both upstreams received.
+func (s *surface) upstreamCalls() []upstreamCall {
+	return append(s.a.received(), s.b.received()...)
+}
+
+// wantOpenAIError checks an OpenAI-shaped error with this status and code.
+func wantOpenAIError(t *testing.T, r response, status int, code string) {
+	t.Helper()
+	if r.status != status {
+		t.Fatalf("status %d, want %d: %s", r.status, status, r.body)
+	}
+	e := r.json("error")
+	if !e.IsObject() || e.Get("message").String() == "" || !e.Get("type").Exists() || !e.Get("param").Exists() || !e.Get("code").Exists() {
+		t.Fatalf("not the OpenAI error shape: %s", r.body)
+	}
+	if code != "" && e.Get("code").String() != code {
+		t.Fatalf("code %q, want %q: %s", e.Get("code").String(), code, r.body)
+	}
+	if strings.Contains(string(r.body), `"detail"`) {
+		t.Fatalf("FastAPI shape under /v1: %s", r.body)
+	}
+}
+
+func TestModelRetrieve(t *testing.T) {
+	s := newSurface(t)
+	list := s.do(http.MethodGet, "/v1/models", "")
+	one := s.do(http.MethodGet, "/v1/models/demo", "")
+	if one.status != 200 {
+		t.Fatalf("GET /v1/models/demo: %d %s", one.status, one.body)
+	}
+	var entry map[string]any
+	if err := json.Unmarshal(one.body, &entry); err != nil {
+		t.Fatal(err)
+	}
+	listed := list.json(`data.#(id=="demo")`)
+	var want map[string]any
+	if err := json.Unmarshal([]byte(listed.Raw), &want); err != nil {
+		t.Fatalf("demo not in the list: %s", list.body)
+	}
+	if fmt.Sprint(entry) != fmt.Sprint(want) || entry["object"] != "model" || entry["owned_by"] != "tollgate" {
+		t.Errorf("model object %v, want the list entry %v", entry, want)
+	}
+	wantOpenAIError(t, s.do(http.MethodGet, "/v1/models/up/demo", ""), 404, "model_not_found")
+	wantOpenAIError(t, s.do(http.MethodGet, "/v1/models/nope", ""), 404, "model_not_found")
+}
+
+func TestUnknownV1PathsAnswerOpenAIShape(t *testing.T) {
+	s := newSurface(t)
+	for _, tt := range []struct {
+		method, path string
+		status       int
+		allow        string
+	}{
+		{http.MethodGet, "/v1/nope", 404, ""},
+		{http.MethodPost, "/v1/audio/speech", 404, ""},
+		{http.MethodGet, "/v1/", 404, ""},
+		{http.MethodGet, "/v1/chat/completions", 405, "POST"},
+		{http.MethodPost, "/v1/models", 405, "GET"},
+		{http.MethodDelete, "/v1/models/demo", 405, "GET"},
+		{http.MethodGet, "/v1/embeddings", 405, "POST"},
+		{http.MethodGet, "/v1/completions", 405, "POST"},
+		{http.MethodPut, "/v1/responses/resp_x", 405, "GET, DELETE"},
+		{http.MethodGet, "/v1/responses/resp_x/cancel", 405, "POST"},
+	} {
+		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
+			r := s.do(tt.method, tt.path, "")
+			wantOpenAIError(t, r, tt.status, "")
+			if got := r.header.Get("Allow"); got != tt.allow {
+				t.Errorf("Allow %q, want %q", got, tt.allow)
+			}
+		})
+	}
+	if n := len(s.upstreamCalls()); n != 0 {
+		t.Errorf("upstreams received %d requests, want 0", n)
+	}
+}
+
+func TestCompletionsRouting(t *testing.T) {
+	s := newSurface(t)
+	body := `{"model":"demo","prompt":"Say hello","max_tokens":3}`
+	r := s.do(http.MethodPost, "/v1/completions", body)
+	if r.status != 200 || r.json("model").String() != "demo" || r.json("choices.0.text").String() != "Hello" {
+		t.Fatalf("reply %d %s, want the completion naming model demo", r.status, r.body)
+	}
+	calls := s.upstreamCalls()
+	if len(calls) != 1 || calls[0].path != "/v1/completions" || calls[0].body != `{"model":"up/demo","prompt":"Say hello","max_tokens":3}` {
+		t.Fatalf("upstream received %+v, want the body with the model rewritten", calls)
+	}
+	rec := s.recorder.wait(t, 1)
+	if rec.Endpoint != "completions" || rec.Model != "demo" || rec.PromptTokens != 5 || rec.CompletionTokens != 3 || rec.TotalTokens != 8 || rec.Status != 200 {
+		t.Errorf("record %+v, want completions demo 5+3=8", rec)
+	}
+
+	// A bad body never reaches a backend.
+	bad := s.do(http.MethodPost, "/v1/completions", `{"model":"demo","prompt":"x","logprobs":50}`)
+	wantOpenAIError(t, bad, 400, "")
+	if bad.json("error.param").String() != "logprobs" {
+		t.Errorf("param %q, want logprobs", bad.json("error.param").String())
+	}
+	if n := len(s.upstreamCalls()); n != 1 {
+		t.Errorf("upstreams received %d requests, want still 1", n)
+	}
+}
+
+func TestCompletionsStreamUsage(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		body      string
+		wantUsage bool
+	}{
+		{"usage not asked", `{"model":"demo","prompt":"hi","stream":true}`, false},
+		{"usage asked", `{"model":"demo","prompt":"hi","stream":true,"stream_options":{"include_usage":true}}`, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newSurface(t)
+			r := s.do(http.MethodPost, "/v1/completions", tt.body)
+			if r.status != 200 || !strings.HasPrefix(r.header.Get("Content-Type"), "text/event-stream") {
+				t.Fatalf("reply %d %s", r.status, r.body)
+			}
+			events := readEvents(t, bufio.NewReader(strings.NewReader(string(r.body))))
+			var text strings.Builder
+			usage := 0
+			for _, ev := range events {
+				if ev == "[DONE]" {
+					continue
+				}
+				if m := gjson.Get(ev, "model").String(); m != "demo" {
+					t.Errorf("event names model %q, want demo: %s", m, ev)
+				}
+				text.WriteString(gjson.Get(ev, "choices.0.text").String())
+				if gjson.Get(ev, "usage").IsObject() {
+					usage++
+				}
+			}
+			if text.String() != "Hello" || events[len(events)-1] != "[DONE]" {
+				t.Errorf("streamed text %q, events %q", text.String(), events)
+			}
+			if want := map[bool]int{true: 1, false: 0}[tt.wantUsage]; usage != want {
+				t.Errorf("%d usage chunks reached the client, want %d", usage, want)
+			}
+			calls := s.upstreamCalls()
+			if len(calls) != 1 || !gjson.Get(calls[0].body, "stream_options.include_usage").Bool() || gjson.Get(calls[0].body, "model").String() != "up/demo" {
+				t.Fatalf("upstream received %+v, want usage asked for and the model rewritten", calls)
+			}
+			rec := s.recorder.wait(t, 1)
+			if rec.Endpoint != "completions" || !rec.Stream || rec.PromptTokens != 5 || rec.CompletionTokens != 2 || rec.TotalTokens != 7 || rec.Incomplete {
+				t.Errorf("record %+v, want a complete completions stream of 5+2=7", rec)
+			}
+		})
+	}
+}
+
+func TestEmbeddingsRouting(t *testing.T) {
+	s := newSurface(t)
+	for i, format := range []string{"float", "base64"} {
+		body := `{"model":"embed","input":["hello"],"encoding_format":"` + format + `"}`
+		r := s.do(http.MethodPost, "/v1/embeddings", body)
+		if r.status != 200 {
+			t.Fatalf("%s: %d %s", format, r.status, r.body)
+		}
+		want := `[0.25,-0.5]`
+		if format == "base64" {
+			want = `"AACAPgAAAL8="`
+		}
+		if got := r.json("data.0.embedding").Raw; got != want {
+			t.Errorf("%s: embedding %s, want %s untouched", format, got, want)
+		}
+		calls := s.a.received()
+		if len(calls) != i+1 || calls[i].path != "/v1/embeddings" || calls[i].body != body {
+			t.Fatalf("%s: upstream a received %+v, want the body as sent", format, calls)
+		}
+		rec := s.recorder.wait(t, i+1)
+		if rec.Endpoint != "embeddings" || rec.Model != "embed" || rec.Backend != "a" || rec.PromptTokens != 4 || rec.CompletionTokens != 0 || rec.TotalTokens != 4 {
+			t.Errorf("%s: record %+v, want embeddings on a with 4 prompt tokens", format, rec)
+		}
+	}
+	bad := s.do(http.MethodPost, "/v1/embeddings", `{"model":"embed","input":[]}`)
+	wantOpenAIError(t, bad, 400, "")
+	if bad.json("error.param").String() != "input" {
+		t.Errorf("param %q, want input", bad.json("error.param").String())
+	}
+}
+
+func TestEndpointRestriction(t *testing.T) {
+	s := newSurface(t)
+	for _, path := range []string{"/v1/completions", "/v1/chat/completions", "/v1/responses"} {
+		body := `{"model":"embed","prompt":"x","input":"x","messages":[{"role":"user","content":"x"}]}`
+		r := s.do(http.MethodPost, path, body)
+		wantOpenAIError(t, r, 400, "unsupported_endpoint")
+		if msg := r.json("error.message").String(); !strings.Contains(msg, "embed") || !strings.Contains(msg, path) {
+			t.Errorf("%s: message %q does not name the model and the endpoint", path, msg)
+		}
+	}
+	if n := len(s.upstreamCalls()); n != 0 {
+		t.Errorf("upstreams received %d requests, want 0", n)
+	}
+}
+
+func TestResponsesRouting(t *testing.T) {
+	s := newSurface(t)
+	r := s.do(http.MethodPost, "/v1/responses", `{"model":"demo","input":"Say hi"}`)
+	if r.status != 200 || r.json("model").String() != "demo" || r.json("usage.input_tokens").Int() != 7 {
+		t.Fatalf("reply %d %s", r.status, r.body)
+	}
+	id := r.json("id").String()
+	rec := s.recorder.wait(t, 1)
+	if rec.Endpoint != "responses" || rec.PromptTokens != 7 || rec.CompletionTokens != 2 || rec.TotalTokens != 9 || rec.CachedTokens != 1 {
+		t.Errorf("record %+v, want responses 7+2=9 with 1 cached", rec)
+	}
+	owner := rec.Backend
+	if !strings.HasPrefix(id, "resp_"+owner) {
+		t.Fatalf("response %s recorded on backend %s", id, owner)
+	}
+
+	// Follow-ups reach the backend holding the previous response, every
+	// time: the other one would answer 404.
+	prev := id
+	for i := range 6 {
+		r := s.do(http.MethodPost, "/v1/responses", `{"model":"demo","input":"more","previous_response_id":"`+prev+`"}`)
+		if r.status != 200 {
+			t.Fatalf("follow-up %d: %d %s", i, r.status, r.body)
+		}
+		if rec := s.recorder.wait(t, 2+i); rec.Backend != owner {
+			t.Fatalf("follow-up %d went to %s, want %s", i, rec.Backend, owner)
+		}
+		prev = r.json("id").String()
+	}
+	for _, tt := range []struct{ method, path string }{
+		{http.MethodGet, "/v1/responses/" + id},
+		{http.MethodPost, "/v1/responses/" + id + "/cancel"},
+		{http.MethodDelete, "/v1/responses/" + id},
+	} {
+		r := s.do(tt.method, tt.path, "")
+		if r.status != 200 || r.json("id").String() != id {
+			t.Fatalf("%s %s: %d %s", tt.method, tt.path, r.status, r.body)
+		}
+	}
+	// Deleted, so now no backend has it.
+	gone := s.do(http.MethodGet, "/v1/responses/"+id, "")
+	wantOpenAIError(t, gone, 404, "response_not_found")
+	for _, c := range s.upstreamCalls() {
+		if strings.HasPrefix(c.path, "/v1/responses/") && c.method != http.MethodGet && !strings.HasPrefix(id, "resp_"+owner) {
+			t.Errorf("%s %s reached a backend that does not hold it", c.method, c.path)
+		}
+	}
+	other := map[string]*fakeUpstream{"a": s.b, "b": s.a}[owner]
+	for _, c := range other.received() {
+		if c.method != http.MethodGet && strings.Contains(c.path+c.body, id) {
+			t.Errorf("the other backend received %s %s %s", c.method, c.path, c.body)
+		}
+	}
+	wantOpenAIError(t, s.do(http.MethodGet, "/v1/responses/resp_unknown", ""), 404, "response_not_found")
+	wantOpenAIError(t, s.do(http.MethodPost, "/v1/responses", `{"model":"demo","input":"x","previous_response_id":"resp_unknown"}`), 404, "response_not_found")
+}
+
+func TestResponsesStream(t *testing.T) {
+	s := newSurface(t)
+	r := s.do(http.MethodPost, "/v1/responses", `{"model":"demo","input":"Say hi","stream":true}`)
+	if r.status != 200 || !strings.HasPrefix(r.header.Get("Content-Type"), "text/event-stream") {
+		t.Fatalf("reply %d %s", r.status, r.body)
+	}
+	var types []string
+	var text, id string
+	for _, block := range strings.Split(strings.TrimSpace(string(r.body)), "\n\n") {
+		name, data, ok := strings.Cut(block, "\ndata: ")
+		if !ok || !strings.HasPrefix(name, "event: ") {
+			t.Fatalf("not a named event: %q", block)
+		}
+		typ := gjson.Get(data, "type").String()
+		if strings.TrimPrefix(name, "event: ") != typ {
+			t.Errorf("event %q carries type %q", name, typ)
+		}
+		types = append(types, typ)
+		text += gjson.Get(data, "delta").String()
+		if m := gjson.Get(data, "response.model"); m.Exists() && m.String() != "demo" {
+			t.Errorf("%s names model %q, want demo", typ, m.String())
+		}
+		if typ == "response.created" {
+			id = gjson.Get(data, "response.id").String()
+		}
+	}
+	if strings.Join(types, ",") != "response.created,response.output_text.delta,response.output_text.delta,response.completed" || text != "Hi" {
+		t.Fatalf("events %v text %q", types, text)
+	}
+	rec := s.recorder.wait(t, 1)
+	if rec.Endpoint != "responses" || !rec.Stream || rec.Incomplete || rec.Error != "" || rec.PromptTokens != 7 || rec.CompletionTokens != 2 || rec.CachedTokens != 1 {
+		t.Errorf("record %+v, want a complete responses stream of 7+2 with 1 cached", rec)
+	}
+	calls := s.upstreamCalls()
+	if len(calls) != 1 || gjson.Get(calls[0].body, "stream_options").Exists() || gjson.Get(calls[0].body, "model").String() != "up/demo" {
+		t.Fatalf("upstream received %+v, want the body with only the model rewritten", calls)
+	}
+	for i := range 4 {
+		f := s.do(http.MethodPost, "/v1/responses", `{"model":"demo","input":"more","previous_response_id":"`+id+`"}`)
+		if f.status != 200 {
+			t.Fatalf("follow-up %d of a streamed response: %d %s", i, f.status, f.body)
+		}
+		if got := s.recorder.wait(t, 2+i).Backend; got != rec.Backend {
+			t.Fatalf("follow-up %d went to %s, want %s", i, got, rec.Backend)
+		}
+	}
+}

@@ -1,0 +1,301 @@
+package proxy
+
+import (
+	"bytes"
+	"strconv"
+	"time"
+
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+	"go.uber.org/zap"
+
+	"github.com/tollgate-dev/tollgate/backends"
+)
+
+// The Responses API differs from chat completions in three ways the proxy
+// cares about: usage is named input/output tokens, stream events carry an
+// "event:" line and end with response.completed rather than [DONE], and a
+// response is stored on the backend that made it, so every later request
+// about it must reach that backend. This file holds those differences; the
+// rest of the path is chat's.
+
+// setResponses takes the counts from a Responses API usage object.
+func (u *usageCounts) setResponses(v gjson.Result) {
+	if !v.IsObject() {
+		return
+	}
+	u.reported = true
+	u.prompt = v.Get("input_tokens").Int()
+	u.completion = v.Get("output_tokens").Int()
+	u.total = v.Get("total_tokens").Int()
+	u.cached = v.Get("input_tokens_details.cached_tokens").Int()
+	if u.total == 0 {
+		u.total = u.prompt + u.completion
+	}
+}
+
+// pickOwner takes a slot on owner, the backend of route holding the
+// previous response. It returns nil when the route has no such backend any
+// more (a reload removed it), so that normal selection applies, and an
+// error when the backend is at its concurrency limit: no other backend has
+// the response.
+func pickOwner(route *backends.Route, owner string) (*backends.Backend, *apiError) {
+	for _, b := range route.Backends() {
+		if b.Name != owner {
+			continue
+		}
+		if !b.TryAcquire() {
+			return nil, &apiError{Status: fasthttp.StatusServiceUnavailable, Type: "api_error", Code: "overloaded",
+				Message: "Backend " + owner + ", which holds the previous response, is at its concurrency limit; retry shortly.", RetryAfter: time.Second}
+		}
+		return b, nil
+	}
+	return nil, nil
+}
+
+// responseNotFound is the 404 for a response no backend knows.
+func responseNotFound(id string, upstream *apiError) *apiError {
+	msg := "Response " + clip(id) + " was not found."
+	if upstream != nil && upstream.Message != "" && upstream.Message != fasthttp.StatusMessage(fasthttp.StatusNotFound) {
+		msg = upstream.Message
+	}
+	return &apiError{Status: fasthttp.StatusNotFound, Type: "invalid_request_error", Code: "response_not_found", Message: msg}
+}
+
+// validResponseID accepts the ids backends make (resp_ followed by hex or
+// base62), and refuses anything that could change the upstream path.
+func validResponseID(id []byte) bool {
+	if len(id) == 0 || len(id) > 256 {
+		return false
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// serveStoredResponse is the handler of the requests about one stored
+// response: GET and DELETE /v1/responses/{id}, and GET or POST on its
+// sub-resource suffix (/cancel, /input_items). They go to the backend that
+// made the response; when the gateway does not know it (made through
+// another replica without a shared store, or forgotten), each backend
+// serving the Responses API is asked in turn until one knows the response.
+func (s *Server) serveStoredResponse(suffix string) func(*fasthttp.RequestCtx, []byte) {
+	return func(ctx *fasthttp.RequestCtx, rawID []byte) {
+		st := s.acquire()
+		defer st.release()
+		started := time.Now()
+		requestID := string(ctx.Request.Header.Peek(headerRequestID))
+		if !validID([]byte(requestID)) {
+			if id, err := newCallID(); err == nil {
+				requestID = id
+			}
+		}
+		ctx.Response.Header.Set(headerRequestID, requestID)
+		backend, e := s.storedResponse(ctx, st, rawID, suffix, requestID)
+		if e != nil {
+			writeError(ctx, e)
+		}
+		status := ctx.Response.StatusCode()
+		s.metrics.requests.WithLabelValues("", backend, statusLabel(status), responsesEndpoint.name).Inc()
+		if ce := s.log.Check(zap.InfoLevel, "request"); ce != nil {
+			ce.Write(zap.String("request_id", requestID), zap.String("endpoint", responsesEndpoint.name),
+				zap.ByteString("method", ctx.Method()), zap.ByteString("response_id", rawID),
+				zap.String("backend", backend), zap.Int("status", status), zap.Duration("duration", time.Since(started)))
+		}
+	}
+}
+
+// storedResponse forwards one request about a stored response and copies
+// the answer into ctx, or returns the error to answer. It returns the
+// backend that answered.
+func (s *Server) storedResponse(ctx *fasthttp.RequestCtx, st *state, rawID []byte, suffix, requestID string) (string, *apiError) {
+	if _, e := s.authenticate(ctx, st); e != nil {
+		return "", e
+	}
+	id := string(rawID)
+	if !validResponseID(rawID) {
+		return "", responseNotFound(id, nil)
+	}
+	var candidates []*backends.Backend
+	known := s.owners.owner(id)
+	for _, rt := range st.reg.Routes() {
+		if !rt.Serves(backends.EndpointResponses) {
+			continue
+		}
+		for _, b := range rt.Backends() {
+			if (known == "" || b.Name == known) && !containsBackend(candidates, b) {
+				candidates = append(candidates, b)
+			}
+		}
+	}
+	var last *apiError
+	for _, b := range candidates {
+		if !b.TryAcquire() {
+			last = &apiError{Status: fasthttp.StatusServiceUnavailable, Type: "api_error", Code: "overloaded",
+				Message: "Backend " + b.Name + " is at its concurrency limit; retry shortly.", RetryAfter: time.Second}
+			continue
+		}
+		status, e := s.storedResponseAttempt(ctx, b, id, suffix, requestID)
+		b.Release()
+		if e == nil {
+			if known == "" && status >= 200 && status <= 299 {
+				s.owners.remember(id, b.Name)
+			}
+			return b.Name, nil
+		}
+		last = e
+		if status != fasthttp.StatusNotFound && known == "" {
+			// Not a "who has it" answer but a failure: asking the
+			// others could only hide it.
+			return b.Name, e
+		}
+	}
+	if last == nil {
+		last = responseNotFound(id, nil)
+	}
+	return "", last
+}
+
+// storedResponseAttempt sends the client's request about response id to b
+// and copies a non-error answer into ctx. It returns the upstream status
+// and, for anything but a 2xx, the error to answer.
+func (s *Server) storedResponseAttempt(ctx *fasthttp.RequestCtx, b *backends.Backend, id, suffix, requestID string) (int, *apiError) {
+	started := time.Now()
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseResponse(resp)
+	forwardHeaders(&req.Header, &ctx.Request.Header)
+	req.Header.Set(headerRequestID, requestID)
+	b.PrepareResponse(req, string(ctx.Method()), id, suffix)
+	if q := ctx.URI().QueryString(); len(q) > 0 {
+		req.URI().SetQueryStringBytes(q)
+	}
+	if body := ctx.PostBody(); len(body) > 0 {
+		req.SetBody(body)
+	}
+	if err := b.Do(req, resp); err != nil {
+		b.ReportFailure()
+		return 0, upstreamError(err, b.Name)
+	}
+	status := resp.StatusCode()
+	if status >= 500 {
+		b.ReportFailure()
+	} else {
+		b.ReportSuccess(time.Since(started))
+	}
+	if status < 200 || status > 299 {
+		e := normalizeUpstreamError(status, resp.Body(), b.Name)
+		if status == fasthttp.StatusNotFound {
+			e = responseNotFound(id, e)
+		}
+		return status, e
+	}
+	ctx.SetStatusCode(status)
+	ctx.Response.Header.SetContentTypeBytes(resp.Header.ContentType())
+	ctx.Response.SetBody(resp.Body())
+	return status, nil
+}
+
+func containsBackend(list []*backends.Backend, b *backends.Backend) bool {
+	for _, x := range list {
+		if x == b {
+			return true
+		}
+	}
+	return false
+}
+
+var eventPrefix = []byte("event:")
+
+// responseEventData returns the offsets of the data payload of a Responses
+// API event: an optional "event:" line, then one data line. Other events
+// (comments, several data lines) report false and pass through untouched.
+func responseEventData(ev []byte) (start, end int, ok bool) {
+	skip := 0
+	if bytes.HasPrefix(ev, eventPrefix) {
+		nl := bytes.IndexByte(ev, '\n')
+		if nl < 0 {
+			return 0, 0, false
+		}
+		skip = nl + 1
+	}
+	start, end, ok = eventData(ev[skip:])
+	return skip + start, skip + end, ok
+}
+
+// processResponseEvent is chunkProcessor.process for the Responses API: it
+// maps the model id of the response object back to the public one, keeps
+// the usage of the final event (response.completed, or response.failed and
+// response.incomplete, which end a stream too), counts output text deltas,
+// notes the response id of response.created, and reports an error event.
+func (c *chunkProcessor) processResponseEvent(dst, ev []byte) []byte {
+	start, end, ok := responseEventData(ev)
+	if !ok {
+		return append(dst, ev...)
+	}
+	data := ev[start:end]
+	c.events++
+	parsed := gjson.ParseBytes(data)
+	response := parsed.Get("response")
+	switch typ := parsed.Get("type").String(); typ {
+	case "response.output_text.delta", "response.reasoning_text.delta", "response.function_call_arguments.delta":
+		c.deltas++
+	case "response.completed", "response.failed", "response.incomplete":
+		c.done = true
+		c.usage.setResponses(response.Get("usage"))
+		if typ == "response.failed" {
+			c.errMessage = inBandErrorMessage(response.Get("error"))
+		}
+	case "error":
+		c.errMessage = inBandErrorMessage(parsed)
+	}
+	if c.responseID == "" && !c.responseIDNoted {
+		if id := response.Get("id"); id.Type == gjson.String && id.Str != "" {
+			c.responseID = id.Str
+		}
+	}
+	if c.publicModel == nil || !response.IsObject() {
+		return append(dst, ev...)
+	}
+	// A path from the top gives the model's offset in data.
+	model := gjson.GetBytes(data, "response.model")
+	if model.Type != gjson.String || model.Index <= 0 {
+		return append(dst, ev...)
+	}
+	at := start + model.Index
+	dst = append(dst, ev[:at]...)
+	dst = append(dst, c.publicModel...)
+	return append(dst, ev[at+len(model.Raw):]...)
+}
+
+// appendResponsesError appends the Responses API's in-band error event,
+// which is how a client learns of a failure after the 200.
+func appendResponsesError(dst []byte, e *apiError, sequence int64) []byte {
+	dst = append(dst, "event: error\ndata: {\"type\":\"error\",\"code\":"...)
+	code := e.Code
+	if code == "" {
+		code = e.Type
+	}
+	dst = strconv.AppendQuote(dst, code)
+	dst = append(dst, `,"message":`...)
+	msg := appendErrorJSON(nil, &apiError{Message: e.Message})
+	m := gjson.GetBytes(msg, "error.message")
+	dst = append(dst, m.Raw...)
+	dst = append(dst, `,"param":null,"sequence_number":`...)
+	dst = strconv.AppendInt(dst, sequence, 10)
+	return append(dst, "}\n\n"...)
+}
+
+// noteResponseOwner remembers the backend of a streamed response as soon
+// as its id is seen, before the client can ask about it.
+func (sb *streamBody) noteResponseOwner() {
+	if sb.chunk.responseID == "" {
+		return
+	}
+	sb.srv.owners.remember(sb.chunk.responseID, sb.backend.Name)
+	sb.chunk.responseID, sb.chunk.responseIDNoted = "", true
+}
