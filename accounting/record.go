@@ -30,6 +30,10 @@ type Record struct {
 	// Backend is the name of the backend that served the request; empty
 	// when no backend was reached.
 	Backend string
+	// CompletionID is the id of the completion the client was given (the
+	// reply's "id"), by which a Weave SDK's trace of the same completion
+	// is joined to the gateway's call; empty when no reply carried one.
+	CompletionID string
 	// Endpoint is the OpenAI endpoint called: "chat.completions",
 	// "completions", "embeddings" or "responses". Empty means
 	// "chat.completions" (records made before endpoints were told apart).
