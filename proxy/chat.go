@@ -405,6 +405,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *completion, route *backend
 	var u usageCounts
 	u.set(gjson.Get(b2s(rbody), "usage"))
 	c.setUsage(&u, u.completion)
+	c.rec.CompletionID = completionIDOf(rbody)
 	if c.payloads {
 		c.rec.Input = append([]byte(nil), body...)
 		c.rec.Output = append([]byte(nil), rbody...)
@@ -641,3 +642,9 @@ func (s *Server) settle(c *completion) {
 func hasPrefixFold(s, prefix []byte) bool {
 	return len(s) >= len(prefix) && bytes.EqualFold(s[:len(prefix)], prefix)
 }
+
+// completionIDOf returns the "id" of a completion (or of a streamed chunk)
+// as a new string, since the body is a pooled buffer: the usage record
+// keeps it, so that a Weave SDK's trace of the completion is joined to the
+// gateway's call.
+func completionIDOf(body []byte) string { return gjson.GetBytes(body, "id").String() }

@@ -109,6 +109,11 @@ func (sb *streamBody) fill() {
 		return
 	}
 	sb.out = sb.chunk.process(sb.out, ev)
+	if sb.c.rec.CompletionID == "" {
+		if from, to, ok := eventData(ev); ok { // the first chunk's id, copied: ev is the scanner's
+			sb.c.rec.CompletionID = completionIDOf(ev[from:to])
+		}
+	}
 	for len(sb.out) < maxCoalesce {
 		ev := sb.scan.buffered()
 		if ev == nil {
