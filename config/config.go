@@ -354,4 +354,8 @@ type Traces struct {
 	// StorePayloads stores prompts and outputs in the calls' inputs and
 	// output. Zero means they are not stored.
 	StorePayloads bool `yaml:"store_payloads"`
+	// MaxFileBytes bounds a file the Weave SDKs store through /file/create
+	// (an op's code, an image); a larger one is refused with 413. Zero
+	// means 32 MiB. server.max_body_bytes bounds the whole request too.
+	MaxFileBytes int64 `yaml:"max_file_bytes"`
 }

@@ -129,7 +129,9 @@ func appendPyString(dst []byte, s string) []byte {
 			case '\f':
 				dst = append(dst, '\\', 'f')
 			default:
-				if c < 0x20 {
+				// Python escapes all but the printable ASCII range
+				// (' ' to '~'), DEL included.
+				if c < 0x20 || c == 0x7f {
 					dst = appendU(dst, rune(c))
 				} else {
 					dst = append(dst, c)
