@@ -32,7 +32,7 @@ func (m migration) stmts(d dialect) []string {
 // allMigrations are the migrations of every component, in the order they
 // apply.
 func allMigrations() []migration {
-	return append(append(append([]migration{}, usageMigrations...), traceMigrations...), weaveMigrations...)
+	return append(append(append(append([]migration{}, usageMigrations...), traceMigrations...), weaveMigrations...), responseOwnerMigrations...)
 }
 
 const createSchemaMigrations = `CREATE TABLE IF NOT EXISTS schema_migrations (

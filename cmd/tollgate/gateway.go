@@ -177,6 +177,9 @@ func build(ctx context.Context, cfg *config.Config, stderr io.Writer) (*gateway,
 		case path == "/v1/organization/usage/completions":
 			usageAPI.ServeUsage(ctx)
 			return
+		case path == "/v1/organization/usage/embeddings":
+			usageAPI.ServeEmbeddingsUsage(ctx)
+			return
 		case path == "/v1/tollgate/budgets":
 			budgetAPI.ServeBudgets(ctx)
 			return
@@ -211,6 +214,9 @@ func build(ctx context.Context, cfg *config.Config, stderr io.Writer) (*gateway,
 		Log:      g.log,
 		Metrics:  reg,
 		Next:     next,
+		// The store is shared by replicas on PostgreSQL; on SQLite it
+		// keeps which backend made a response across restarts.
+		ResponseOwners: g.store,
 	})
 	if err != nil {
 		return fail(err)
