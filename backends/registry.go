@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 
 	"github.com/tollgate-dev/tollgate/config"
@@ -37,10 +38,29 @@ type Route struct {
 	FallbackKeepsModel bool
 	// Affinity is true for prefix affinity.
 	Affinity bool
+	// serves has bit e set for each Endpoint e the model serves.
+	serves uint8
 
 	queue  config.Queue
 	queued atomic.Int64
 	slots  *slotSignal
+}
+
+// Serves reports whether the model serves endpoint e.
+func (r *Route) Serves(e Endpoint) bool { return r.serves&(1<<e) != 0 }
+
+// endpointSet maps models[].endpoints to a bit set; none means all.
+func endpointSet(names []string) uint8 {
+	if len(names) == 0 {
+		return 1<<numEndpoints - 1
+	}
+	var set uint8
+	for e, known := range config.ModelEndpoints() {
+		if slices.Contains(names, known) {
+			set |= 1 << e
+		}
+	}
+	return set
 }
 
 // Backends lists the route's backends in config order.
@@ -79,6 +99,7 @@ func NewRegistry(cfg *config.Config) (*Registry, error) {
 		if mc.UpstreamModel != "" {
 			rt.Upstream = mc.UpstreamModel
 		}
+		rt.serves = endpointSet(mc.Endpoints)
 		rt.NameJSON = quoteJSON(rt.Name)
 		rt.UpstreamJSON = quoteJSON(rt.Upstream)
 		for j, name := range mc.Backends {

@@ -233,7 +233,15 @@ type Model struct {
 	// Queue bounds how requests wait when every backend is at its
 	// max_concurrency.
 	Queue Queue `yaml:"queue"`
+	// Endpoints are the OpenAI endpoints the model serves, by name: chat,
+	// completions, embeddings, responses (see ModelEndpoints). A request to
+	// another endpoint gets a 400. Zero means all of them.
+	Endpoints []string `yaml:"endpoints"`
 }
+
+// ModelEndpoints returns the names models[].endpoints accepts, in the
+// order of the OpenAI API reference.
+func ModelEndpoints() []string { return []string{"chat", "completions", "embeddings", "responses"} }
 
 // Queue is the bounded wait for a backend slot.
 type Queue struct {

@@ -321,6 +321,7 @@ func (v *validator) models(models []Model, backendNames map[string]int) {
 		}
 		v.positive(p+".queue.depth", int64(m.Queue.Depth))
 		v.positiveDuration(p+".queue.wait", m.Queue.Wait)
+		v.endpoints(p+".endpoints", m.Endpoints)
 	}
 	// Fallbacks are checked once every model name is known, so that a
 	// model may fall back to one listed after it.
@@ -417,4 +418,16 @@ func (v *validator) retries(r *Retries) {
 		v.addf("retries.budget_ratio", "want a fraction in (0, 1], got %v", r.BudgetRatio)
 	}
 	v.nonNegative("retries.budget_min", int64(r.BudgetMin))
+}
+
+// endpoints checks a model's endpoint names: known, and each listed once.
+func (v *validator) endpoints(path string, names []string) {
+	known := ModelEndpoints()
+	for i, name := range names {
+		if !slices.Contains(known, name) {
+			v.addf(indexPath(path, i), "want one of %s, got %q", strings.Join(known, ", "), name)
+		} else if first := slices.Index(names, name); first < i {
+			v.addf(indexPath(path, i), "endpoint %q is listed twice (also %s)", name, indexPath(path, first))
+		}
+	}
 }

@@ -58,14 +58,22 @@ type completion struct {
 	// gen is the configuration generation the request uses; it is
 	// released when the request is settled (or rejected).
 	gen *state
+	// ep is the endpoint called.
+	ep *endpoint
+	// previousResponse is the Responses API's previous_response_id, and
+	// owner the backend that made it ("" when unknown): the request must
+	// go there, where the response lives.
+	previousResponse string
+	owner            string
 }
 
-// serveChat is the chat completion path: authenticate, attribute, validate,
-// route, reserve, rewrite, round trip, and copy the reply back (or hand the
-// stream to a streamBody).
-func (s *Server) serveChat(ctx *fasthttp.RequestCtx) {
+// serve is the path of every endpoint routed by model, chat completions
+// first among them: authenticate, attribute, validate, route, reserve,
+// rewrite, round trip, and copy the reply back (or hand the stream to a
+// streamBody). ep says what differs between endpoints.
+func (s *Server) serve(ctx *fasthttp.RequestCtx, ep *endpoint) {
 	st := s.acquire()
-	// The completion outlives no call of serveChat (a stream copies it), so
+	// The completion outlives no call of serve (a stream copies it), so
 	// it comes from a pool rather than the heap: it escapes through the
 	// interface calls it is passed to.
 	c := completions.Get().(*completion)
@@ -74,6 +82,8 @@ func (s *Server) serveChat(ctx *fasthttp.RequestCtx) {
 		completions.Put(c)
 	}()
 	c.gen = st
+	c.ep = ep
+	c.rec.Endpoint = ep.name
 	c.rec.Started = time.Now()
 	c.payloads = st.cfg.Traces.StorePayloads
 
@@ -129,8 +139,7 @@ func (s *Server) serveChat(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	body := ctx.PostBody()
-	srv := &st.cfg.Server
-	if verr := ValidateChatLimits(body, &c.req, BodyLimits{MaxDepth: srv.MaxJSONDepth, MaxStopStrings: srv.MaxStopStrings, MaxLogitBias: srv.MaxLogitBias}); verr != nil {
+	if verr := ep.validate(body, c, st.cfg.Server.MaxJSONDepth); verr != nil {
 		s.reject(ctx, c, &apiError{Status: fasthttp.StatusBadRequest, Type: "invalid_request_error", Param: verr.Param, Message: verr.Message})
 		return
 	}
@@ -147,6 +156,13 @@ func (s *Server) serveChat(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	c.rec.Model, c.rec.ServedModel = c.route.Name, c.route.Name
+	if !c.route.Serves(ep.upstream) {
+		s.finish(ctx, c, endpointNotServed(ep, c.route.Name))
+		return
+	}
+	if c.previousResponse != "" {
+		c.owner = s.owners.owner(c.previousResponse)
+	}
 	if c.req.Priority != 0 && !c.route.PriorityScheduling {
 		s.finish(ctx, c, &apiError{Status: fasthttp.StatusBadRequest, Type: "invalid_request_error", Param: "priority",
 			Message: "priority must be 0: model " + c.route.Name + " is not served with priority scheduling."})
@@ -168,7 +184,7 @@ func (s *Server) serveChat(ctx *fasthttp.RequestCtx) {
 		}
 		c.streamSlot = true
 	}
-	res, err := st.limiter.Reserve(accounting.Subject{Team: team, Project: project, Key: key.Name}, s.estimate(st, &c.req))
+	res, err := st.limiter.Reserve(accounting.Subject{Team: team, Project: project, Key: key.Name}, s.estimate(st, ep, &c.req))
 	if err != nil {
 		s.finish(ctx, c, limitError(err))
 		return
@@ -205,7 +221,10 @@ func modelNotFound(model []byte) *apiError {
 // estimate is the number of tokens reserved against budgets before the
 // request runs: the prompt estimate plus the most the request may generate
 // for each of its n choices.
-func (s *Server) estimate(st *state, req *ChatRequest) int64 {
+func (s *Server) estimate(st *state, ep *endpoint, req *ChatRequest) int64 {
+	if !ep.generates {
+		return promptEstimate(req)
+	}
 	maxTokens := req.MaxTokens
 	if maxTokens <= 0 {
 		maxTokens = st.cfg.Usage.DefaultMaxTokens
@@ -273,7 +292,27 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *completion, bod
 	route := c.route
 	chain := c.route.Fallbacks
 	for route != nil && len(tried) < attempts {
-		b := route.Pick(tried, affinity)
+		if !route.Serves(c.ep.upstream) {
+			// A fallback that does not serve the endpoint is skipped.
+			route = nil
+			if len(chain) > 0 {
+				route, chain = chain[0], chain[1:]
+			}
+			continue
+		}
+		var b *backends.Backend
+		pinned := false
+		if c.owner != "" && len(tried) == 0 {
+			var e *apiError
+			if b, e = pickOwner(route, c.owner); e != nil {
+				last = e
+				break
+			}
+			pinned = b != nil
+		}
+		if b == nil {
+			b = route.Pick(tried, affinity)
+		}
 		if b == nil {
 			if route.Full(tried) {
 				if route.WaitForSlot(tried) {
@@ -305,7 +344,9 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *completion, bod
 			return
 		}
 		last = res.err
-		if len(tried) >= attempts || !s.retryBudget.Retry(time.Now()) {
+		// A request pinned to the backend holding its previous response
+		// cannot be served elsewhere, so a failure there is final.
+		if pinned || len(tried) >= attempts || !s.retryBudget.Retry(time.Now()) {
 			break
 		}
 		time.Sleep(retryDelay(backoff, res.retryAfter, retries.MaxBackoff))
@@ -334,7 +375,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *completion, route *backend
 	forwardHeaders(&req.Header, &ctx.Request.Header)
 	req.Header.Set(headerRequestID, c.rec.RequestID)
 	req.Header.SetContentTypeBytes(jsonContentType)
-	b.PrepareChat(req)
+	b.Prepare(req, c.ep.upstream)
 	req.SetBodyRaw(upBody)
 
 	resp := fasthttp.AcquireResponse()
@@ -378,6 +419,11 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *completion, route *backend
 	rbody := resp.Body()
 	if status < 200 || status > 299 {
 		e := normalizeUpstreamError(status, rbody, b.Name)
+		if status == fasthttp.StatusNotFound && c.previousResponse != "" {
+			// The backend holding the conversation does not know it (any
+			// more): the client's id is wrong, not the configuration.
+			e = responseNotFound(c.previousResponse, nil)
+		}
 		ra := resp.Header.Peek(fasthttp.HeaderRetryAfter)
 		retryAfter := parseRetryAfter(ra)
 		if len(ra) > 0 {
@@ -403,7 +449,13 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *completion, route *backend
 		return attemptResult{done: true}
 	}
 	var u usageCounts
-	u.set(gjson.Get(b2s(rbody), "usage"))
+	if c.ep.responses {
+		reply := gjson.Parse(b2s(rbody))
+		u.setResponses(reply.Get("usage"))
+		s.owners.remember(reply.Get("id").String(), b.Name)
+	} else {
+		u.set(gjson.Get(b2s(rbody), "usage"))
+	}
 	c.setUsage(&u, u.completion)
 	c.rec.CompletionID = completionIDOf(rbody)
 	if c.payloads {
@@ -582,7 +634,7 @@ func (c *completion) setUsage(u *usageCounts, completion int64) {
 func (s *Server) reject(ctx *fasthttp.RequestCtx, c *completion, e *apiError) {
 	c.gen.release()
 	writeError(ctx, e)
-	s.metrics.requests.WithLabelValues("", "", statusLabel(e.Status)).Inc()
+	s.metrics.requests.WithLabelValues("", "", statusLabel(e.Status), c.ep.name).Inc()
 	if ce := s.log.Check(zap.InfoLevel, "request rejected"); ce != nil {
 		ce.Write(zap.String("request_id", c.rec.RequestID), zap.String("key", c.rec.KeyName),
 			zap.Int("status", e.Status), zap.String("error", e.Message))
@@ -618,11 +670,12 @@ func (s *Server) settle(c *completion) {
 		c.limiter.Settle(c.res, c.rec.TotalTokens)
 	}
 	s.recorder.Record(c.rec)
-	s.metrics.requests.WithLabelValues(c.rec.Model, c.rec.Backend, statusLabel(c.rec.Status)).Inc()
-	s.metrics.duration.WithLabelValues(c.rec.Model).Observe(c.rec.Ended.Sub(c.rec.Started).Seconds())
+	s.metrics.requests.WithLabelValues(c.rec.Model, c.rec.Backend, statusLabel(c.rec.Status), c.ep.name).Inc()
+	s.metrics.duration.WithLabelValues(c.rec.Model, c.ep.name).Observe(c.rec.Ended.Sub(c.rec.Started).Seconds())
 	if ce := s.log.Check(zap.InfoLevel, "request"); ce != nil {
 		ce.Write(
 			zap.String("request_id", c.rec.RequestID),
+			zap.String("endpoint", c.rec.Endpoint),
 			zap.String("model", c.rec.Model),
 			zap.String("backend", c.rec.Backend),
 			zap.Int("status", c.rec.Status),

@@ -44,7 +44,8 @@ var (
 )
 
 func validateChatBody(body []byte, c *completion, depth int) *ValidationError {
-	return ValidateChatDepth(body, &c.req, depth)
+	srv := &c.gen.cfg.Server
+	return ValidateChatLimits(body, &c.req, BodyLimits{MaxDepth: depth, MaxStopStrings: srv.MaxStopStrings, MaxLogitBias: srv.MaxLogitBias})
 }
 
 // serveEndpoint is the routing table's handler for ep.

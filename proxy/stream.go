@@ -59,6 +59,7 @@ func (s *Server) startStream(ctx *fasthttp.RequestCtx, c *completion, b *backend
 	sb.c.req.Model = nil
 	sb.scan.reset(resp.BodyStream())
 	sb.chunk.reset(!c.req.IncludeUsage, b.ContinuousUsage() && !c.req.ContinuousUsage, replyModel)
+	sb.chunk.responses = c.ep.responses
 	sb.out, sb.pos = sb.out[:0], 0
 	sb.upstreamErr, sb.ended, sb.eof, sb.firstEvent = nil, false, false, false
 
@@ -121,6 +122,9 @@ func (sb *streamBody) fill() {
 		}
 		sb.out = sb.chunk.process(sb.out, ev)
 	}
+	if sb.chunk.responses {
+		sb.noteResponseOwner()
+	}
 }
 
 // endUpstream handles the end of the upstream body.
@@ -143,6 +147,10 @@ func (sb *streamBody) endUpstream(err error) {
 		e.Message = "Backend " + sb.backend.Name + " ended the stream before it was complete."
 	} else if errors.Is(err, errEventTooLarge) {
 		e.Message = "Backend " + sb.backend.Name + " sent an event over 1 MiB; it is not speaking SSE."
+	}
+	if sb.chunk.responses {
+		sb.out = appendResponsesError(sb.out, e, sb.chunk.events)
+		return
 	}
 	sb.out = appendInBandError(sb.out, e)
 }
