@@ -242,6 +242,7 @@ func (s *Server) routes() []route {
 		{fasthttp.MethodGet, "/v1/models/{id...}", s.serveModel},
 		{"", "/v1/organization/usage/completions", nil},
 		{"", "/v1/organization/usage/embeddings", nil},
+		{"", "/v1/organization/usage/embeddings", nil},
 		{"", "/v1/tollgate/budgets", nil},
 		{"", "/healthz", func(ctx *fasthttp.RequestCtx, _ []byte) {
 			ctx.SetContentType("application/json")
