@@ -2,16 +2,21 @@ package admin
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math"
+	"runtime/debug"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
+
+	"github.com/tollgate-dev/tollgate/auth"
 )
 
 // ErrNotFound is returned by a Store when the project, call or run asked for
@@ -102,6 +107,19 @@ func (s *Service) writeError(ctx *fasthttp.RequestCtx, e *apiError) {
 	writeJSON(ctx, e.status, struct {
 		Detail string `json:"detail"`
 	}{e.detail})
+}
+
+// call runs h, turning a panic into a 500 logged with its stack rather
+// than the end of the process: handlers read bytes from clients and from
+// the store.
+func (s *Service) call(h handler, ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, p pathParams) (e *apiError) {
+	defer func() {
+		if x := recover(); x != nil {
+			rc.ResetBody()
+			e = internalError(fmt.Errorf("handler panicked: %v\n%s", x, debug.Stack()))
+		}
+	}()
+	return h(ctx, rc, key, p)
 }
 
 // writeJSON answers with v encoded as JSON. HTML escaping is off so that

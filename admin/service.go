@@ -288,7 +288,7 @@ func (s *Service) Handle(rc *fasthttp.RequestCtx) bool {
 	// soon as the handler returns. Cancelling on return also releases them.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if e := h(ctx, rc, key, p); e != nil {
+	if e := s.call(h, ctx, rc, key, p); e != nil {
 		s.writeError(rc, e)
 	}
 	return true
