@@ -85,6 +85,11 @@ func (b bodyBounds) check(rc *fasthttp.RequestCtx, p pathParams) *apiError {
 	if v.failed() {
 		return v.err()
 	}
+	// A multipart body (/file/create) carries a file's bytes, not JSON:
+	// traces.max_file_bytes bounds it.
+	if bytes.HasPrefix(rc.Request.Header.ContentType(), []byte("multipart/")) {
+		return nil
+	}
 	body := rc.PostBody()
 	if !jsonTooDeep(body, b.maxDepth) && !hasEscapedNUL(body) {
 		return nil

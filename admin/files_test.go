@@ -79,3 +79,23 @@ func TestFileSizeBound(t *testing.T) {
 		t.Fatalf("the refused file was stored: status %d", r.status)
 	}
 }
+
+// TestFileContentIsNotJSON: a file's bytes are stored whatever they hold,
+// even what the JSON bounds refuse in a JSON body (an escaped NUL in
+// source code, brackets nested past the depth bound).
+func TestFileContentIsNotJSON(t *testing.T) {
+	e := newEnv(t)
+	for _, content := range [][]byte{
+		[]byte(`const s = "\u0000";`),
+		bytes.Repeat([]byte("["), 200),
+	} {
+		r := e.uploadFile(t, bearer(aliceKey), "team-a/p", "obj.py", content)
+		if r.status != fasthttp.StatusOK {
+			t.Fatalf("%q: status %d: %s", content[:10], r.status, r.body)
+		}
+		back := e.ok("POST", "/file/content", bearer(aliceKey), `{"project_id":"team-a/p","digest":"`+r.object(t)["digest"].(string)+`"}`)
+		if !bytes.Equal(back.body, content) {
+			t.Fatalf("content = %q", back.body)
+		}
+	}
+}
