@@ -8,9 +8,10 @@ import (
 	"github.com/tollgate-dev/tollgate/auth"
 )
 
-// minRequiredWeavePythonVersion is what /server_info tells the Python SDK:
-// the oldest release whose wire this server speaks.
-const minRequiredWeavePythonVersion = "0.52.22"
+// minRequiredWeavePythonVersion is what /server_info tells the Python SDK,
+// which refuses to run when it is older than this. tollgate refuses no SDK
+// release: it answers the routes it serves and 404s the others.
+const minRequiredWeavePythonVersion = "0.0.0"
 
 // health serves GET /health, which the Weave SDKs' login calls to check
 // the server and the key: like every service route it needs a valid key,
