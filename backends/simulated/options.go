@@ -5,6 +5,12 @@ import "time"
 // defaultTokens is the completion length used when neither the request nor Options say otherwise.
 const defaultTokens = 16
 
+// defaultEmbeddingDimensions is the embedding length when neither the request nor Options say.
+const defaultEmbeddingDimensions = 8
+
+// defaultStoredResponses is how many Responses API responses are kept when Options do not say.
+const defaultStoredResponses = 1024
+
 // defaultModel is the model id the server reports (in /v1/models, and in replies to requests that
 // name no model) when Options.Models is empty.
 const defaultModel = "sim"
@@ -34,6 +40,12 @@ type Options struct {
 	// prefix is remembered reports the tokens of those messages as
 	// usage.prompt_tokens_details.cached_tokens. Zero means no cache, and cached_tokens is 0.
 	PrefixCache int
+	// EmbeddingDimensions is the length of the vectors /v1/embeddings returns when the request
+	// asks for no dimensions; zero means 8.
+	EmbeddingDimensions int
+	// StoredResponses is how many Responses API responses the server keeps for GET, DELETE,
+	// cancel and previous_response_id, oldest first out; zero means 1024.
+	StoredResponses int
 }
 
 // normalized returns a copy of o with zero and out-of-range values replaced by their defaults.
@@ -51,6 +63,13 @@ func (o Options) normalized() Options {
 	}
 	if o.Tokens > maxModelLen {
 		o.Tokens = maxModelLen
+	}
+	if o.EmbeddingDimensions <= 0 {
+		o.EmbeddingDimensions = defaultEmbeddingDimensions
+	}
+	o.EmbeddingDimensions = min(o.EmbeddingDimensions, maxEmbeddingDimensions)
+	if o.StoredResponses <= 0 {
+		o.StoredResponses = defaultStoredResponses
 	}
 	if o.PrefixCache < 0 {
 		o.PrefixCache = 0

@@ -95,6 +95,8 @@ type Server struct {
 	ctl    control      // run-time knobs and routing counters; see control.go
 	prefix *prefixCache // nil unless Options.PrefixCache is set; see prefixcache.go
 
+	responses *responseStore // Responses API responses; see responses.go
+
 	streams sync.Pool // *stream, reused so a streamed reply allocates nothing in steady state
 
 	recMu      sync.Mutex
@@ -109,8 +111,9 @@ type Server struct {
 	wg        sync.WaitGroup // Serve loops and connection goroutines
 }
 
-// Stats report what the server saw. Only chat completion requests are counted, so health checks
-// and model listings do not disturb assertions. Every request ends as exactly one of Completed or
+// Stats report what the server saw. Only generation requests (chat and text completions,
+// embeddings, responses) are counted, so health checks, model listings and response lookups do
+// not disturb assertions. Every request ends as exactly one of Completed or
 // Cancelled; Requests - Completed - Cancelled are in flight.
 type Stats struct {
 	// Requests is the number of chat completion requests started.
@@ -140,6 +143,7 @@ func New(opts Options) *Server {
 	s.streams.New = func() any { return new(stream) }
 	s.ctl.failStatus.Store(int64(s.opts.FailStatus))
 	s.prefix = newPrefixCache(s.opts.PrefixCache)
+	s.responses = newResponseStore(s.opts.StoredResponses)
 	if len(s.opts.Models) > 0 {
 		s.defaultModelRaw = string(appendJSONString(nil, s.opts.Models[0]))
 	} else {
@@ -340,9 +344,10 @@ func (s *Server) record(ctx *fasthttp.RequestCtx) {
 	s.recMu.Unlock()
 }
 
-// Handler serves POST /v1/chat/completions (and the same without the /v1 prefix, with or without
-// a trailing slash), GET /v1/models (and /models), GET /health. Unknown paths and methods get
-// FastAPI's {"detail": ...} answers, as vLLM gives them.
+// Handler serves POST /v1/chat/completions, /v1/completions, /v1/embeddings and /v1/responses
+// (each also without the /v1 prefix, with or without a trailing slash), GET and DELETE
+// /v1/responses/{id} and POST /v1/responses/{id}/cancel, GET /v1/models (and /models), GET
+// /health. Unknown paths and methods get FastAPI's {"detail": ...} answers, as vLLM gives them.
 func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	if c, ok := ctx.Conn().(*conn); ok {
 		c.busy.Store(true)
@@ -358,6 +363,24 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		s.chat(ctx)
+	case "/v1/completions", "/completions", "/v1/completions/", "/completions/":
+		if !ctx.IsPost() {
+			writeDetail(ctx, fasthttp.StatusMethodNotAllowed, "Method Not Allowed", "POST")
+			return
+		}
+		s.completions(ctx)
+	case "/v1/embeddings", "/embeddings", "/v1/embeddings/", "/embeddings/":
+		if !ctx.IsPost() {
+			writeDetail(ctx, fasthttp.StatusMethodNotAllowed, "Method Not Allowed", "POST")
+			return
+		}
+		s.embeddings(ctx)
+	case "/v1/responses", "/responses", "/v1/responses/", "/responses/":
+		if !ctx.IsPost() {
+			writeDetail(ctx, fasthttp.StatusMethodNotAllowed, "Method Not Allowed", "POST")
+			return
+		}
+		s.createResponse(ctx)
 	case "/v1/models", "/models":
 		if !ctx.IsGet() && !ctx.IsHead() {
 			writeDetail(ctx, fasthttp.StatusMethodNotAllowed, "Method Not Allowed", "GET")
@@ -380,6 +403,15 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		// vLLM answers its health check with 200 and an empty body.
 		ctx.SetStatusCode(fasthttp.StatusOK)
 	default:
+		path := b2s(ctx.Path())
+		if rest, ok := strings.CutPrefix(path, "/v1/responses/"); ok {
+			s.responseByID(ctx, rest)
+			return
+		}
+		if rest, ok := strings.CutPrefix(path, "/responses/"); ok {
+			s.responseByID(ctx, rest)
+			return
+		}
 		writeDetail(ctx, fasthttp.StatusNotFound, "Not Found", "")
 	}
 }
