@@ -108,6 +108,8 @@ func newBackend(cfg config.Backend) (*Backend, error) {
 			TimeToFirstToken: cfg.Simulated.TimeToFirstToken,
 			InterTokenDelay:  cfg.Simulated.InterTokenDelay,
 			Tokens:           cfg.Simulated.Tokens,
+			// Zero means the simulator's default, as the config's zero does.
+			EmbeddingDimensions: cfg.Simulated.EmbeddingDimensions,
 		})
 		b.simDone = make(chan error, 1)
 		go func() { b.simDone <- b.sim.Serve(ln) }()

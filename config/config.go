@@ -196,6 +196,9 @@ type Simulated struct {
 	// Tokens is the completion length when the request sets no max tokens.
 	// Zero means 16.
 	Tokens int `yaml:"tokens"`
+	// EmbeddingDimensions is the length of the vectors /v1/embeddings
+	// returns when the request asks for no dimensions. Zero means 8.
+	EmbeddingDimensions int `yaml:"embedding_dimensions"`
 }
 
 // Model is a public model id and where it is served.

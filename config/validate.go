@@ -262,6 +262,7 @@ func (v *validator) backends(backends []Backend) map[string]int {
 			v.nonNegativeDuration(p+".simulated.ttft", s.TimeToFirstToken)
 			v.nonNegativeDuration(p+".simulated.inter_token", s.InterTokenDelay)
 			v.positive(p+".simulated.tokens", int64(s.Tokens))
+			v.nonNegative(p+".simulated.embedding_dimensions", int64(s.EmbeddingDimensions))
 		}
 	}
 	return names

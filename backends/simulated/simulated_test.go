@@ -301,7 +301,10 @@ func TestPaths(t *testing.T) {
 		{"GET", "/models", 200, "data"},
 		{"GET", "/health", 200, "="},
 		{"POST", "/health", 405, `={"detail":"Method Not Allowed"}`},
-		{"GET", "/v1/completions", 404, `={"detail":"Not Found"}`},
+		{"GET", "/v1/completions", 405, `={"detail":"Method Not Allowed"}`},
+		{"GET", "/v1/audio/speech", 404, `={"detail":"Not Found"}`},
+		{"PUT", "/v1/responses/resp_1", 405, `={"detail":"Method Not Allowed"}`},
+		{"GET", "/v1/responses/resp_1/other", 404, `={"detail":"Not Found"}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
