@@ -1,5 +1,6 @@
-// Command mockllm runs the simulated OpenAI-compatible backend on its own, for manual testing
-// and for load tests that want the backend in another process:
+// Command mockllm runs the simulated OpenAI-compatible backend on its own (chat and text
+// completions, embeddings, the Responses API, models), for manual testing and for load tests
+// that want the backend in another process:
 //
 //	mockllm -listen 127.0.0.1:8000 -ttft 20ms -itl 5ms -tokens 16 -model mock
 //
@@ -36,6 +37,9 @@ func run() error {
 	tokens := fs.Int("tokens", 16, "completion length when the request sets no max_tokens")
 	models := fs.String("model", "", "comma-separated model ids to serve; empty accepts any model")
 	failStatus := fs.Int("fail-status", 0, "answer every request with this status (0: never)")
+	dims := fs.Int("embedding-dims", 8, "length of /v1/embeddings vectors when the request sets no dimensions")
+	prefixCache := fs.Int("prefix-cache", 0, "prompt prefixes remembered for cached_tokens (0: no cache)")
+	stored := fs.Int("stored-responses", 1024, "Responses API responses kept for GET, DELETE and previous_response_id")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -53,11 +57,14 @@ func run() error {
 		}
 	}
 	srv := simulated.New(simulated.Options{
-		TimeToFirstToken: *ttft,
-		InterTokenDelay:  *itl,
-		Tokens:           *tokens,
-		Models:           ids,
-		FailStatus:       *failStatus,
+		TimeToFirstToken:    *ttft,
+		InterTokenDelay:     *itl,
+		Tokens:              *tokens,
+		Models:              ids,
+		FailStatus:          *failStatus,
+		EmbeddingDimensions: *dims,
+		PrefixCache:         *prefixCache,
+		StoredResponses:     *stored,
 	})
 
 	// Listening here rather than in ListenAndServe lets us print the real address when the port
