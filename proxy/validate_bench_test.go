@@ -37,3 +37,47 @@ func TestValidateChatZeroAllocs(t *testing.T) {
 		t.Fatalf("ValidateChat allocated %v times per run on a valid typical body, want 0", allocs)
 	}
 }
+
+// toolChatBody is an agent's turn as the AI SDK and the OpenAI SDK send it: tools with
+// strict JSON Schemas, a named tool choice, an earlier tool call and its result, and the
+// structured-output, stop and bias fields that ride along.
+var toolChatBody = []byte(`{"model":"demo","messages":[` +
+	`{"role":"system","content":"You answer questions about the weather.\nCall a tool when you need data."},` +
+	`{"role":"user","content":"What is the weather in Paris, and should I take an umbrella?"},` +
+	`{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\",\"unit\":\"celsius\"}"}}]},` +
+	`{"role":"tool","tool_call_id":"call_1","content":"{\"temperature\":18,\"rain\":0.7}"},` +
+	`{"role":"user","content":"And in Lisbon?"}],` +
+	`"tools":[{"type":"function","function":{"name":"get_weather","description":"Current weather of a city","strict":true,` +
+	`"parameters":{"type":"object","properties":{"city":{"type":"string"},"unit":{"type":"string","enum":["celsius","fahrenheit"]}},"required":["city","unit"],"additionalProperties":false}}},` +
+	`{"type":"function","function":{"name":"get_time","parameters":{"type":"object","properties":{}}}}],` +
+	`"tool_choice":{"type":"function","function":{"name":"get_weather"}},"parallel_tool_calls":false,` +
+	`"response_format":{"type":"json_schema","json_schema":{"name":"answer","strict":true,"schema":{"type":"object"}}},` +
+	`"stop":["\n\nUser:"],"logit_bias":{"50256":-100},"temperature":0,"max_tokens":256.0,"min_tokens":1,` +
+	`"stream":true,"stream_options":{"include_usage":true}}`)
+
+func BenchmarkValidateChatTools(b *testing.B) {
+	var req ChatRequest
+	b.ReportAllocs()
+	b.SetBytes(int64(len(toolChatBody)))
+	for b.Loop() {
+		if err := ValidateChat(toolChatBody, &req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestValidateChatToolsZeroAllocs holds tool-calling bodies to the same promise.
+func TestValidateChatToolsZeroAllocs(t *testing.T) {
+	var req ChatRequest
+	allocs := testing.AllocsPerRun(200, func() {
+		if err := ValidateChat(toolChatBody, &req); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("ValidateChat allocated %v times per run on a valid tool-calling body, want 0", allocs)
+	}
+	if req.ToolChoice != ToolChoiceNamed || string(req.ToolChoiceName) != "get_weather" || req.MaxTokens != 256 {
+		t.Fatalf("ToolChoice %v %q MaxTokens %d", req.ToolChoice, req.ToolChoiceName, req.MaxTokens)
+	}
+}

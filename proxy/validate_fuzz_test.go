@@ -37,6 +37,17 @@ func FuzzValidateChat(f *testing.F) {
 		`{"messages":[{"role":"user","content":"x"}],"x":[{"}":"]"},"\\\"",{"a":[]}]}`,
 		`[]`, `""`, `{`, `{"messages":[`, "", " ", `{"messages":[{"role":"user","content":"x"}]} {}`,
 		`{"messages":1e5}`, `{"messages":[{"role":"user","content":"x"}],"n":-0}`,
+		string(toolChatBody),
+		withFields(`"tools":[{"function":{"name":"f"}}],"tool_choice":"auto","parallel_tool_calls":true`),
+		withFields(`"tools":[{"type":"function","function":{"name":"f\u00e9"}}],"tool_choice":{"function":{"name":"f\u00e9"}}`),
+		withFields(`"tools":[],"tool_choice":"required"`),
+		withFields(`"tool_choice":{"type":"allowed_tools","allowed_tools":{"mode":"auto","tools":[]}}`),
+		withMessages(`{"role":"user","content":"q"},{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c","content":"r"}`),
+		withMessages(`{"role":"assistant","content":null,"tool_calls":[{"id":1,"function":{"name":"f","arguments":{}}}]},{"role":"tool","content":"r"}`),
+		withFields(`"max_tokens":1e3,"n":2.0,"seed":-9.223372036854775808e18,"min_tokens":5.5,"top_k":1E1`),
+		withFields(`"temperature":0,"n":2,"min_tokens":9,"max_tokens":3`),
+		withFields(`"response_format":{"type":"json_schema","json_schema":{"schema":{}}},"stop":["",""],"allowed_token_ids":[]`),
+		withFields(`"logit_bias":{"1":-100,"x":1,"2":"3"},"documents":[{"title":1}],"repetition_detection":{"max_pattern_size":2,"min_pattern_size":3,"min_count":1}`),
 	}
 	for _, s := range seeds {
 		f.Add([]byte(s))
@@ -94,6 +105,8 @@ func FuzzValidateChat(f *testing.F) {
 			}
 		}
 
+		checkToolChoice(t, doc, &req)
+
 		so, present := doc["stream_options"]
 		if present {
 			if !reflect.DeepEqual(decodeValue(t, body[req.StreamOptionsStart:req.StreamOptionsEnd]), so) {
@@ -119,4 +132,30 @@ func decodeValue(t *testing.T, raw []byte) any {
 		t.Fatalf("offsets delimit %q, which does not decode: %v", raw, err)
 	}
 	return v
+}
+
+// checkToolChoice checks what an accepted body reports of tool_choice against its
+// decoded form: the kind, a named choice's name, and that the name is among the tools.
+func checkToolChoice(t *testing.T, doc map[string]any, req *ChatRequest) {
+	t.Helper()
+	choice := doc["tool_choice"]
+	want := map[any]ToolChoice{nil: ToolChoiceAbsent, "none": ToolChoiceNone, "auto": ToolChoiceAuto, "required": ToolChoiceRequired}
+	obj, named := choice.(map[string]any)
+	if !named {
+		if req.ToolChoice != want[choice] {
+			t.Fatalf("tool_choice %v reported as %v", choice, req.ToolChoice)
+		}
+		return
+	}
+	name, _ := obj["function"].(map[string]any)["name"].(string)
+	if req.ToolChoice != ToolChoiceNamed || utf8.Valid(req.ToolChoiceName) && string(req.ToolChoiceName) != name {
+		t.Fatalf("tool_choice %v reported as %v %q", obj, req.ToolChoice, req.ToolChoiceName)
+	}
+	tools, _ := doc["tools"].([]any)
+	for _, tool := range tools {
+		if fn, _ := tool.(map[string]any)["function"].(map[string]any); fn["name"] == name {
+			return
+		}
+	}
+	t.Fatalf("named tool_choice %q accepted without a tool of that name in %v", name, tools)
 }
