@@ -391,7 +391,7 @@ func appendCompletion(b []byte, id, created int64, modelRaw string, n, tokens in
 		}
 		b = append(b, `"},"logprobs":null,"finish_reason":"`...)
 		b = append(b, finish...)
-		b = append(b, `"}`...)
+		b = append(b, `","stop_reason":null}`...)
 	}
 	b = append(b, `],"usage":`...)
 	b = appendUsage(b, prompt, cached, n*tokens)

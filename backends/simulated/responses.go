@@ -234,7 +234,7 @@ func (s *Server) parseResponse(body []byte) (r *response, stream bool, maxTokens
 			}
 			switch item.Get("type").Str {
 			case "", "message":
-				r.input += tokensPerMessage + contentWords(item.Get("content"))
+				r.input += tokensPerMessage + countWords(messageText(item.Get("content")))
 			case "function_call_output":
 				r.input += countWords(item.Get("output").String())
 			case "function_call":

@@ -293,9 +293,9 @@ func (g *schemaGen) array(b []byte, s gjson.Result, depth int) []byte {
 		}
 		start := len(b)
 		b = g.value(b, item, depth+1)
-		// uniqueItems: retry a few times for a value not seen yet, which random choices from an
+		// uniqueItems: retry for a value not seen yet, which random choices from an
 		// enum or of booleans need.
-		for try := 0; unique && try < 8 && contains(made, string(b[start:])); try++ {
+		for try := 0; unique && try < 64 && contains(made, string(b[start:])); try++ {
 			b = g.value(b[:start], item, depth+1)
 		}
 		made = append(made, string(b[start:]))

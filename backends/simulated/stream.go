@@ -134,7 +134,7 @@ func (st *stream) next() error {
 		st.chunkStart()
 		st.buf = append(st.buf, `,"delta":{},"logprobs":null,"finish_reason":"`...)
 		st.buf = append(st.buf, st.finish...)
-		st.buf = append(st.buf, `"}]`...)
+		st.buf = append(st.buf, `","stop_reason":null}]`...)
 		st.chunkEnd(st.emitted)
 		if st.choice++; st.choice == st.n {
 			st.choice = 0
