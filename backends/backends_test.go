@@ -590,7 +590,7 @@ func TestWaitForSlot(t *testing.T) {
 		r := newTestRoute(config.Queue{Depth: 2, Wait: time.Minute}, a)
 		a.inflight.Add(1)
 		got := make(chan bool, 1)
-		go func() { got <- r.WaitForSlot(nil) }()
+		go func() { got <- r.WaitForSlot(nil, nil, nil) }()
 		waitFor(t, "a queued request", 5*time.Second, func() bool { return r.queued.Load() == 1 })
 		a.Release()
 		select {
@@ -613,10 +613,10 @@ func TestWaitForSlot(t *testing.T) {
 		results := make(chan bool, 2)
 		for range 2 {
 			wg.Add(1)
-			go func() { defer wg.Done(); results <- r.WaitForSlot(nil) }()
+			go func() { defer wg.Done(); results <- r.WaitForSlot(nil, nil, nil) }()
 		}
 		waitFor(t, "two queued requests", 5*time.Second, func() bool { return r.queued.Load() == 2 })
-		if r.WaitForSlot(nil) {
+		if r.WaitForSlot(nil, nil, nil) {
 			t.Error("a third request was queued past depth 2")
 		}
 		a.Release()
@@ -632,7 +632,7 @@ func TestWaitForSlot(t *testing.T) {
 		a := newTestBackend("a", 1, 1)
 		r := newTestRoute(config.Queue{Depth: 2, Wait: 30 * time.Millisecond}, a)
 		a.inflight.Add(1)
-		if r.WaitForSlot(nil) {
+		if r.WaitForSlot(nil, nil, nil) {
 			t.Fatal("WaitForSlot = true with the only backend still full")
 		}
 		if r.queued.Load() != 0 || r.slots.waiters.Load() != 0 {
@@ -646,13 +646,42 @@ func TestWaitForSlot(t *testing.T) {
 		b.inflight.Add(1)
 		// b is tried already: its slot freeing up does not help this request.
 		done := make(chan bool, 1)
-		go func() { done <- r.WaitForSlot(Tried{b}) }()
+		go func() { done <- r.WaitForSlot(Tried{b}, nil, nil) }()
 		waitFor(t, "a queued request", 5*time.Second, func() bool { return r.queued.Load() == 1 })
 		b.Release()
 		if <-done {
 			t.Error("WaitForSlot = true though only a tried backend freed up")
 		}
 	})
+	// A queued request whose client left, or whose server is shutting
+	// down, stops waiting at once instead of at the end of its queue wait.
+	for _, which := range []string{"client gone", "shutdown"} {
+		t.Run("ends when "+which, func(t *testing.T) {
+			a := newTestBackend("a", 1, 1)
+			r := newTestRoute(config.Queue{Depth: 2, Wait: time.Hour}, a)
+			a.inflight.Add(1)
+			gone, shutdown := make(chan struct{}), make(chan struct{})
+			done := make(chan bool, 1)
+			go func() { done <- r.WaitForSlot(nil, gone, shutdown) }()
+			waitFor(t, "a queued request", 5*time.Second, func() bool { return r.queued.Load() == 1 })
+			if which == "shutdown" {
+				close(shutdown)
+			} else {
+				close(gone)
+			}
+			select {
+			case ok := <-done:
+				if ok {
+					t.Error("WaitForSlot = true though no slot freed up")
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the wait did not end with its request")
+			}
+			if r.queued.Load() != 0 || r.slots.waiters.Load() != 0 {
+				t.Errorf("queued %d, waiters %d after the wait", r.queued.Load(), r.slots.waiters.Load())
+			}
+		})
+	}
 }
 
 // timeoutErr is a net.Error that timed out, like a read past its deadline.

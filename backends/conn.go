@@ -1,8 +1,12 @@
 package backends
 
 import (
+	"errors"
 	"net"
+	"sync"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 // timeoutConn enforces the per-phase upstream timeouts that fasthttp's
@@ -57,4 +61,156 @@ func (c *timeoutConn) Read(p []byte) (int, error) {
 		c.awaiting = false
 	}
 	return n, err
+}
+
+// Abort cuts a non-streamed upstream round trip short from another
+// goroutine: the proxy calls Abort when the client has gone, and the
+// connection the round trip is using is closed, which unblocks its read
+// at once and tells the backend to stop generating. An Abort is used by
+// one request; its zero value is ready.
+type Abort struct {
+	mu      sync.Mutex
+	conn    net.Conn
+	aborted bool
+}
+
+// Abort closes the connection of the round trip in progress, if any, and
+// makes any later round trip with a fails before it sends a byte.
+func (a *Abort) Abort() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.aborted = true
+	if a.conn != nil {
+		_ = a.conn.Close() // the round trip sees the close as its error
+	}
+}
+
+// Aborted reports whether Abort was called.
+func (a *Abort) Aborted() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.aborted
+}
+
+// bind makes conn the connection Abort closes; false means the request
+// was already aborted and must not start.
+func (a *Abort) bind(conn net.Conn) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.conn = conn
+	return !a.aborted
+}
+
+func (a *Abort) unbind() {
+	a.mu.Lock()
+	a.conn = nil
+	a.mu.Unlock()
+}
+
+// abortableTransport is the HostClient's transport. A non-streamed round
+// trip registered with an Abort is run here, on a connection the Abort can
+// close; everything else (streams, health probes) takes fasthttp's own
+// transport. It is fasthttp's transport.RoundTrip for a buffered body,
+// written against HostClient's exported connection API.
+type abortableTransport struct {
+	// trips maps the *fasthttp.Request of a registered round trip to its
+	// *abortableTrip.
+	trips sync.Map
+}
+
+type abortableTrip struct {
+	abort    *Abort
+	deadline time.Time
+}
+
+func (t *abortableTransport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) (bool, error) {
+	v, ok := t.trips.Load(req)
+	if !ok || resp.StreamBody {
+		return fasthttp.DefaultTransport.RoundTrip(hc, req, resp)
+	}
+	trip := v.(*abortableTrip)
+	cc, err := hc.AcquireConn(time.Until(trip.deadline), req.ConnectionClose())
+	if err != nil {
+		return false, err
+	}
+	conn := cc.Conn()
+	if !trip.abort.bind(conn) {
+		trip.abort.unbind()
+		hc.CloseConn(cc)
+		return false, errAborted
+	}
+	defer trip.abort.unbind()
+	resp.ParseNetConn(conn)
+	if err := conn.SetWriteDeadline(trip.deadline); err != nil {
+		hc.CloseConn(cc)
+		return true, err
+	}
+	bw := hc.AcquireWriter(conn)
+	err = req.Write(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	hc.ReleaseWriter(bw)
+	if err != nil {
+		hc.CloseConn(cc)
+		if trip.abort.Aborted() {
+			return false, errAborted
+		}
+		if isTimeout(err) {
+			err = fasthttp.ErrTimeout
+		}
+		return true, err
+	}
+	if err := conn.SetReadDeadline(trip.deadline); err != nil {
+		hc.CloseConn(cc)
+		return true, err
+	}
+	br := hc.AcquireReader(conn)
+	err = resp.ReadLimitBody(br, hc.MaxResponseBodySize)
+	hc.ReleaseReader(br)
+	if err != nil {
+		// A body over MaxResponseBodySize is not read further: closing
+		// the connection is what stops the backend sending it.
+		hc.CloseConn(cc)
+		if trip.abort.Aborted() {
+			return false, errAborted
+		}
+		return !errors.Is(err, fasthttp.ErrBodyTooLarge), err
+	}
+	if req.ConnectionClose() || resp.ConnectionClose() {
+		hc.CloseConn(cc)
+	} else {
+		hc.ReleaseConn(cc)
+	}
+	return false, nil
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// Guard applies the server's bounds on upstream replies to the backend's
+// client: a non-streamed body over maxResponseBytes fails with a
+// TooLargeError (fasthttp stops reading and closes the connection), and a
+// non-streamed request can be aborted (see DoAbortable). Streamed bodies
+// are bounded per event by the proxy, which reads them.
+func (b *Backend) Guard(maxResponseBytes int) {
+	b.client.MaxResponseBodySize = maxResponseBytes
+	b.client.Transport = &abortableTransport{}
+}
+
+// DoAbortable is Do for a non-streamed request that abort can cut short:
+// once abort.Abort is called the upstream connection is closed and
+// DoAbortable returns an AbortedError. Without Guard it is Do.
+func (b *Backend) DoAbortable(req *fasthttp.Request, resp *fasthttp.Response, abort *Abort) error {
+	t, ok := b.client.Transport.(*abortableTransport)
+	if !ok || resp.StreamBody {
+		return b.Do(req, resp)
+	}
+	deadline := time.Now().Add(b.timeouts.Total)
+	t.trips.Store(req, &abortableTrip{abort: abort, deadline: deadline})
+	err := b.client.DoDeadline(req, resp, deadline)
+	t.trips.Delete(req)
+	return classify(err)
 }

@@ -25,8 +25,25 @@ type TimeoutError struct {
 // before any response byte, malformed response).
 type ConnError struct{ error }
 
+// TooLargeError means the upstream reply body exceeded
+// server.max_response_bytes; the connection was closed unread.
+type TooLargeError struct{ error }
+
+// AbortedError means the request was aborted (its client went away) and
+// its upstream connection closed.
+type AbortedError struct{ error }
+
+// errAborted is the cause of an AbortedError.
+var errAborted = errors.New("request aborted: the client went away")
+
 // Unwrap returns the underlying error.
 func (e DialError) Unwrap() error { return e.error }
+
+// Unwrap returns the underlying error.
+func (e TooLargeError) Unwrap() error { return e.error }
+
+// Unwrap returns the underlying error.
+func (e AbortedError) Unwrap() error { return e.error }
 
 // Unwrap returns the underlying error.
 func (e TimeoutError) Unwrap() error { return e.error }
@@ -41,6 +58,10 @@ func classify(err error) error {
 	}
 	var ne net.Error
 	switch {
+	case errors.Is(err, errAborted):
+		return AbortedError{err}
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		return TooLargeError{err}
 	case errors.Is(err, fasthttp.ErrDialTimeout), errors.Is(err, fasthttp.ErrNoFreeConns):
 		return DialError{err}
 	case errors.Is(err, fasthttp.ErrTimeout):

@@ -41,8 +41,11 @@ func (s *slotSignal) notify() {
 
 // WaitForSlot waits, up to the model's queue wait, for a healthy backend of
 // the route to drop below its max_concurrency. It returns false at once
-// when the queue is at its depth, and false when the wait runs out.
-func (r *Route) WaitForSlot(tried Tried) bool {
+// when the queue is at its depth, and false when the wait runs out or
+// either channel closes: gone when the request's client has left, and
+// shutdown when the server stops (nil channels never close), so that a
+// queued request holds nothing once nobody waits for its answer.
+func (r *Route) WaitForSlot(tried Tried, gone, shutdown <-chan struct{}) bool {
 	if r.queued.Add(1) > int64(r.queue.Depth) {
 		r.queued.Add(-1)
 		return false
@@ -62,6 +65,12 @@ func (r *Route) WaitForSlot(tried Tried) bool {
 		case <-ch:
 			r.slots.unsubscribe()
 		case <-timer.C:
+			r.slots.unsubscribe()
+			return false
+		case <-gone:
+			r.slots.unsubscribe()
+			return false
+		case <-shutdown:
 			r.slots.unsubscribe()
 			return false
 		}

@@ -89,6 +89,7 @@ func NewRegistry(cfg *config.Config) (*Registry, error) {
 			return nil, err
 		}
 		b.slots = r.slots
+		b.Guard(cfg.Server.MaxResponseBytes)
 		r.backends = append(r.backends, b)
 		byName[bc.Name] = b
 	}

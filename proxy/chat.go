@@ -58,6 +58,8 @@ type completion struct {
 	// gen is the configuration generation the request uses; it is
 	// released when the request is settled (or rejected).
 	gen *state
+	// watch sees the client leave while forward waits on backends.
+	watch *clientWatch
 	// ep is the endpoint called.
 	ep *endpoint
 	// previousResponse is the Responses API's previous_response_id, and
@@ -284,6 +286,8 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *completion, bod
 	if c.route.Affinity {
 		affinity = backends.AffinityKey(promptPrefix(body))
 	}
+	c.watch = watchClient(ctx)
+	defer c.watch.stop()
 	var triedArr [maxAttempts]*backends.Backend
 	tried := backends.Tried(triedArr[:0])
 	attempts := min(retries.Attempts, maxAttempts)
@@ -315,8 +319,12 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *completion, bod
 		}
 		if b == nil {
 			if route.Full(tried) {
-				if route.WaitForSlot(tried) {
+				if route.WaitForSlot(tried, c.watch.gone, ctx.Done()) {
 					continue
+				}
+				if c.watch.left() || isClosed(ctx.Done()) {
+					last = c.watch.waitError()
+					break
 				}
 				last = &apiError{Status: fasthttp.StatusServiceUnavailable, Type: "api_error", Code: "overloaded",
 					Message: "Every backend of model " + route.Name + " is at its concurrency limit; retry shortly.", RetryAfter: time.Second}
@@ -349,7 +357,10 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *completion, bod
 		if pinned || len(tried) >= attempts || !s.retryBudget.Retry(time.Now()) {
 			break
 		}
-		time.Sleep(retryDelay(backoff, res.retryAfter, retries.MaxBackoff))
+		if !c.watch.sleep(retryDelay(backoff, res.retryAfter, retries.MaxBackoff), ctx.Done()) {
+			last = c.watch.waitError()
+			break
+		}
 		backoff = min(2*backoff, retries.MaxBackoff)
 	}
 	s.finish(ctx, c, last)
@@ -380,7 +391,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *completion, route *backend
 
 	resp := fasthttp.AcquireResponse()
 	resp.StreamBody = c.req.Stream
-	err := b.Do(req, resp)
+	err := b.DoAbortable(req, resp, &c.watch.abort)
 	fasthttp.ReleaseRequest(req)
 	*bufp = upBody[:0]
 	bodyBufs.Put(bufp)
@@ -390,8 +401,14 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *completion, route *backend
 	if err != nil {
 		fasthttp.ReleaseResponse(resp)
 		b.Release()
-		b.ReportFailure()
 		e := upstreamError(err, b.Name)
+		if errors.As(err, new(backends.AbortedError)) {
+			// The client left: the backend did nothing wrong, and
+			// nobody waits for a retry.
+			s.finish(ctx, c, e)
+			return attemptResult{done: true}
+		}
+		b.ReportFailure()
 		var te backends.TimeoutError
 		if errors.As(err, &te) && !te.BeforeFirstByte {
 			// The backend was already answering: retrying could make it
@@ -437,7 +454,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *completion, route *backend
 		s.finish(ctx, c, e)
 		return attemptResult{done: true}
 	}
-	if !looksLikeJSONObject(rbody) {
+	if !validReply(rbody, c.gen.cfg.Server.MaxJSONDepth) {
 		// A 200 that is not a chat completion (an HTML page from a proxy
 		// in front of the backend, a truncated body) must not reach a
 		// client that will fail to parse it.
@@ -449,12 +466,19 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *completion, route *backend
 		return attemptResult{done: true}
 	}
 	var u usageCounts
+	var uerr error
 	if c.ep.responses {
 		reply := gjson.Parse(b2s(rbody))
-		u.setResponses(reply.Get("usage"))
+		uerr = u.setResponses(reply.Get("usage"))
 		s.owners.remember(reply.Get("id").String(), b.Name)
 	} else {
-		u.set(gjson.Get(b2s(rbody), "usage"))
+		uerr = u.set(gjson.Get(b2s(rbody), "usage"))
+	}
+	if uerr != nil {
+		fasthttp.ReleaseResponse(resp)
+		b.Release()
+		s.finish(ctx, c, invalidUsage(b.Name, uerr))
+		return attemptResult{done: true}
 	}
 	c.setUsage(&u, u.completion)
 	c.rec.CompletionID = completionIDOf(rbody)

@@ -291,14 +291,18 @@ func TestUpstreamErrorNormalisation(t *testing.T) {
 		wantStatus  int
 		wantType    string
 		wantMessage string
+		// wantDetail is the backend's own text: the client sees it only
+		// for errors about its request (400, 422); otherwise it is kept
+		// for the log and the record.
+		wantDetail string
 	}{
-		{"vllm nested 400", "400", "nested", 400, "invalid_request_error", "simulated failure"},
-		{"vllm flat 400", "400", "flat", 400, "invalid_request_error", "simulated failure"},
-		{"bare string 401", "401", "bare", 502, "api_error", "Unauthorized"},
-		{"plain text 500", "500", "plain", 502, "api_error", "simulated failure"},
-		{"nested 503", "503", "nested", 503, "api_error", "simulated failure"},
-		{"nested 429", "429", "nested", 429, "rate_limit_exceeded", "simulated failure"},
-		{"nested 404", "404", "nested", 502, "api_error", "simulated failure"},
+		{"vllm nested 400", "400", "nested", 400, "invalid_request_error", "simulated failure", "simulated failure"},
+		{"vllm flat 400", "400", "flat", 400, "invalid_request_error", "simulated failure", "simulated failure"},
+		{"bare string 401", "401", "bare", 502, "api_error", "Backend sim refused the gateway's credentials", "Unauthorized"},
+		{"plain text 500", "500", "plain", 502, "api_error", "Backend sim answered 500 with an error", "simulated failure"},
+		{"nested 503", "503", "nested", 503, "api_error", "Backend sim answered 503", "simulated failure"},
+		{"nested 429", "429", "nested", 429, "rate_limit_exceeded", "Backend sim is at its rate limit", "simulated failure"},
+		{"nested 404", "404", "nested", 502, "api_error", "Backend sim does not serve the configured model", "simulated failure"},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -315,9 +319,15 @@ func TestUpstreamErrorNormalisation(t *testing.T) {
 			if !r.json("error.code").Exists() || !r.json("error.param").Exists() {
 				t.Errorf("error body lacks code or param: %s", r.body)
 			}
+			if tt.wantStatus != 400 && strings.Contains(string(r.body), tt.wantDetail) {
+				t.Errorf("the client got the backend's own message: %s", r.body)
+			}
 			rec := h.recorder.wait(t, i+1)
 			if rec.Error == "" || rec.Status != tt.wantStatus || rec.TotalTokens != 0 {
 				t.Errorf("record = %+v", rec)
+			}
+			if !strings.Contains(rec.Error, tt.wantDetail) {
+				t.Errorf("record error %q lacks the backend's detail %q", rec.Error, tt.wantDetail)
 			}
 		})
 	}

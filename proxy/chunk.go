@@ -13,23 +13,11 @@ type usageCounts struct {
 	reported bool
 }
 
-// set takes the counts from a usage object. Streams with
+// set takes the counts from a usage object (see parseUsage). Streams with
 // continuous_usage_stats carry cumulative usage on every chunk, so the last
 // object seen is the whole count: setting, never adding, is what keeps them
 // from being counted twice.
-func (u *usageCounts) set(v gjson.Result) {
-	if !v.IsObject() {
-		return
-	}
-	u.reported = true
-	u.prompt = v.Get("prompt_tokens").Int()
-	u.completion = v.Get("completion_tokens").Int()
-	u.total = v.Get("total_tokens").Int()
-	u.cached = v.Get("prompt_tokens_details.cached_tokens").Int()
-	if u.total == 0 {
-		u.total = u.prompt + u.completion
-	}
-}
+func (u *usageCounts) set(v gjson.Result) error { return u.parseUsage(v, &chatUsageFields) }
 
 // chunkProcessor rewrites and accounts the events of one stream: it maps
 // the model id back to the public one, removes the usage chunk the client
@@ -53,6 +41,11 @@ type chunkProcessor struct {
 	done   bool
 	// errMessage is the message of an in-band error event, if one came.
 	errMessage string
+	// usageErr is why a usage block was refused; the stream ends there.
+	usageErr error
+	// backend names the backend in the in-band error the client gets in
+	// place of the backend's own.
+	backend string
 
 	// responses says the events are the Responses API's (see
 	// processResponseEvent); responseID is the id of the streamed
@@ -65,6 +58,19 @@ type chunkProcessor struct {
 
 func (c *chunkProcessor) reset(stripUsage, stripContinuous bool, publicModel []byte) {
 	*c = chunkProcessor{stripUsage: stripUsage, stripContinuous: stripContinuous, publicModel: publicModel}
+}
+
+// inBandError is the error event the client gets for a backend's in-band
+// error: described by the gateway, since the backend's own message can
+// name internal hosts (it is kept in errMessage for the log and record).
+func (c *chunkProcessor) inBandError(dst []byte) []byte {
+	msg := "The backend reported an error during the stream."
+	if c.backend != "" {
+		msg = "Backend " + c.backend + " reported an error during the stream."
+	}
+	dst = append(dst, "data: "...)
+	dst = appendErrorJSON(dst, &apiError{Type: "api_error", Code: "upstream_error", Message: msg})
+	return append(dst, "\n\n"...)
 }
 
 // process appends to dst what the client receives for one upstream event.
@@ -113,6 +119,9 @@ func (c *chunkProcessor) process(dst, ev []byte) []byte {
 		}
 		return true
 	})
+	if c.errMessage != "" {
+		return c.inBandError(dst)
+	}
 	// Two edits at most, applied in order of position: the model id
 	// replaced, the usage member cut.
 	type edit struct {
@@ -122,7 +131,12 @@ func (c *chunkProcessor) process(dst, ev []byte) []byte {
 	var edits [2]edit
 	n := 0
 	if usage.Exists() && usage.Type != gjson.Null {
-		c.usage.set(usage)
+		if err := c.usage.set(usage); err != nil {
+			// The chunk is not passed on: the stream ends here with the
+			// gateway's in-band error (see streamBody.fill).
+			c.usageErr = err
+			return dst
+		}
 		if hasChoices && !nonEmptyChoices {
 			if c.stripUsage {
 				return dst
@@ -216,10 +230,10 @@ func textHasContent(choice gjson.Result) bool {
 // value, which is an object with "message" or a bare string.
 func inBandErrorMessage(v gjson.Result) string {
 	if v.Type == gjson.String {
-		return v.String()
+		return clip(v.String())
 	}
 	if m := v.Get("message"); m.Exists() {
-		return m.String()
+		return clip(m.String())
 	}
 	return "upstream stream error"
 }

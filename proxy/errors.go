@@ -76,27 +76,45 @@ func writeError(ctx *fasthttp.RequestCtx, e *apiError) {
 
 // upstreamError maps an error of the upstream round trip to what the
 // client is told. This is the one place where upstream failures become
-// status codes.
+// status codes. The message is the gateway's: the error itself can name
+// internal addresses, so it is the Cause, for the log and the record.
 func upstreamError(err error, backend string) *apiError {
 	var (
-		dial    backends.DialError
-		timeout backends.TimeoutError
-		netErr  net.Error
+		dial     backends.DialError
+		timeout  backends.TimeoutError
+		tooLarge backends.TooLargeError
+		aborted  backends.AbortedError
+		netErr   net.Error
 	)
+	e := &apiError{Status: fasthttp.StatusBadGateway, Type: "api_error", Code: "upstream_error", Cause: err}
 	switch {
+	case errors.As(err, &aborted):
+		// Nobody reads this answer; the status is nginx's for a client
+		// that closed its request, so the record says what happened.
+		e.Status, e.Code = statusClientClosed, "client_closed"
+		e.Message = "The client closed the connection before backend " + backend + " answered."
 	case errors.As(err, &dial):
-		return &apiError{Status: fasthttp.StatusBadGateway, Type: "api_error", Code: "upstream_unavailable",
-			Message: "The gateway could not connect to backend " + backend + ".", Cause: err}
+		e.Code = "upstream_unavailable"
+		e.Message = "The gateway could not connect to backend " + backend + "."
+	case errors.As(err, &tooLarge):
+		e.Message = "Backend " + backend + " sent a reply larger than the gateway's limit (server.max_response_bytes)."
+	case errors.As(err, &timeout) && timeout.BeforeFirstByte:
+		e.Status, e.Code = fasthttp.StatusGatewayTimeout, "upstream_timeout"
+		e.Message = "Backend " + backend + " timed out before the first byte of its reply."
 	// A stream's reads are not classified by the upstream client, so its
 	// idle and total timeouts arrive as plain network timeouts.
 	case errors.As(err, &timeout), errors.As(err, &netErr) && netErr.Timeout():
-		return &apiError{Status: fasthttp.StatusGatewayTimeout, Type: "api_error", Code: "upstream_timeout",
-			Message: "Backend " + backend + " did not answer in time.", Cause: err}
+		e.Status, e.Code = fasthttp.StatusGatewayTimeout, "upstream_timeout"
+		e.Message = "Backend " + backend + " timed out in the middle of its reply."
 	default:
-		return &apiError{Status: fasthttp.StatusBadGateway, Type: "api_error", Code: "upstream_error",
-			Message: "The connection to backend " + backend + " failed: " + err.Error() + "."}
+		e.Message = "The connection to backend " + backend + " failed before its reply was complete."
 	}
+	return e
 }
+
+// statusClientClosed is the status recorded for a request whose client
+// left before it was answered (nginx's 499).
+const statusClientClosed = 499
 
 // limitError maps a refusal of the limiter to a 429.
 func limitError(err error) *apiError {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+	"go.uber.org/zap"
 
 	"github.com/tollgate-dev/tollgate/accounting"
 	"github.com/tollgate-dev/tollgate/auth"
@@ -87,6 +89,12 @@ type harnessOptions struct {
 	// extraBackends is YAML appended to the backends list.
 	extraBackends string
 	limits        []config.Limit
+	// server is YAML for the server section (limits, timeouts).
+	server string
+	// log is the gateway's logger; nil means none.
+	log *zap.Logger
+	// next serves the paths the proxy does not own.
+	next fasthttp.RequestHandler
 }
 
 func newHarness(t *testing.T, o harnessOptions) *harness {
@@ -115,6 +123,7 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 	}
 	yaml := fmt.Sprintf(`
 listen: "127.0.0.1:0"
+%s
 auth:
   keys:
     - name: acme-key
@@ -129,7 +138,7 @@ backends:
 %s
 models:
 %s
-`, testKey, sln.Addr().String(), indent(o.backendExtra, "    "), o.extraBackends, models)
+`, serverSection(o.server), testKey, sln.Addr().String(), indent(o.backendExtra, "    "), o.extraBackends, models)
 	cfg, err := config.Parse([]byte(yaml), "test.yaml")
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, yaml)
@@ -145,7 +154,7 @@ models:
 	}
 	h.gw, err = proxy.New(proxy.Options{
 		Config: cfg, Registry: reg, Keys: keys, Recorder: h.recorder,
-		Limiter: accounting.NewLimiter(cfg.Limits, time.Now),
+		Limiter: accounting.NewLimiter(cfg.Limits, time.Now), Log: o.log, Next: o.next,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -173,6 +182,15 @@ models:
 		<-simDone
 	})
 	return h
+}
+
+// serverSection is the config's server section holding yaml, or nothing
+// (tests may append their own).
+func serverSection(yaml string) string {
+	if yaml == "" {
+		return ""
+	}
+	return "server: {" + yaml + "}"
 }
 
 func indent(s, prefix string) string {

@@ -21,15 +21,23 @@ var overloadedReply = func() []byte {
 // (Server.Concurrency) answers a plain-text 503 without Retry-After, which
 // clients cannot parse or back off on, so the cap is enforced here and
 // fasthttp's is set above it.
+//
+// It also gives every accepted connection a read deadline of
+// server.read_timeout for its first request byte. fasthttp, with
+// ReduceMemoryUsage, waits for a new connection's first byte with no
+// deadline at all (it sets read_timeout only once that byte came, and
+// idle_timeout only before later requests), so a client that connects and
+// sends nothing would hold a place under the cap for ever.
 type limitListener struct {
 	net.Listener
-	max    int64
-	open   atomic.Int64
-	refuse func(net.Conn)
+	max       int64
+	open      atomic.Int64
+	refuse    func(net.Conn)
+	firstByte time.Duration
 }
 
-func newLimitListener(ln net.Listener, max int) *limitListener {
-	l := &limitListener{Listener: ln, max: int64(max)}
+func newLimitListener(ln net.Listener, max int, firstByte time.Duration) *limitListener {
+	l := &limitListener{Listener: ln, max: int64(max), firstByte: firstByte}
 	l.refuse = func(c net.Conn) {
 		// The reply fits in the socket buffer; the deadline only guards
 		// against a peer that never reads.
@@ -53,6 +61,13 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			l.refuse(c)
 			continue
 		}
+		if l.firstByte > 0 {
+			if err := c.SetReadDeadline(time.Now().Add(l.firstByte)); err != nil {
+				l.open.Add(-1)
+				_ = c.Close()
+				continue
+			}
+		}
 		return &countedConn{Conn: c, l: l}, nil
 	}
 }
@@ -68,3 +83,7 @@ func (c *countedConn) Close() error {
 	c.once.Do(func() { c.l.open.Add(-1) })
 	return c.Conn.Close()
 }
+
+// NetConn returns the accepted connection, for the client watch, which
+// checks the socket itself.
+func (c *countedConn) NetConn() net.Conn { return c.Conn }

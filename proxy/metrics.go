@@ -13,6 +13,7 @@ type metrics struct {
 	timeToFirstTok  *prometheus.HistogramVec
 	streamsInFlight prometheus.Gauge
 	streamErrors    *prometheus.CounterVec
+	panics          *prometheus.CounterVec
 }
 
 // latencyBuckets span a cached reply in milliseconds to a long generation.
@@ -43,7 +44,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Streams that ended in an error after their first byte, by public model and kind (inband, broken, abandoned).",
 		}, []string{"model", "kind"}),
 	}
+	m.panics = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tollgate_panics_recovered_total",
+		Help: "Panics recovered at a boundary where foreign bytes are handled (handler, stream): each is a bug, logged with its stack.",
+	}, []string{"where"})
 	if reg != nil {
+		reg.MustRegister(m.panics)
 		reg.MustRegister(m.requests, m.duration, m.timeToFirstTok, m.streamsInFlight, m.streamErrors)
 	}
 	return m

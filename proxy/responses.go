@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -19,19 +20,10 @@ import (
 // about it must reach that backend. This file holds those differences; the
 // rest of the path is chat's.
 
-// setResponses takes the counts from a Responses API usage object.
-func (u *usageCounts) setResponses(v gjson.Result) {
-	if !v.IsObject() {
-		return
-	}
-	u.reported = true
-	u.prompt = v.Get("input_tokens").Int()
-	u.completion = v.Get("output_tokens").Int()
-	u.total = v.Get("total_tokens").Int()
-	u.cached = v.Get("input_tokens_details.cached_tokens").Int()
-	if u.total == 0 {
-		u.total = u.prompt + u.completion
-	}
+// setResponses takes the counts from a Responses API usage object, with
+// the checks of parseUsage.
+func (u *usageCounts) setResponses(v gjson.Result) error {
+	return u.parseUsage(v, &responsesUsageFields)
 }
 
 // pickOwner takes a slot on owner, the backend of route holding the
@@ -245,17 +237,33 @@ func (c *chunkProcessor) processResponseEvent(dst, ev []byte) []byte {
 	case "response.output_text.delta", "response.reasoning_text.delta", "response.function_call_arguments.delta":
 		c.deltas++
 	case "response.completed", "response.failed", "response.incomplete":
+		if err := c.usage.setResponses(response.Get("usage")); err != nil {
+			// The event is not passed on: the stream ends with the
+			// gateway's in-band error (see streamBody.fill).
+			c.usageErr = err
+			return dst
+		}
 		c.done = true
-		c.usage.setResponses(response.Get("usage"))
 		if typ == "response.failed" {
 			c.errMessage = inBandErrorMessage(response.Get("error"))
 		}
 	case "error":
+		// As for chat, the client gets the gateway's description: the
+		// backend's message can name internal hosts (it is kept in
+		// errMessage for the log and the record).
 		c.errMessage = inBandErrorMessage(parsed)
+		// An error event ends a Responses API stream, as response.failed
+		// does.
+		c.done = true
+		msg := "The backend reported an error during the stream."
+		if c.backend != "" {
+			msg = "Backend " + c.backend + " reported an error during the stream."
+		}
+		return appendResponsesError(dst, &apiError{Type: "api_error", Code: "upstream_error", Message: msg}, parsed.Get("sequence_number").Int())
 	}
 	if c.responseID == "" && !c.responseIDNoted {
 		if id := response.Get("id"); id.Type == gjson.String && id.Str != "" {
-			c.responseID = id.Str
+			c.responseID = strings.Clone(id.Str) // id.Str points into the scanner's buffer
 		}
 	}
 	if c.publicModel == nil || !response.IsObject() {

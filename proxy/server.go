@@ -145,6 +145,9 @@ func New(opts Options) (*Server, error) {
 		NoDefaultServerHeader: true,
 		// Parse errors must not quote request bytes: they hold API keys.
 		SecureErrorLogMessage: true,
+		// fasthttp quotes some of them regardless; its log lines go
+		// through the gateway's logger, redacted.
+		Logger: fasthttpLogger{log: s.log},
 		// Release a connection's buffers while it waits for its next
 		// request, so idle keep-alive connections cost little memory. It
 		// also makes fasthttp wait for a new connection's first byte while
@@ -201,7 +204,8 @@ func (s *Server) Swap(g Generation) (Generation, func(ctx context.Context) error
 // Serve serves on ln until Shutdown, with at most server.max_connections
 // connections open at once.
 func (s *Server) Serve(ln net.Listener) error {
-	return s.srv.Serve(newLimitListener(ln, s.state.Load().cfg.Server.MaxConnections))
+	sc := s.state.Load().cfg.Server
+	return s.srv.Serve(newLimitListener(ln, sc.MaxConnections, sc.ReadTimeout))
 }
 
 // Shutdown stops accepting connections and waits for in-flight requests
@@ -259,6 +263,10 @@ func (s *Server) routes() []route {
 // it takes; any other path under /v1/ gets an OpenAI-shaped 404, since
 // OpenAI clients parse nothing else; every other path goes to Next.
 func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
+	defer s.recoverHandler(ctx)
+	if refuseFraming(ctx) {
+		return
+	}
 	path := ctx.Path()
 	var allowed [4]string
 	nAllowed := 0

@@ -6,13 +6,14 @@ import (
 	"io"
 )
 
-// maxEventBytes bounds one upstream SSE event. A chunk of a chat completion
-// is a few hundred bytes; an event this large means the upstream is not
+// maxEventBytes bounds one upstream SSE event when the scanner is given no
+// limit (server.max_event_bytes sets it). A chunk of a chat completion is a
+// few hundred bytes; an event this large means the upstream is not
 // speaking SSE, and buffering it further would let it exhaust memory.
 const maxEventBytes = 1 << 20
 
-// errEventTooLarge is returned when an upstream event exceeds maxEventBytes.
-var errEventTooLarge = errors.New("upstream SSE event exceeds 1 MiB")
+// errEventTooLarge is returned when an upstream event exceeds the limit.
+var errEventTooLarge = errors.New("upstream SSE event exceeds server.max_event_bytes")
 
 // eventScanner splits an upstream SSE byte stream into events, each ending
 // with a blank line. It keeps one growable buffer and returns slices of it,
@@ -28,12 +29,21 @@ type eventScanner struct {
 	// rescanning from the event's start would be quadratic in its size.
 	scanned int
 	err     error
+	// limit is the largest event in bytes; zero means maxEventBytes.
+	limit int
 }
 
 func (s *eventScanner) reset(src io.Reader) {
 	s.src = src
 	s.start, s.end, s.scanned = 0, 0, 0
 	s.err = nil
+}
+
+func (s *eventScanner) maxEvent() int {
+	if s.limit > 0 {
+		return s.limit
+	}
+	return maxEventBytes
 }
 
 // next returns the next complete event, including its terminating blank
@@ -81,11 +91,13 @@ func (s *eventScanner) fill() {
 		case s.start > 0:
 			s.end = copy(s.buf, s.buf[s.start:s.end])
 			s.start = 0
-		case len(s.buf) >= maxEventBytes:
+		case len(s.buf) >= s.maxEvent():
 			s.err = errEventTooLarge
 			return
 		default:
-			nb := make([]byte, max(2*len(s.buf), 2048))
+			// The buffer never grows past the limit, so an event of
+			// exactly the limit fits and one byte more is refused.
+			nb := make([]byte, min(max(2*len(s.buf), 2048), s.maxEvent()))
 			s.end = copy(nb, s.buf[s.start:s.end])
 			s.start = 0
 			s.buf = nb

@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"io"
+	"strconv"
 	"sync"
 	"time"
 
@@ -58,7 +59,9 @@ func (s *Server) startStream(ctx *fasthttp.RequestCtx, c *completion, b *backend
 	// reuses once the handler returns.
 	sb.c.req.Model = nil
 	sb.scan.reset(resp.BodyStream())
+	sb.scan.limit = c.gen.cfg.Server.MaxEventBytes
 	sb.chunk.reset(!c.req.IncludeUsage, b.ContinuousUsage() && !c.req.ContinuousUsage, replyModel)
+	sb.chunk.backend = b.Name
 	sb.chunk.responses = c.ep.responses
 	sb.out, sb.pos = sb.out[:0], 0
 	sb.upstreamErr, sb.ended, sb.eof, sb.firstEvent = nil, false, false, false
@@ -78,7 +81,17 @@ func (s *Server) startStream(ctx *fasthttp.RequestCtx, c *completion, b *backend
 
 // Read returns the next events for the client. It blocks until at least
 // one event arrived, and returns io.EOF once the stream is over.
-func (sb *streamBody) Read(p []byte) (int, error) {
+//
+// Read is where the upstream's bytes are handled after the handler has
+// returned, on fasthttp's worker, where nothing else would catch a panic:
+// a panic here (a bug met by hostile bytes) ends this stream with an
+// in-band error, is counted and logged, and the process lives.
+func (sb *streamBody) Read(p []byte) (n int, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			n, err = sb.recovered(p, r)
+		}
+	}()
 	for sb.pos >= len(sb.out) {
 		if sb.ended {
 			return 0, io.EOF
@@ -86,7 +99,7 @@ func (sb *streamBody) Read(p []byte) (int, error) {
 		sb.out, sb.pos = sb.out[:0], 0
 		sb.fill()
 	}
-	n := copy(p, sb.out[sb.pos:])
+	n = copy(p, sb.out[sb.pos:])
 	sb.pos += n
 	if !sb.firstEvent && n > 0 {
 		sb.firstEvent = true
@@ -110,17 +123,21 @@ func (sb *streamBody) fill() {
 		return
 	}
 	sb.out = sb.chunk.process(sb.out, ev)
-	if sb.c.rec.CompletionID == "" {
+	if sb.c.rec.CompletionID == "" && !sb.chunk.responses {
 		if from, to, ok := eventData(ev); ok { // the first chunk's id, copied: ev is the scanner's
 			sb.c.rec.CompletionID = completionIDOf(ev[from:to])
 		}
 	}
-	for len(sb.out) < maxCoalesce {
+	for len(sb.out) < maxCoalesce && sb.chunk.usageErr == nil {
 		ev := sb.scan.buffered()
 		if ev == nil {
 			break
 		}
 		sb.out = sb.chunk.process(sb.out, ev)
+	}
+	if sb.chunk.usageErr != nil {
+		sb.endUpstream(sb.chunk.usageErr)
+		return
 	}
 	if sb.chunk.responses {
 		sb.noteResponseOwner()
@@ -143,10 +160,15 @@ func (sb *streamBody) endUpstream(err error) {
 	}
 	sb.upstreamErr = err
 	e := upstreamError(err, sb.backend.Name)
-	if errors.Is(err, errUpstreamTruncated) {
+	var ue *usageError
+	switch {
+	case errors.Is(err, errUpstreamTruncated):
 		e.Message = "Backend " + sb.backend.Name + " ended the stream before it was complete."
-	} else if errors.Is(err, errEventTooLarge) {
-		e.Message = "Backend " + sb.backend.Name + " sent an event over 1 MiB; it is not speaking SSE."
+	case errors.Is(err, errEventTooLarge):
+		e.Message = "Backend " + sb.backend.Name + " sent an event over the gateway's limit of " +
+			strconv.Itoa(sb.scan.maxEvent()) + " bytes; it is not speaking SSE."
+	case errors.As(err, &ue):
+		e.Message = invalidUsageMessage(sb.backend.Name)
 	}
 	if sb.chunk.responses {
 		sb.out = appendResponsesError(sb.out, e, sb.chunk.events)
@@ -195,6 +217,14 @@ func (sb *streamBody) CloseWithError(clientErr error) error {
 			// An error is charged only what the backend reported.
 			c.rec.PromptTokens, c.rec.CompletionTokens, c.rec.TotalTokens, c.rec.CachedTokens = 0, 0, 0, 0
 		}
+	case sb.chunk.usageErr != nil:
+		// The tokens recorded are the last valid cumulative count, if
+		// any: what the backend reported before its usage went bad.
+		c.rec.Error = "backend sent an invalid usage block: " + sb.chunk.usageErr.Error()
+		if !sb.chunk.usage.reported {
+			c.rec.PromptTokens, c.rec.CompletionTokens, c.rec.TotalTokens, c.rec.CachedTokens = 0, 0, 0, 0
+		}
+		s.metrics.streamErrors.WithLabelValues(c.rec.Model, "invalid_usage").Inc()
 	case sb.upstreamErr != nil:
 		c.rec.Incomplete = true
 		c.rec.Error = "upstream stream broken: " + sb.upstreamErr.Error()
@@ -219,4 +249,23 @@ func (sb *streamBody) CloseWithError(clientErr error) error {
 	}
 	streamBodies.Put(sb)
 	return nil
+}
+
+// recovered ends the stream after Read panicked with r: the events not yet
+// sent are dropped, the client gets an in-band error and [DONE], and the
+// upstream is closed when fasthttp calls CloseWithError.
+func (sb *streamBody) recovered(p []byte, r any) (int, error) {
+	sb.srv.countPanic("stream", r)
+	if sb.ended {
+		// The panic came while the closing events were being sent.
+		return 0, io.EOF
+	}
+	sb.ended = true
+	if sb.upstreamErr == nil {
+		sb.upstreamErr = errors.New("internal error while relaying the stream")
+	}
+	sb.out = appendInBandError(sb.out[:0], &apiError{Type: "api_error", Code: "internal_error",
+		Message: "The gateway failed while relaying the stream from backend " + sb.backend.Name + "."})
+	sb.pos = copy(p, sb.out)
+	return sb.pos, nil
 }

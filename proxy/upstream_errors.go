@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"bytes"
+	"regexp"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -19,13 +21,22 @@ const maxUpstreamMessage = 1024
 // {"object":"error","message",...}, vLLM's --api-key middleware answers
 // {"error":"Unauthorized"}, and proxies in between answer plain text.
 //
-// The status is chosen for the client: a request the backend refused as
-// invalid (400, 413, 422) or rate-limited (429) keeps its status, because it
-// is about the client's request. A backend refusing the gateway's own
-// credentials or not knowing the configured upstream model (401, 403, 404)
-// is the gateway's configuration fault, so the client sees 502 rather than
-// an authentication error about a key it did not send. Backend failures
-// (5xx) become 502, except 503 and 504, which keep their meaning.
+// What the client is told depends on whom the error is about:
+//
+//   - 400, 413 and 422 are about the client's request (a prompt over the
+//     context window, a bad parameter): the client needs the backend's
+//     words to fix it, so they keep their status and message, clipped,
+//     made valid UTF-8, and with anything that looks like a network
+//     address replaced.
+//   - Everything else is about the backend or the gateway's configuration,
+//     and its text can name internal hosts, file paths or tracebacks: the
+//     gateway describes it ("backend vllm-a answered 500 with an error"),
+//     and the backend's own text goes only to the log and the usage
+//     record's error (through Cause), which only admins read. 429, 503 and
+//     504 keep their status, which clients act on; 401, 403 (the backend
+//     refusing the gateway's credentials) and 404 (the configured model
+//     unknown upstream) are the gateway's fault and become 502, as does
+//     any 5xx; other 4xx keep their status.
 func normalizeUpstreamError(status int, body []byte, backend string) *apiError {
 	// vLLM's own error types (BadRequestError) say no more than the status;
 	// the client gets the OpenAI vocabulary chosen below instead.
@@ -33,28 +44,60 @@ func normalizeUpstreamError(status int, body []byte, backend string) *apiError {
 	if msg == "" {
 		msg = fasthttp.StatusMessage(status)
 	}
-	e := &apiError{Message: msg, Param: param}
+	e := &apiError{Cause: &upstreamReply{status: status, message: msg}}
+	answered := "Backend " + backend + " answered " + strconv.Itoa(status)
 	switch status {
 	case fasthttp.StatusBadRequest, fasthttp.StatusRequestEntityTooLarge, fasthttp.StatusUnprocessableEntity:
-		e.Status, e.Type = status, "invalid_request_error"
+		e.Status, e.Type, e.Param = status, "invalid_request_error", param
+		e.Message = scrubAddresses(msg)
+		e.Cause = nil // the message is the whole detail
 	case fasthttp.StatusTooManyRequests:
 		e.Status, e.Type, e.Code = status, "rate_limit_exceeded", "rate_limit_exceeded"
+		e.Message = "Backend " + backend + " is at its rate limit; retry shortly."
 	case fasthttp.StatusUnauthorized, fasthttp.StatusForbidden:
 		e.Status, e.Type, e.Code = fasthttp.StatusBadGateway, "api_error", "upstream_auth_failed"
-		e.Message = "Backend " + backend + " refused the gateway's credentials: " + msg
+		e.Message = "Backend " + backend + " refused the gateway's credentials (" + strconv.Itoa(status) + ")."
 	case fasthttp.StatusNotFound:
 		e.Status, e.Type, e.Code = fasthttp.StatusBadGateway, "api_error", "upstream_model_not_found"
-		e.Message = "Backend " + backend + " does not serve the configured model: " + msg
-	case fasthttp.StatusServiceUnavailable, fasthttp.StatusGatewayTimeout:
+		e.Message = "Backend " + backend + " does not serve the configured model (404)."
+	case fasthttp.StatusServiceUnavailable:
 		e.Status, e.Type, e.Code = status, "api_error", "upstream_error"
+		e.Message = answered + ": it is unavailable; retry shortly."
+	case fasthttp.StatusGatewayTimeout:
+		e.Status, e.Type, e.Code = status, "api_error", "upstream_timeout"
+		e.Message = answered + ": a server in front of it timed out."
 	default:
 		if status >= 400 && status < 500 {
 			e.Status, e.Type = status, "invalid_request_error"
+			e.Message = answered + ", refusing the request."
 		} else {
 			e.Status, e.Type, e.Code = fasthttp.StatusBadGateway, "api_error", "upstream_error"
+			e.Message = answered + " with an error."
 		}
 	}
 	return e
+}
+
+// upstreamReply is the backend's own account of an error reply, kept for
+// the log and the usage record.
+type upstreamReply struct {
+	status  int
+	message string
+}
+
+func (r *upstreamReply) Error() string {
+	return "backend answered " + strconv.Itoa(r.status) + ": " + r.message
+}
+
+// networkAddress matches what would tell a client about the inside of the
+// deployment: URLs, IPv4 addresses (with a port or not), bracketed IPv6
+// addresses and host:port pairs.
+var networkAddress = regexp.MustCompile(`[a-zA-Z][a-zA-Z0-9+.-]*://[^\s"'<>]+|\[[0-9a-fA-F:.]+\](:\d+)?|\b\d{1,3}(\.\d{1,3}){3}(:\d+)?\b|\b[a-zA-Z0-9][a-zA-Z0-9.-]*:\d{2,5}\b`)
+
+// scrubAddresses replaces network addresses in a message passed on to the
+// client. It runs on error replies only.
+func scrubAddresses(msg string) string {
+	return networkAddress.ReplaceAllLiteralString(msg, "[address]")
 }
 
 // parseUpstreamError extracts message and param from any known upstream
@@ -92,4 +135,10 @@ func clip(s string) string {
 		s += "…"
 	}
 	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
+// invalidUsageMessage is what the client is told when a backend reported
+// token counts that are not counts.
+func invalidUsageMessage(backend string) string {
+	return "Backend " + backend + " reported token usage the gateway cannot accept; the reply was discarded."
 }

@@ -1,0 +1,38 @@
+package proxy
+
+import (
+	"fmt"
+	"regexp"
+
+	"go.uber.org/zap"
+)
+
+// fasthttpLogger is fasthttp's Logger, writing to the gateway's zap logger
+// instead of fasthttp's default (the standard library's, on stderr), with
+// every quoted value redacted. fasthttp formats what it could not parse
+// with %q — a header value with a control byte, a request line — and an
+// Authorization value is the header most likely to be quoted, key and all,
+// whatever SecureErrorLogMessage says. Its messages are the serving
+// connection's errors, so they are warnings.
+type fasthttpLogger struct{ log *zap.Logger }
+
+func (l fasthttpLogger) Printf(format string, args ...any) {
+	if ce := l.log.Check(zap.WarnLevel, "http server"); ce != nil {
+		ce.Write(zap.String("error", redactSecrets(fmt.Sprintf(format, args...))))
+	}
+}
+
+var (
+	// quotedValue is a Go-quoted string, as %q writes it.
+	quotedValue = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+	// credential is a bearer token or an OpenAI-style key written bare.
+	credential = regexp.MustCompile(`(?i)(bearer\s+|basic\s+)\S+|sk-[A-Za-z0-9_\-]{4,}`)
+)
+
+// redactSecrets replaces every quoted value and every credential-looking
+// token in s. It is for text the gateway did not compose itself, and runs
+// only on error paths.
+func redactSecrets(s string) string {
+	s = quotedValue.ReplaceAllLiteralString(s, `"[redacted]"`)
+	return credential.ReplaceAllString(s, "${1}[redacted]")
+}

@@ -1,0 +1,34 @@
+package proxy
+
+import (
+	"fmt"
+	"runtime/debug"
+
+	"github.com/valyala/fasthttp"
+	"go.uber.org/zap"
+)
+
+// recoverHandler is deferred by the request handler, the boundary where a
+// request's foreign bytes (the client's, then the backend's reply) are
+// handled. A panic there is a bug met by hostile input: it is counted,
+// logged with its stack, and answered 500, and the process keeps serving
+// every other request. fasthttp itself does not recover handler panics.
+func (s *Server) recoverHandler(ctx *fasthttp.RequestCtx) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	s.countPanic("handler", r)
+	ctx.Response.Reset()
+	ctx.SetConnectionClose()
+	writeError(ctx, &apiError{Status: fasthttp.StatusInternalServerError, Type: "api_error", Code: "internal_error",
+		Message: "The gateway failed while handling this request; it has been logged."})
+}
+
+// countPanic counts and logs a recovered panic; where says which boundary
+// caught it (handler, stream).
+func (s *Server) countPanic(where string, r any) {
+	s.metrics.panics.WithLabelValues(where).Inc()
+	s.log.Error("recovered from a panic", zap.String("where", where),
+		zap.String("panic", fmt.Sprint(r)), zap.ByteString("stack", debug.Stack()))
+}

@@ -1,0 +1,126 @@
+package proxy
+
+import (
+	"strconv"
+
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+)
+
+// maxTokenCount bounds every token count a backend may report: 2^40, about
+// 1.1 × 10^12, is a million times the longest context window served today,
+// yet 2^23 such counts still sum within an int64, so no total the gateway,
+// the limiter or the usage store computes from valid counts can overflow.
+// A count above it is not a count but a broken or hostile backend.
+const maxTokenCount = 1 << 40
+
+// usageError says why a backend's usage block was refused.
+type usageError struct {
+	field   string // e.g. "usage.prompt_tokens"
+	problem string // e.g. "is negative"
+}
+
+func (e *usageError) Error() string { return e.field + " " + e.problem }
+
+// usageFields names the counts of a usage object: chat and text
+// completions and embeddings say prompt/completion, the Responses API
+// input/output.
+type usageFields struct{ prompt, completion, total, cached string }
+
+var (
+	chatUsageFields      = usageFields{"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details.cached_tokens"}
+	responsesUsageFields = usageFields{"input_tokens", "output_tokens", "total_tokens", "input_tokens_details.cached_tokens"}
+)
+
+// parseUsage reads a usage object named by f into u, all or nothing:
+// every count must be a non-negative integer no larger than maxTokenCount,
+// total_tokens (when not zero) at least prompt plus completion, and cached
+// tokens no more than the prompt. On error u is left as it was, so a
+// record keeps only counts that were valid (none for a reply; for a stream,
+// the last valid cumulative count). A null or absent usage is no report.
+func (u *usageCounts) parseUsage(v gjson.Result, f *usageFields) error {
+	if !v.Exists() || v.Type == gjson.Null {
+		return nil
+	}
+	if !v.IsObject() {
+		return &usageError{"usage", "is not an object"}
+	}
+	var (
+		n   usageCounts
+		err error
+	)
+	if n.prompt, err = tokenCount(v, f.prompt); err != nil {
+		return err
+	}
+	if n.completion, err = tokenCount(v, f.completion); err != nil {
+		return err
+	}
+	if n.total, err = tokenCount(v, f.total); err != nil {
+		return err
+	}
+	if n.cached, err = tokenCount(v, f.cached); err != nil {
+		return err
+	}
+	// Both are at most 2^40: the sum cannot overflow.
+	sum := n.prompt + n.completion
+	switch {
+	case n.total == 0:
+		// Some servers leave total_tokens out, or zero.
+		n.total = sum
+	case n.total < sum:
+		return &usageError{"usage." + f.total, "(" + strconv.FormatInt(n.total, 10) + ") is less than " + f.prompt + " + " + f.completion + " (" + strconv.FormatInt(sum, 10) + ")"}
+	}
+	if n.cached > n.prompt {
+		return &usageError{"usage." + f.cached, "(" + strconv.FormatInt(n.cached, 10) + ") exceeds " + f.prompt + " (" + strconv.FormatInt(n.prompt, 10) + ")"}
+	}
+	n.reported = true
+	*u = n
+	return nil
+}
+
+// tokenCount reads one count at path in the usage object v: absent or null
+// is zero; anything but a plain non-negative integer literal up to
+// maxTokenCount is an error (a float, an exponent, a string, a negative or
+// huge number).
+func tokenCount(v gjson.Result, path string) (int64, error) {
+	r := v.Get(path)
+	if !r.Exists() || r.Type == gjson.Null {
+		return 0, nil
+	}
+	if r.Type != gjson.Number {
+		return 0, &usageError{"usage." + path, "is not a number"}
+	}
+	raw := r.Raw
+	if raw != "" && raw[0] == '-' {
+		return 0, &usageError{"usage." + path, "is negative"}
+	}
+	for i := 0; i < len(raw); i++ {
+		if raw[i] < '0' || raw[i] > '9' {
+			return 0, &usageError{"usage." + path, "is not an integer"}
+		}
+	}
+	// 2^40 has 13 digits; a longer literal is out of range whatever it is.
+	if len(raw) > 13 {
+		return 0, &usageError{"usage." + path, "exceeds 2^40"}
+	}
+	n, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || n > maxTokenCount {
+		return 0, &usageError{"usage." + path, "exceeds 2^40"}
+	}
+	return n, nil
+}
+
+// invalidUsage is the 502 for a reply whose usage block was refused; err,
+// the detail, goes to the log and the record.
+func invalidUsage(backend string, err error) *apiError {
+	return &apiError{Status: fasthttp.StatusBadGateway, Type: "api_error", Code: "upstream_invalid_usage",
+		Message: invalidUsageMessage(backend), Cause: err}
+}
+
+// validReply reports whether a non-streamed 200 body is one JSON object
+// nested no deeper than maxDepth. The depth is checked first because the
+// syntax check recurses once per level, and the body is the backend's.
+func validReply(body []byte, maxDepth int) bool {
+	s := b2s(body)
+	return looksLikeJSONObject(body) && !tooDeep(s, maxDepth) && validJSON(s)
+}
