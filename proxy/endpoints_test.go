@@ -108,8 +108,25 @@ func (f *fakeUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		resp := func(status, usage string) string {
 			return fmt.Sprintf(`{"id":%q,"object":"response","created_at":1,"model":%q,"status":%q,"output":[{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Hi"}]}],"usage":%s}`, id, model, status, usage)
 		}
-		const usage = `{"input_tokens":7,"input_tokens_details":{"cached_tokens":1},"output_tokens":2,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":9}`
+		usage := `{"input_tokens":7,"input_tokens_details":{"cached_tokens":1},"output_tokens":2,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":9}`
+		if req.Get("input").String() == "bad usage" {
+			usage = `{"input_tokens":-7,"output_tokens":2,"total_tokens":9}`
+		}
 		if req.Get("stream").Bool() {
+			switch req.Get("input").String() {
+			case "break": // the backend dies mid-stream
+				f.stream(w, "response.", []string{
+					`{"type":"response.created","sequence_number":0,"response":` + resp("in_progress", "null") + `}`,
+					`{"type":"response.output_text.delta","sequence_number":1,"item_id":"msg_1","output_index":0,"content_index":0,"delta":"H"}`,
+				}, false)
+				return
+			case "fail": // an in-band error naming an internal host
+				f.stream(w, "response.", []string{
+					`{"type":"response.created","sequence_number":0,"response":` + resp("in_progress", "null") + `}`,
+					`{"type":"error","sequence_number":1,"code":"server_error","message":"engine at 10.1.2.3:8000 died","param":null}`,
+				}, false)
+				return
+			}
 			f.stream(w, "response.", []string{
 				`{"type":"response.created","sequence_number":0,"response":` + resp("in_progress", "null") + `}`,
 				`{"type":"response.output_text.delta","sequence_number":1,"item_id":"msg_1","output_index":0,"content_index":0,"delta":"H"}`,
@@ -187,6 +204,10 @@ type surface struct {
 	a, b     *fakeUpstream
 	base     string
 	recorder *recorder
+	gw       *proxy.Server
+	cfg      *config.Config
+	// reg is the registry in use; reload replaces it.
+	reg *backends.Registry
 }
 
 func newSurface(t *testing.T) *surface {
@@ -238,6 +259,7 @@ models:
 	done := make(chan error, 1)
 	go func() { done <- gw.Serve(ln) }()
 	s.base = "http://" + ln.Addr().String()
+	s.gw, s.cfg, s.reg = gw, cfg, reg
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -245,7 +267,7 @@ models:
 			t.Errorf("gateway shutdown: %v", err)
 		}
 		<-done
-		if err := reg.Close(); err != nil {
+		if err := s.reg.Close(); err != nil {
 			t.Errorf("registry close: %v", err)
 		}
 	})
@@ -572,6 +594,106 @@ func TestResponsesStream(t *testing.T) {
 		}
 		if got := s.recorder.wait(t, 2+i).Backend; got != rec.Backend {
 			t.Fatalf("follow-up %d went to %s, want %s", i, got, rec.Backend)
+		}
+	}
+}
+
+// responsesStreamEvents splits a Responses API stream into its events'
+// types and data.
+func responsesStreamEvents(t *testing.T, body []byte) (types, data []string) {
+	t.Helper()
+	for _, block := range strings.Split(strings.TrimSpace(string(body)), "\n\n") {
+		name, d, ok := strings.Cut(block, "\ndata: ")
+		if !ok || !strings.HasPrefix(name, "event: ") {
+			t.Fatalf("not a named event: %q", block)
+		}
+		types = append(types, strings.TrimPrefix(name, "event: "))
+		data = append(data, d)
+	}
+	return types, data
+}
+
+func TestResponsesStreamFailures(t *testing.T) {
+	for _, tt := range []struct {
+		input      string
+		wantEvents string
+		wantRecord string // in the record's Error
+		incomplete bool
+	}{
+		{"break", "response.created,response.output_text.delta,error", "upstream stream broken", true},
+		{"fail", "response.created,error", "in-band stream error: engine at 10.1.2.3:8000 died", false},
+		{"bad usage", "response.created,response.output_text.delta,response.output_text.delta,error", "invalid usage", false},
+	} {
+		t.Run(tt.input, func(t *testing.T) {
+			s := newSurface(t)
+			r := s.do(http.MethodPost, "/v1/responses", `{"model":"demo","input":"`+tt.input+`","stream":true}`)
+			if r.status != 200 {
+				t.Fatalf("reply %d %s", r.status, r.body)
+			}
+			types, data := responsesStreamEvents(t, r.body)
+			if strings.Join(types, ",") != tt.wantEvents {
+				t.Fatalf("events %v, want %s", types, tt.wantEvents)
+			}
+			last := data[len(data)-1]
+			if gjson.Get(last, "type").String() != "error" || gjson.Get(last, "message").String() == "" || !gjson.Get(last, "sequence_number").Exists() {
+				t.Errorf("the closing error event is not the Responses API's shape: %s", last)
+			}
+			if strings.Contains(string(r.body), "10.1.2.3") {
+				t.Errorf("the backend's internal address reached the client: %s", r.body)
+			}
+			rec := s.recorder.wait(t, 1)
+			if rec.Endpoint != "responses" || rec.Incomplete != tt.incomplete || !strings.Contains(rec.Error, tt.wantRecord) {
+				t.Errorf("record incomplete=%v error %q, want incomplete=%v and an error containing %q", rec.Incomplete, rec.Error, tt.incomplete, tt.wantRecord)
+			}
+		})
+	}
+}
+
+func TestResponsesInvalidUsage(t *testing.T) {
+	s := newSurface(t)
+	r := s.do(http.MethodPost, "/v1/responses", `{"model":"demo","input":"bad usage"}`)
+	wantOpenAIError(t, r, 502, "")
+	rec := s.recorder.wait(t, 1)
+	if rec.PromptTokens != 0 || rec.TotalTokens != 0 || rec.Error == "" {
+		t.Errorf("record %+v, want an error with no tokens", rec)
+	}
+}
+
+// reload swaps in a new generation built from the same configuration, as
+// a configuration reload does, and closes the old registry.
+func (s *surface) reload() {
+	s.t.Helper()
+	reg, err := backends.NewRegistry(s.cfg)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	old, wait := s.gw.Swap(proxy.Generation{Config: s.cfg, Registry: reg, Limiter: accounting.NewLimiter(s.cfg.Limits, time.Now)})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := wait(ctx); err != nil {
+		s.t.Fatal(err)
+	}
+	if err := old.Registry.Close(); err != nil {
+		s.t.Fatal(err)
+	}
+	s.reg = reg
+}
+
+func TestResponseOwnersSurviveReload(t *testing.T) {
+	s := newSurface(t)
+	r := s.do(http.MethodPost, "/v1/responses", `{"model":"demo","input":"Say hi"}`)
+	if r.status != 200 {
+		t.Fatalf("reply %d %s", r.status, r.body)
+	}
+	owner := s.recorder.wait(t, 1).Backend
+	s.reload()
+	for i := range 4 {
+		f := s.do(http.MethodPost, "/v1/responses", `{"model":"demo","input":"more","previous_response_id":"`+r.json("id").String()+`"}`)
+		if f.status != 200 {
+			t.Fatalf("follow-up %d after the reload: %d %s", i, f.status, f.body)
+		}
+		if got := s.recorder.wait(t, 2+i).Backend; got != owner {
+			t.Fatalf("follow-up %d after the reload went to %s, want %s", i, got, owner)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package proxy
 import (
 	"container/list"
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -65,6 +66,9 @@ func (o *responseOwners) remember(id, backend string) {
 	if id == "" || backend == "" {
 		return
 	}
+	// The id is often a slice of a pooled reply buffer that fasthttp
+	// reuses: what is kept must be a copy.
+	id = strings.Clone(id)
 	expires := o.put(id, backend)
 	if o.shared == nil {
 		return

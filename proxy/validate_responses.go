@@ -1,5 +1,7 @@
 package proxy
 
+import "strings"
+
 // Responses API field indexes in responseFields.
 const (
 	rsModel = iota
@@ -66,7 +68,8 @@ func validateResponses(body []byte, c *completion, depth int) *ValidationError {
 			if !val.isString() || len(val.raw) == 2 {
 				return typeError("previous_response_id", "a non-empty string or null", val)
 			}
-			c.previousResponse = unquote(val.raw)
+			// A copy: the body's buffer is reused once the request ends.
+			c.previousResponse = strings.Clone(unquote(val.raw))
 		case rsMaxOutputTokens:
 			req.MaxTokens = n
 		case rsStream:
