@@ -227,8 +227,20 @@ traces: {store_payloads: true}
 		c := rawSecretsExchange(t, ln.Addr().String(),
 			"POST /v1/chat/completions HTTP/1.1\r\nHost: g\r\nAuthorization: Bearer "+secretTeamKey+"\r\nContent-Length: -5\r\n\r\n")
 		captures = append(captures, c)
+		// A control byte in the Authorization value: fasthttp refuses the
+		// request and logs why, quoting the value, through the gateway's
+		// logger, which redacts it.
+		c = rawSecretsExchange(t, ln.Addr().String(),
+			"POST /v1/chat/completions HTTP/1.1\r\nHost: g\r\nAuthorization: Bearer "+secretTeamKey+"\x01\r\nContent-Length: 2\r\n\r\n{}")
+		if c.status != http.StatusBadRequest {
+			t.Errorf("a control byte in Authorization: status %d, want 400", c.status)
+		}
+		captures = append(captures, c)
 	})
 	stop() // flushes the log and the usage queue
+	if !strings.Contains(logs.String(), `"http server"`) {
+		t.Errorf("fasthttp's own log line did not reach the gateway's log; the check would not cover it")
+	}
 
 	secrets := map[string]string{
 		"admin key":                           secretAdminKey,
@@ -374,6 +386,10 @@ store: {path: %q}
 		for _, raw := range []string{
 			"POST /v1/chat/completions HTTP/1.1\r\nHost: g\r\nAuthorization: Bearer " + secretTeamKey + "\r\nContent-Length: -5\r\n\r\n",
 			"POST /v1/chat/completions HTTP/1.1\r\nHost: g\r\nAuthorization: Bearer " + secretTeamKey + "\r\nX-Big: " + strings.Repeat("a", 20000) + "\r\n\r\n",
+			// fasthttp refuses a control byte in a header value, and its
+			// own log line quotes the value: it must not reach the output.
+			"POST /v1/chat/completions HTTP/1.1\r\nHost: g\r\nAuthorization: Bearer " + secretTeamKey + "\x01\r\nContent-Length: 2\r\n\r\n{}",
+			"POST /v1/chat/completions HTTP/1.1\r\nHost: g\r\nAuthorization: Bearer " + secretUnknownKey + "\x7f\r\nContent-Length: 2\r\n\r\n{}",
 		} {
 			rawSecretsExchange(t, strings.TrimPrefix(p.base, "http://"), raw)
 		}

@@ -1,0 +1,41 @@
+package proxy
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestRedactSecrets(t *testing.T) {
+	tests := []struct{ in, leak string }{
+		{`error when serving connection "127.0.0.1:8080"<->"127.0.0.1:5555": invalid header value "Bearer sk-live-123456\x01"`, "sk-live-123456"},
+		{`cannot find whitespace in the first line of request "POST /v1 HTTP/1.1\r\nAuthorization: Bearer abcdef"`, "abcdef"},
+		{`Authorization: Bearer tok_9f8e7d6c5b`, "tok_9f8e7d6c5b"},
+		{`key sk-proj-AbC123_def in a message`, "sk-proj-AbC123_def"},
+		{`basic dXNlcjpwYXNz`, "dXNlcjpwYXNz"},
+	}
+	for _, tt := range tests {
+		got := redactSecrets(tt.in)
+		if strings.Contains(got, tt.leak) || !strings.Contains(got, "[redacted]") {
+			t.Errorf("redactSecrets(%q) = %q", tt.in, got)
+		}
+	}
+	if got := redactSecrets("Permanent error when accepting new connections: too many open files"); got != "Permanent error when accepting new connections: too many open files" {
+		t.Errorf("a message without secrets changed: %q", got)
+	}
+}
+
+func TestScrubAddresses(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"max_tokens is too large for the model at 10.0.0.7:8000", "max_tokens is too large for the model at [address]"},
+		{"see http://vllm-3.internal:8000/v1/models", "see [address]"},
+		{"worker [fd00::12]:9000 failed", "worker [address] failed"},
+		{"connect to gpu-node-4:8001 refused", "connect to [address] refused"},
+		{"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens.", "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens."},
+		{"temperature must be in [0, 2]", "temperature must be in [0, 2]"},
+	}
+	for _, tt := range tests {
+		if got := scrubAddresses(tt.in); got != tt.want {
+			t.Errorf("scrubAddresses(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
