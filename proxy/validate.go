@@ -127,9 +127,8 @@ func ValidateChatDepth(body []byte, req *ChatRequest, depth int) *ValidationErro
 
 // ValidateChatLimits is ValidateChat within the server's limits.
 func ValidateChatLimits(body []byte, req *ChatRequest, lim BodyLimits) *ValidationError {
-	depth := lim.MaxDepth
 	*req = ChatRequest{N: 1}
-	s, first, verr := checkDocument(body, depth, `The request body is empty; send a JSON object with a "messages" array.`)
+	s, first, verr := checkDocument(body, lim.MaxDepth, `The request body is empty; send a JSON object with a "messages" array.`)
 	if verr != nil {
 		return verr
 	}

@@ -565,6 +565,8 @@ func TestValidateChatLaxIntegers(t *testing.T) {
 		{"allowed_token_ids overflow", withFields(`"allowed_token_ids":[1e20]`), "allowed_token_ids[0]", "must fit in a signed 64-bit integer"},
 		{"repetition_detection exponent", withFields(`"repetition_detection":{"max_pattern_size":1e1,"min_pattern_size":2.0,"min_count":3}`), "", ""},
 		{"priority exponent", withFields(`"priority":1e2`), "", ""},
+		{"top_logprobs exponent", withFields(`"logprobs":true,"top_logprobs":1e1`), "", ""},
+		{"top_logprobs exponent without logprobs", withFields(`"top_logprobs":2.0`), "top_logprobs", "top_logprobs is 2, which requires"},
 		{"truncate_prompt_tokens -1.0", withFields(`"truncate_prompt_tokens":-1.0`), "", ""},
 		{"top_k -2.0", withFields(`"top_k":-2.0`), "top_k", "got -2.0."},
 	})
