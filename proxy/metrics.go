@@ -41,7 +41,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		streamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_stream_errors_total",
-			Help: "Streams that ended in an error after their first byte, by public model and kind (inband, broken, abandoned).",
+			Help: "Streams that ended in an error after their first byte, by public model and kind (inband, broken, abandoned, invalid_usage).",
 		}, []string{"model", "kind"}),
 	}
 	m.panics = prometheus.NewCounterVec(prometheus.CounterOpts{
