@@ -31,7 +31,7 @@ type Options struct {
 	// Models are the model ids the server answers to (404 for others, with vLLM's message
 	// "The model `X` does not exist."); empty means it accepts any model and reports "sim".
 	Models []string
-	// FailStatus makes every request (chat completions, /v1/models and /health) fail with this
+	// FailStatus makes every request (every endpoint, /v1/models and /health) fail with this
 	// status in the error shape chosen by the X-Mock-Error-Shape request header (nested by
 	// default); zero means never. A per-request X-Mock-Status header takes precedence.
 	FailStatus int

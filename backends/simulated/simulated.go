@@ -1,9 +1,10 @@
-// Package simulated is a deterministic OpenAI-compatible chat completion backend in the style of
-// vLLM. The gateway runs it in-process (config `simulated: {...}` on a backend), cmd/mockllm runs
-// it standalone, and tests and benchmarks use it as their upstream. It exists so that everything
-// the gateway does with a real inference server (streaming, usage accounting, cancellation, error
-// normalisation, timeouts) can be exercised without one, cheaply enough that it does not dominate
-// a benchmark.
+// Package simulated is a deterministic OpenAI-compatible backend in the style of vLLM: chat and
+// text completions, embeddings, the Responses API and the model list. The gateway runs it
+// in-process (config `simulated: {...}` on a backend), cmd/mockllm runs it standalone, and tests
+// and benchmarks use it as their upstream. It exists so that everything the gateway does with a
+// real inference server (streaming, usage accounting, cancellation, error normalisation,
+// timeouts, tool calls, structured outputs) can be exercised without one, cheaply enough that it
+// does not dominate a benchmark.
 //
 // Output is deterministic, so tests can assert exact text and usage numbers: completion token i
 // (0-based) is the text "tok<i> "; prompt_tokens is, summed over the messages, 4 plus the number of
@@ -11,6 +12,11 @@
 // completion_tokens is max_completion_tokens, else max_tokens, else Options.Tokens, times n.
 // A stream carries usage on every chunk when stream_options.continuous_usage_stats is true, and a
 // final usage chunk when stream_options.include_usage is true.
+//
+// A plain chat request takes the allocation-free path of chat.go and stream.go. Anything more
+// (a seed, stop strings or token ids, logprobs, structured outputs, a tool call) takes the path of
+// chat_rich.go: the choices are generated up front (generate.go, schema.go, tools.go,
+// logprobs.go) and streamed by events.go, which also streams completions.go and responses.go.
 //
 // Failures are injected per request through headers (a gateway forwards unknown client headers
 // upstream), or for every request through Options.FailStatus:
