@@ -1,0 +1,43 @@
+package config
+
+import "testing"
+
+func TestValidateModelEndpoints(t *testing.T) {
+	refused := []struct {
+		name      string
+		endpoints []string
+		path, msg string
+	}{
+		{"unknown name", []string{"chat", "audio"}, "models[0].endpoints[1]", `want one of chat, completions, embeddings, responses, got "audio"`},
+		{"the OpenAI path is not a name", []string{"chat.completions"}, "models[0].endpoints[0]", `got "chat.completions"`},
+		{"listed twice", []string{"embeddings", "chat", "embeddings"}, "models[0].endpoints[2]", `endpoint "embeddings" is listed twice (also models[0].endpoints[0])`},
+	}
+	for _, tt := range refused {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := validConfig(t)
+			cfg.Models[0].Endpoints = tt.endpoints
+			requireFieldError(t, cfg.Validate(), tt.path, tt.msg)
+		})
+	}
+	for _, endpoints := range [][]string{nil, {"embeddings"}, ModelEndpoints()} {
+		cfg := validConfig(t)
+		cfg.Models[0].Endpoints = endpoints
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("endpoints %v: %v", endpoints, err)
+		}
+	}
+}
+
+func TestParseModelEndpoints(t *testing.T) {
+	cfg, err := Parse([]byte(`
+auth: {keys: [{name: k, key: sk-test-0001}]}
+backends: [{name: b, url: "http://127.0.0.1:8000/v1"}]
+models: [{name: embed, backends: [b], endpoints: [embeddings]}]
+`), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Models[0].Endpoints; len(got) != 1 || got[0] != "embeddings" {
+		t.Errorf("endpoints %v, want [embeddings]", got)
+	}
+}
