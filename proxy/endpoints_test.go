@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tidwall/gjson"
 
 	"github.com/tollgate-dev/tollgate/accounting"
@@ -206,6 +207,7 @@ type surface struct {
 	recorder *recorder
 	gw       *proxy.Server
 	cfg      *config.Config
+	metrics  *prometheus.Registry
 	// reg is the registry in use; reload replaces it.
 	reg *backends.Registry
 }
@@ -213,7 +215,7 @@ type surface struct {
 func newSurface(t *testing.T) *surface {
 	t.Helper()
 	checkLeaks(t)
-	s := &surface{t: t, a: newFakeUpstream(t, "a"), b: newFakeUpstream(t, "b"), recorder: newRecorder()}
+	s := &surface{t: t, a: newFakeUpstream(t, "a"), b: newFakeUpstream(t, "b"), recorder: newRecorder(), metrics: prometheus.NewRegistry()}
 	yaml := fmt.Sprintf(`
 listen: "127.0.0.1:0"
 auth:
@@ -248,7 +250,7 @@ models:
 		t.Fatal(err)
 	}
 	gw, err := proxy.New(proxy.Options{Config: cfg, Registry: reg, Keys: keys, Recorder: s.recorder,
-		Limiter: accounting.NewLimiter(cfg.Limits, time.Now)})
+		Limiter: accounting.NewLimiter(cfg.Limits, time.Now), Metrics: s.metrics})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -695,5 +697,41 @@ func TestResponseOwnersSurviveReload(t *testing.T) {
 		if got := s.recorder.wait(t, 2+i).Backend; got != owner {
 			t.Fatalf("follow-up %d after the reload went to %s, want %s", i, got, owner)
 		}
+	}
+}
+
+// requestsByEndpoint sums tollgate_requests_total by its endpoint label.
+func (s *surface) requestsByEndpoint() map[string]float64 {
+	s.t.Helper()
+	families, err := s.metrics.Gather()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != "tollgate_requests_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "endpoint" {
+					out[l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
+}
+
+func TestRequestMetricsByEndpoint(t *testing.T) {
+	s := newSurface(t)
+	s.do(http.MethodPost, "/v1/completions", `{"model":"demo","prompt":"hi"}`)
+	s.do(http.MethodPost, "/v1/embeddings", `{"model":"embed","input":"hi"}`)
+	s.do(http.MethodPost, "/v1/embeddings", `{"model":"embed","input":""}`) // refused, counted all the same
+	s.do(http.MethodPost, "/v1/responses", `{"model":"demo","input":"hi"}`)
+	s.recorder.wait(t, 3)
+	want := map[string]float64{"completions": 1, "embeddings": 2, "responses": 1}
+	if got := s.requestsByEndpoint(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("tollgate_requests_total by endpoint %v, want %v", got, want)
 	}
 }
