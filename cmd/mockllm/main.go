@@ -13,6 +13,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/signal"
@@ -23,14 +24,27 @@ import (
 )
 
 func main() {
-	if err := run(); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	// Restoring default signal handling once the first signal arrives lets a second signal end
+	// a shutdown stuck on a client that never finishes reading its stream.
+	context.AfterFunc(ctx, stop)
+	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "mockllm:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
+// config is what the command line asks for.
+type config struct {
+	listen string
+	opts   simulated.Options
+}
+
+// parseFlags reads the command line; flag.ErrHelp means -h was asked for.
+func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("mockllm", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:8000", "address to listen on (port 0 picks a free port)")
 	ttft := fs.Duration("ttft", 0, "time to first token")
 	itl := fs.Duration("itl", 0, "delay between streamed tokens")
@@ -40,23 +54,19 @@ func run() error {
 	dims := fs.Int("embedding-dims", 8, "length of /v1/embeddings vectors when the request sets no dimensions")
 	prefixCache := fs.Int("prefix-cache", 0, "prompt prefixes remembered for cached_tokens (0: no cache)")
 	stored := fs.Int("stored-responses", 1024, "Responses API responses kept for GET, DELETE and previous_response_id")
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
+	if err := fs.Parse(args); err != nil {
+		return config{}, err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %q", fs.Args())
+		return config{}, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
-
 	var ids []string
 	for m := range strings.SplitSeq(*models, ",") {
 		if m = strings.TrimSpace(m); m != "" {
 			ids = append(ids, m)
 		}
 	}
-	srv := simulated.New(simulated.Options{
+	return config{listen: *listen, opts: simulated.Options{
 		TimeToFirstToken:    *ttft,
 		InterTokenDelay:     *itl,
 		Tokens:              *tokens,
@@ -65,32 +75,39 @@ func run() error {
 		EmbeddingDimensions: *dims,
 		PrefixCache:         *prefixCache,
 		StoredResponses:     *stored,
-	})
+	}}, nil
+}
 
-	// Listening here rather than in ListenAndServe lets us print the real address when the port
-	// is 0, which scripts starting mockllm need.
-	ln, err := net.Listen("tcp", *listen)
+// run serves until ctx is done, then shuts down gracefully.
+func run(ctx context.Context, args []string, stderr io.Writer) error {
+	cfg, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "mockllm: serving on http://%s (ttft=%s itl=%s tokens=%d models=%q)\n",
-		ln.Addr(), *ttft, *itl, *tokens, ids)
+	srv := simulated.New(cfg.opts)
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	// Listening here rather than in ListenAndServe lets us print the real address when the port
+	// is 0, which scripts starting mockllm need.
+	ln, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return err
+	}
+	o := cfg.opts
+	fmt.Fprintf(stderr, "mockllm: serving on http://%s (ttft=%s itl=%s tokens=%d models=%q)\n",
+		ln.Addr(), o.TimeToFirstToken, o.InterTokenDelay, o.Tokens, o.Models)
+
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-
 	select {
 	case err := <-served:
 		// Serve only returns on its own when accepting fails for good.
 		return err
 	case <-ctx.Done():
 	}
-	// Restore default signal handling so that a second signal ends a shutdown stuck on a
-	// client that never finishes reading its stream.
-	stop()
-	fmt.Fprintln(os.Stderr, "mockllm: shutting down, waiting for in-flight requests")
+	fmt.Fprintln(stderr, "mockllm: shutting down, waiting for in-flight requests")
 	shutdownErr := srv.Shutdown()
 	return errors.Join(<-served, shutdownErr)
 }
