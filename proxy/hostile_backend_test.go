@@ -401,6 +401,9 @@ func TestRFC9112Framing(t *testing.T) {
 		{"Transfer-Encoding then Content-Length", head + "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n" + chunked + smuggled},
 		{"space before a colon", head + "Content-Type : application/json\r\nContent-Length: " + fmt.Sprint(len(helloBody)) + "\r\n\r\n" + helloBody + smuggled},
 		{"tab before a colon", head + "Content-Type\t: application/json\r\nContent-Length: " + fmt.Sprint(len(helloBody)) + "\r\n\r\n" + helloBody},
+		{"space inside a name", head + "Content-Type: application/json\r\nX Smuggle: 1\r\nContent-Length: " + fmt.Sprint(len(helloBody)) + "\r\n\r\n" + helloBody},
+		{"identity Transfer-Encoding with Content-Length", head + "Content-Type: application/json\r\nTransfer-Encoding: identity\r\nContent-Length: " + fmt.Sprint(len(helloBody)) + "\r\n\r\n" + helloBody + smuggled},
+		{"lower-case names", head + "content-type: application/json\r\ncontent-length: 4\r\ntransfer-encoding: chunked\r\n\r\n" + chunked + smuggled},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -15,21 +15,22 @@ import (
 //     responding). fasthttp lets chunked win and forgets the length, so
 //     bytes a front proxy that trusted the length took for the body would
 //     run here as a second request on the connection: request smuggling.
-//   - Whitespace between a field name and its colon (§5.1: "MUST reject
-//     ... with a response status code of 400"). fasthttp trims it.
+//     With "Transfer-Encoding: identity" it does the opposite, which a
+//     front proxy may not.
+//   - Whitespace in a field name, or between it and its colon (§5.1: "MUST
+//     reject ... with a response status code of 400"). fasthttp trims it,
+//     or keeps it inside the name.
 //
-// Both checks read the raw header block fasthttp keeps for the request,
-// which copies nothing: the parsed headers no longer show either fault. The
-// Content-Length search runs only for a chunked request (ContentLength()
-// is -1), which no ordinary client sends to an inference API; the colon
-// check is one IndexByte per header line.
+// The check reads the raw header block fasthttp keeps for the request, in
+// one pass and copying nothing: the parsed headers no longer show either
+// fault. The handler calls it first, so a refused request reaches nothing.
 func refuseFraming(ctx *fasthttp.RequestCtx) bool {
-	raw := ctx.Request.Header.RawHeaders()
+	f := scanFraming(ctx.Request.Header.RawHeaders())
 	msg := ""
 	switch {
-	case spaceBeforeColon(raw):
-		msg = "A header field name is followed by whitespace before its colon; RFC 9112 forbids it."
-	case ctx.Request.Header.ContentLength() == -1 && hasField(raw, strContentLength):
+	case f.spaceInName:
+		msg = "A header field name contains whitespace or is followed by whitespace before its colon; RFC 9112 forbids it."
+	case f.contentLength && f.transferEncoding:
 		msg = "The request has both Content-Length and Transfer-Encoding; RFC 9112 forbids it."
 	default:
 		return false
@@ -39,13 +40,22 @@ func refuseFraming(ctx *fasthttp.RequestCtx) bool {
 	return true
 }
 
-var strContentLength = []byte("Content-Length")
+var (
+	strContentLength    = []byte("Content-Length")
+	strTransferEncoding = []byte("Transfer-Encoding")
+)
 
-// spaceBeforeColon reports whether a line of the raw header block has a
-// space or tab right before its first colon. Continuation lines (obsolete
-// line folding, which fasthttp refuses anyway) start with whitespace and
-// are skipped.
-func spaceBeforeColon(raw []byte) bool {
+// framing is what scanFraming found in a raw header block.
+type framing struct {
+	spaceInName, contentLength, transferEncoding bool
+}
+
+// scanFraming reads each field line's name: whether it holds a space or a
+// tab, and whether it is Content-Length or Transfer-Encoding (any case).
+// Continuation lines (obsolete line folding, which fasthttp refuses anyway)
+// start with whitespace and are skipped.
+func scanFraming(raw []byte) framing {
+	var f framing
 	for len(raw) > 0 {
 		line := raw
 		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
@@ -56,26 +66,21 @@ func spaceBeforeColon(raw []byte) bool {
 		if len(line) == 0 || line[0] == ' ' || line[0] == '\t' {
 			continue
 		}
-		if c := bytes.IndexByte(line, ':'); c > 0 && (line[c-1] == ' ' || line[c-1] == '\t') {
-			return true
+		c := bytes.IndexByte(line, ':')
+		if c <= 0 {
+			continue
+		}
+		name := line[:c]
+		if bytes.IndexByte(name, ' ') >= 0 || bytes.IndexByte(name, '\t') >= 0 {
+			f.spaceInName = true
+			continue
+		}
+		switch name[0] | 0x20 {
+		case 'c':
+			f.contentLength = f.contentLength || bytes.EqualFold(name, strContentLength)
+		case 't':
+			f.transferEncoding = f.transferEncoding || bytes.EqualFold(name, strTransferEncoding)
 		}
 	}
-	return false
-}
-
-// hasField reports whether the raw header block has a field named name
-// (any case).
-func hasField(raw, name []byte) bool {
-	for len(raw) > 0 {
-		line := raw
-		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
-			line, raw = raw[:i], raw[i+1:]
-		} else {
-			raw = nil
-		}
-		if c := bytes.IndexByte(line, ':'); c >= 0 && bytes.EqualFold(bytes.TrimRight(line[:c], " \t"), name) {
-			return true
-		}
-	}
-	return false
+	return f
 }
