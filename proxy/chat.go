@@ -296,8 +296,9 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *completion, bod
 	route := c.route
 	chain := c.route.Fallbacks
 	for route != nil && len(tried) < attempts {
-		if !route.Serves(c.ep.upstream) {
-			// A fallback that does not serve the endpoint is skipped.
+		if !route.Serves(c.ep.upstream) || !toolChoiceServed(&c.req, route) {
+			// A fallback that does not serve the endpoint, or the
+			// tool_choice asked for, is skipped.
 			route = nil
 			if len(chain) > 0 {
 				route, chain = chain[0], chain[1:]

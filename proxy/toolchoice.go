@@ -259,7 +259,7 @@ func callParam(i, j int, member string) string {
 // (or no tool_choice) is accepted then, as vLLM accepts only "none" from a server started
 // without --enable-auto-tool-choice.
 func toolChoiceRefusal(req *ChatRequest, route *backends.Route) *apiError {
-	if req.ToolChoice == ToolChoiceAbsent || req.ToolChoice == ToolChoiceNone || route.ToolCalling {
+	if toolChoiceServed(req, route) {
 		return nil
 	}
 	got := req.ToolChoice.String()
@@ -270,4 +270,11 @@ func toolChoiceRefusal(req *ChatRequest, route *backends.Route) *apiError {
 		Message: "Model " + route.Name + " is not configured for tool calling, so tool_choice must be \"none\" or left out, got " + got +
 			". To let it call tools, set `tool_calling: true` for model " + route.Name + " in the gateway configuration; " +
 			"its backends must parse tool calls (vLLM: --enable-auto-tool-choice and --tool-call-parser)."}
+}
+
+// toolChoiceServed reports whether route's model can serve req's tool_choice: every
+// model serves "none" or no choice at all, only those with tool calling the others. A
+// fallback that cannot is skipped, as one that does not serve the endpoint is.
+func toolChoiceServed(req *ChatRequest, route *backends.Route) bool {
+	return req.ToolChoice == ToolChoiceAbsent || req.ToolChoice == ToolChoiceNone || route.ToolCalling
 }

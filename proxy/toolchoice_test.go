@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/tollgate-dev/tollgate/backends/simulated"
 )
 
 // TestToolCallingPerModel checks models[].tool_calling end to end: a model without it
@@ -143,5 +145,45 @@ server:
 				t.Error("a refused request reached the backend")
 			}
 		})
+	}
+}
+
+// TestToolChoiceSkipsFallbacksWithoutToolCalling checks that a request asking for tool
+// calling is never sent to a fallback model that is not configured for it: with the
+// model's own backend gone it goes on to the next fallback that is.
+func TestToolChoiceSkipsFallbacksWithoutToolCalling(t *testing.T) {
+	dead, plain, agent := newNode(t, "dead", simulated.Options{}), newNode(t, "plain", simulated.Options{}), newNode(t, "agent", simulated.Options{})
+	c := newCluster(t, clusterOptions{
+		backends: sameSpecs("", dead, plain, agent),
+		models: `  - name: A
+    backends: [dead]
+    tool_calling: true
+    fallbacks: [B, C]
+  - name: B
+    backends: [plain]
+  - name: C
+    backends: [agent]
+    tool_calling: true
+`,
+		extra: "retries: {backoff: 1ms, max_backoff: 5ms}",
+	})
+	dead.kill()
+	const tools = `"tools":[{"type":"function","function":{"name":"f"}}]`
+	body := func(choice string) string {
+		return `{"model":"A","messages":[{"role":"user","content":"x"}],"max_tokens":2,` + tools + `,"tool_choice":` + choice + `}`
+	}
+
+	r := c.postOK(body(`"auto"`))
+	if got := r.header.Get("Compat-Served-Model"); got != "C" {
+		t.Errorf("tool_choice auto served by %q, want C (B is not configured for tool calling)", got)
+	}
+	if plain.requests() != 0 || agent.requests() != 1 {
+		t.Errorf("requests: plain %d, agent %d; want 0 and 1", plain.requests(), agent.requests())
+	}
+
+	// "none" needs no tool calling: the first fallback serves it.
+	r = c.postOK(body(`"none"`))
+	if got := r.header.Get("Compat-Served-Model"); got != "B" {
+		t.Errorf("tool_choice none served by %q, want B", got)
 	}
 }
