@@ -152,7 +152,7 @@ func (f *fakeUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		case sub == "cancel":
 			reply(w, 200, fmt.Sprintf(`{"id":%q,"object":"response","status":"cancelled","backend":%q}`, id, f.name))
 		default:
-			reply(w, 200, fmt.Sprintf(`{"id":%q,"object":"response","status":"completed","backend":%q}`, id, f.name))
+			reply(w, 200, fmt.Sprintf(`{"id":%q,"object":"response","status":"completed","model":"up/demo","backend":%q}`, id, f.name))
 		}
 	default:
 		reply(w, 404, `{"detail":"Not Found"}`)
@@ -212,7 +212,9 @@ type surface struct {
 	reg *backends.Registry
 }
 
-func newSurface(t *testing.T) *surface {
+// newSurface starts the gateway; extra is YAML appended to its
+// configuration (limits, for example).
+func newSurface(t *testing.T, extra ...string) *surface {
 	t.Helper()
 	checkLeaks(t)
 	s := &surface{t: t, a: newFakeUpstream(t, "a"), b: newFakeUpstream(t, "b"), recorder: newRecorder(), metrics: prometheus.NewRegistry()}
@@ -236,7 +238,8 @@ models:
   - name: embed
     backends: [a]
     endpoints: [embeddings]
-`, testKey, s.a.url, s.b.url)
+%s
+`, testKey, s.a.url, s.b.url, strings.Join(extra, "\n"))
 	cfg, err := config.Parse([]byte(yaml), "test.yaml")
 	if err != nil {
 		t.Fatalf("config: %v", err)
@@ -533,6 +536,9 @@ func TestResponsesRouting(t *testing.T) {
 		if r.status != 200 || r.json("id").String() != id {
 			t.Fatalf("%s %s: %d %s", tt.method, tt.path, r.status, r.body)
 		}
+		if m := r.json("model"); m.Exists() && m.String() != "demo" {
+			t.Errorf("%s %s names model %q, want the public demo", tt.method, tt.path, m.String())
+		}
 	}
 	// Deleted, so now no backend has it.
 	gone := s.do(http.MethodGet, "/v1/responses/"+id, "")
@@ -733,5 +739,30 @@ func TestRequestMetricsByEndpoint(t *testing.T) {
 	want := map[string]float64{"completions": 1, "embeddings": 2, "responses": 1}
 	if got := s.requestsByEndpoint(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("tollgate_requests_total by endpoint %v, want %v", got, want)
+	}
+}
+
+func TestEndpointsAreLimited(t *testing.T) {
+	s := newSurface(t, "limits: [{team: acme, rpm: 1}]")
+	// The only request of the minute goes through...
+	if r := s.do(http.MethodPost, "/v1/embeddings", `{"model":"embed","input":"hi"}`); r.status != 200 {
+		t.Fatalf("first request: %d %s", r.status, r.body)
+	}
+	// ...and every endpoint refuses the next ones before any backend sees them.
+	for _, tt := range []struct{ path, body string }{
+		{"/v1/embeddings", `{"model":"embed","input":"hi"}`},
+		{"/v1/completions", `{"model":"demo","prompt":"hi"}`},
+		{"/v1/responses", `{"model":"demo","input":"hi"}`},
+	} {
+		t.Run(tt.path, func(t *testing.T) {
+			r := s.do(http.MethodPost, tt.path, tt.body)
+			wantOpenAIError(t, r, 429, "")
+			if r.header.Get("Retry-After") == "" {
+				t.Errorf("a 429 without Retry-After: %s", r.body)
+			}
+		})
+	}
+	if n := len(s.upstreamCalls()); n != 1 {
+		t.Errorf("backends received %d requests, want only the first", n)
 	}
 }

@@ -130,7 +130,7 @@ func (s *Server) storedResponse(ctx *fasthttp.RequestCtx, st *state, rawID []byt
 				Message: "Backend " + b.Name + " is at its concurrency limit; retry shortly.", RetryAfter: time.Second}
 			continue
 		}
-		status, e := s.storedResponseAttempt(ctx, b, id, suffix, requestID)
+		status, e := s.storedResponseAttempt(ctx, st, b, id, suffix, requestID)
 		b.Release()
 		if e == nil {
 			if known == "" && status >= 200 && status <= 299 {
@@ -154,7 +154,7 @@ func (s *Server) storedResponse(ctx *fasthttp.RequestCtx, st *state, rawID []byt
 // storedResponseAttempt sends the client's request about response id to b
 // and copies a non-error answer into ctx. It returns the upstream status
 // and, for anything but a 2xx, the error to answer.
-func (s *Server) storedResponseAttempt(ctx *fasthttp.RequestCtx, b *backends.Backend, id, suffix, requestID string) (int, *apiError) {
+func (s *Server) storedResponseAttempt(ctx *fasthttp.RequestCtx, st *state, b *backends.Backend, id, suffix, requestID string) (int, *apiError) {
 	started := time.Now()
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
@@ -188,8 +188,30 @@ func (s *Server) storedResponseAttempt(ctx *fasthttp.RequestCtx, b *backends.Bac
 	}
 	ctx.SetStatusCode(status)
 	ctx.Response.Header.SetContentTypeBytes(resp.Header.ContentType())
-	ctx.Response.SetBody(resp.Body())
+	if public := publicModelOf(st, b, resp.Body()); public != nil {
+		ctx.Response.SetBodyRaw(rewriteModel(nil, resp.Body(), public))
+	} else {
+		ctx.Response.SetBody(resp.Body())
+	}
 	return status, nil
+}
+
+// publicModelOf is the quoted public id to show in place of the upstream
+// model id a stored response names, as replies made through the gateway
+// show it: the model, served by b, whose upstream id that is. It is nil
+// when the reply names no such model or the ids are the same.
+func publicModelOf(st *state, b *backends.Backend, reply []byte) []byte {
+	model := gjson.GetBytes(reply, "model")
+	if model.Type != gjson.String {
+		return nil
+	}
+	for _, rt := range st.reg.Routes() {
+		if rt.Upstream != model.Str || rt.Name == rt.Upstream || !rt.Serves(backends.EndpointResponses) || !containsBackend(rt.Backends(), b) {
+			continue
+		}
+		return rt.NameJSON
+	}
+	return nil
 }
 
 func containsBackend(list []*backends.Backend, b *backends.Backend) bool {
