@@ -103,7 +103,7 @@ type Server struct {
 	// streams counts stream slots taken, against server.max_streams.
 	streams atomic.Int64
 	// table is the routing table (see routes).
-	table []route
+	table []routeEntry
 	// owners remembers which backend made each Responses API response; it
 	// lives as long as the server, across reloads.
 	owners *responseOwners
@@ -214,9 +214,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return s.srv.ShutdownWithContext(ctx)
 }
 
-// route is one entry of the proxy's routing table: a method and a path
-// pattern, and what serves them.
-type route struct {
+// routeEntry is one entry of the proxy's routing table: a method and a
+// path pattern, and what serves them.
+type routeEntry struct {
 	// method is the HTTP method served; "" serves every method.
 	method string
 	// pattern is an exact path, or a path with one "{id}" segment (no
@@ -231,8 +231,8 @@ type route struct {
 
 // routes is every path the proxy serves, in one table. Chat completions
 // come first: they are most of the traffic, and the scan stops there.
-func (s *Server) routes() []route {
-	return []route{
+func (s *Server) routes() []routeEntry {
+	return []routeEntry{
 		{fasthttp.MethodPost, "/v1/chat/completions", s.serveEndpoint(&chatEndpoint)},
 		{fasthttp.MethodPost, "/v1/chat/completions/", s.serveEndpoint(&chatEndpoint)},
 		{fasthttp.MethodPost, "/v1/completions", s.serveEndpoint(&completionsEndpoint)},
