@@ -49,7 +49,7 @@ func (s *Server) chat(ctx *fasthttp.RequestCtx) {
 	}
 	id := s.seq.Add(1)
 	created := time.Now().Unix()
-	call := req.tools.choose(req.messages)
+	call := req.tools.chooseForMessages(req.messages)
 	if call >= 0 || req.logprobs || req.sampling.rich() {
 		s.chatRich(ctx, &req, id, created, call)
 		return
@@ -270,7 +270,7 @@ func (s *Server) parseChat(body []byte, r *chatRequest) (e apiError) {
 	}
 	if tools.Exists() || toolChoice.Exists() {
 		var te apiError
-		if r.tools, te = parseTools(tools, toolChoice); te.status != 0 {
+		if r.tools, te = parseTools(tools, toolChoice, false); te.status != 0 {
 			return te
 		}
 	}

@@ -62,8 +62,8 @@ func (s *Server) chatChoices(req *chatRequest, id int64, call int) []chatChoice 
 			choices[i].out = generate(&src, limit, limitFinish, &req.sampling.stops)
 			continue
 		}
-		fn := req.tools.tools[call].Get("function")
-		src := documentSource(toolArguments(fn.Get("parameters"), &r))
+		tool := req.tools.tools[call]
+		src := documentSource(toolArguments(tool.parameters, &r))
 		callLimit := req.maxTokens
 		if callLimit == 0 {
 			callLimit = max(maxModelLen-req.prompt, 1)
@@ -73,7 +73,7 @@ func (s *Server) chatChoices(req *chatRequest, id int64, call int) []chatChoice 
 			// The arguments are complete: a call. Cut short by max_tokens they would not parse,
 			// and a tool parser hands them back as text, which is what a client sees then.
 			out.finish = "tool_calls"
-			choices[i].call = &toolCall{id: toolCallID(id, i), name: strings.Clone(fn.Get("name").Str)}
+			choices[i].call = &toolCall{id: toolCallID(id, i), name: strings.Clone(tool.name)}
 		}
 		choices[i].out = out
 	}

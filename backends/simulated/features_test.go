@@ -674,3 +674,70 @@ func TestNewEndpointsCountedAndInjected(t *testing.T) {
 		t.Errorf("fail-after body %s", body)
 	}
 }
+
+func TestResponsesTools(t *testing.T) {
+	h := start(t, Options{}, false)
+	const tools = `"tools":[{"type":"web_search"},{"type":"function","name":"get_weather","parameters":` + `{"type":"object","properties":{"city":{"type":"string"},"unit":{"type":"string","enum":["c","f"]}},"required":["city","unit"],"additionalProperties":false}` + `}]`
+	params := gjson.Parse(`{"type":"object","properties":{"city":{"type":"string"},"unit":{"type":"string","enum":["c","f"]}},"required":["city","unit"],"additionalProperties":false}`)
+	tests := []struct {
+		name string
+		body string
+		call bool
+	}{
+		{"auto names the tool", `{"input":"call get_weather please",` + tools + `}`, true},
+		{"auto names none", `{"input":"tell me a story",` + tools + `}`, false},
+		{"required", `{"input":"x","tool_choice":"required",` + tools + `}`, true},
+		{"named", `{"input":"x","tool_choice":{"type":"function","name":"get_weather"},` + tools + `}`, true},
+		{"none", `{"input":"get_weather","tool_choice":"none",` + tools + `}`, false},
+		{"after the tool's output", `{"input":[{"role":"user","content":"get_weather"},{"type":"function_call","call_id":"c","name":"get_weather","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"3C"}],` + tools + `}`, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := h.do(t, "POST", "/v1/responses", tt.body)
+			if r.status != 200 {
+				t.Fatalf("status %d: %s", r.status, r.body)
+			}
+			v := mustJSON(t, string(r.body))
+			item := v.Get("output.0")
+			if !tt.call {
+				if item.Get("type").Str != "message" || item.Get("content.0.text").Str == "" {
+					t.Errorf("want a message: %s", v.Raw)
+				}
+				return
+			}
+			args := item.Get("arguments").Str
+			if item.Get("type").Str != "function_call" || item.Get("name").Str != "get_weather" || item.Get("status").Str != "completed" ||
+				!strings.HasPrefix(item.Get("call_id").Str, "call_") || !strings.HasPrefix(item.Get("id").Str, "fc_") ||
+				v.Get("usage.output_tokens").Int() != int64(len(splitTokens(args))) || v.Get("tools.#").Int() != 2 {
+				t.Fatalf("want a call: %s", v.Raw)
+			}
+			if err := validate(params, params, gjson.Parse(args), "$"); err != nil {
+				t.Errorf("arguments %s: %v", args, err)
+			}
+
+			data, names := h.events(t, "/v1/responses", strings.Replace(tt.body, `{`, `{"stream":true,`, 1))
+			var joined strings.Builder
+			deltas := 0
+			for i, d := range data {
+				if names[i] == "response.function_call_arguments.delta" {
+					joined.WriteString(gjson.Get(d, "delta").Str)
+					deltas++
+				}
+			}
+			n := len(names)
+			if names[2] != "response.output_item.added" || gjson.Get(data[2], "item.arguments").Str != "" ||
+				names[n-3] != "response.function_call_arguments.done" || names[n-2] != "response.output_item.done" ||
+				names[n-1] != "response.completed" || deltas < 2 || deltas != n-6 {
+				t.Fatalf("events %v", names)
+			}
+			done := gjson.Get(data[n-1], "response")
+			if joined.String() != gjson.Get(data[n-3], "arguments").Str || joined.String() != done.Get("output.0.arguments").Str ||
+				done.Get("usage.output_tokens").Int() != int64(deltas) {
+				t.Errorf("fragments %q, done %s", joined.String(), data[n-3])
+			}
+		})
+	}
+	if r := h.do(t, "POST", "/v1/responses", `{"input":"x","tool_choice":"required"}`); r.status != 400 {
+		t.Errorf("required without tools: %d", r.status)
+	}
+}

@@ -16,11 +16,14 @@ import (
 // words), function_call_output items their words, and a follow-up (previous_response_id) also
 // counts the input and output of the response it continues. The output is one assistant message
 // of generated text: max_output_tokens cuts it short (status "incomplete"), text.format
-// json_schema / json_object makes it a JSON document. Responses are kept in memory (bounded,
-// oldest first out) unless store is false, for GET /v1/responses/{id}, DELETE, cancel (refused:
-// every response here is synchronous, as vLLM refuses cancelling those) and follow-ups; an
-// unknown id is a 404 with vLLM's message. Streamed, the events come in vLLM's and OpenAI's
-// order with "event:" lines and sequence numbers, and no [DONE].
+// json_schema / json_object makes it a JSON document. Function tools are chosen as in chat
+// (tools.go; "after a tool result" means the input ends with a function_call_output), and a call
+// is one function_call output item whose arguments stream as function_call_arguments deltas.
+// Responses are kept in memory (bounded, oldest first out) unless store is false, for GET
+// /v1/responses/{id}, DELETE, cancel (refused: every response here is synchronous, as vLLM
+// refuses cancelling those) and follow-ups; an unknown id is a 404 with vLLM's message.
+// Streamed, the events come in vLLM's and OpenAI's order with "event:" lines and sequence
+// numbers, and no [DONE].
 
 // response is one generated response.
 type response struct {
@@ -34,8 +37,12 @@ type response struct {
 	textFormat   string // JSON object, the request's text.format
 	store        bool
 	out          output
-	input        int    // input tokens, with those of the conversation it continues
-	seedKey      uint64 // seeds the generator: the hash of the input and instructions
+	input        int       // input tokens, with those of the conversation it continues
+	seedKey      uint64    // seeds the generator: the hash of the input and instructions
+	tools        string    // JSON array, the request's tools
+	toolChoice   string    // JSON, the request's tool_choice
+	call         *toolCall // the function call the response makes; out holds its arguments
+	fcID         string    // the function_call item's id
 	cached       int
 }
 
@@ -170,9 +177,25 @@ func (s *Server) createResponse(ctx *fasthttp.RequestCtx) {
 	r.id, r.msgID = "resp_"+hexID(seq, 1), "msg_"+hexID(seq, 2)
 	r.created = time.Now().Unix()
 	limit, limitFinish := sp.limit(maxTokens, s.opts.Tokens, r.input)
-	rg := rng{state: r.seedKey}
-	src := sp.source(&rg)
-	r.out = generate(&src, limit, limitFinish, &sp.stops)
+	if r.call != nil {
+		// A call: its arguments, which max_output_tokens can cut short into text, as a tool
+		// parser would hand them back.
+		callLimit := maxTokens
+		if callLimit == 0 {
+			callLimit = max(maxModelLen-r.input, 1)
+		}
+		src := documentSource(string(r.out.text))
+		r.out = generate(&src, callLimit, "length", &stopRules{})
+		if r.out.finish == "length" {
+			r.call = nil
+		} else {
+			r.call.id, r.fcID = "call_"+hexID(seq, 3), "fc_"+hexID(seq, 4)
+		}
+	} else {
+		rg := rng{state: r.seedKey}
+		src := sp.source(&rg)
+		r.out = generate(&src, limit, limitFinish, &sp.stops)
+	}
 	if r.store {
 		s.responses.put(r)
 	}
@@ -192,6 +215,26 @@ func (s *Server) createResponse(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	startStream(ctx, newEventStream(s, &responseEvents{r: r}, failAfter, breakAfter), breakAfter)
+}
+
+// lastInputIsToolResult reports whether the input ends with a function call's output.
+func lastInputIsToolResult(input gjson.Result) bool {
+	items := input.Array()
+	return input.IsArray() && len(items) > 0 && items[len(items)-1].Get("type").Str == "function_call_output"
+}
+
+// lastUserInput is the text of the last user message of the input.
+func lastUserInput(input gjson.Result) string {
+	if input.Type == gjson.String {
+		return input.Str
+	}
+	items := input.Array()
+	for i := len(items) - 1; i >= 0; i-- {
+		if items[i].Get("role").Str == "user" {
+			return messageText(items[i].Get("content"))
+		}
+	}
+	return ""
 }
 
 // hexID is 32 hex digits unique to (seq, salt).
@@ -219,7 +262,7 @@ func (s *Server) parseResponse(body []byte) (r *response, stream bool, maxTokens
 		return nil, false, 0, sp, badRequest("", "The request body must be a JSON object.")
 	}
 	r = &response{instructions: "null", maxOutput: "null", previous: "null", metadata: "{}",
-		textFormat: `{"format":{"type":"text"}}`, store: true}
+		textFormat: `{"format":{"type":"text"}}`, store: true, tools: "[]", toolChoice: `"auto"`}
 	if e = s.checkModel(root.Get("model"), &r.modelRaw); e.status != 0 {
 		return nil, false, 0, sp, e
 	}
@@ -282,9 +325,28 @@ func (s *Server) parseResponse(body []byte) (r *response, stream bool, maxTokens
 		}
 	}
 	r.seedKey = sp.base(input.Raw + r.instructions)
+	if t := root.Get("tools"); t.IsArray() {
+		r.tools = t.Raw
+	}
+	if c := root.Get("tool_choice"); c.Exists() && c.Type != gjson.Null {
+		r.toolChoice = c.Raw
+	}
+	if tools, choice := root.Get("tools"), root.Get("tool_choice"); tools.Exists() || choice.Exists() {
+		tr, te := parseTools(tools, choice, true)
+		if te.status != 0 {
+			return nil, false, 0, sp, te
+		}
+		if call := tr.choose(lastInputIsToolResult(input), lastUserInput(input)); call >= 0 {
+			// The arguments are generated here, while the schema in the body is still valid.
+			rg := rng{state: r.seedKey}
+			r.call = &toolCall{name: strings.Clone(tr.tools[call].name)}
+			r.out.text = []byte(toolArguments(tr.tools[call].parameters, &rg))
+		}
+	}
 	// Copies of what points into the body; the schema is used before the handler returns.
 	r.instructions, r.previous, r.metadata = strings.Clone(r.instructions), strings.Clone(r.previous), strings.Clone(r.metadata)
 	r.textFormat, r.modelRaw = strings.Clone(r.textFormat), strings.Clone(r.modelRaw)
+	r.tools, r.toolChoice = strings.Clone(r.tools), strings.Clone(r.toolChoice)
 	if r.input+max(maxTokens, 1) > maxModelLen {
 		return nil, false, 0, sp, badRequest("input", "This model's maximum context length is "+strconv.Itoa(maxModelLen)+" tokens.")
 	}
@@ -314,7 +376,7 @@ func appendResponse(b []byte, r *response, status string, withOutput bool) []byt
 	b = append(b, r.modelRaw...)
 	b = append(b, `,"output":[`...)
 	if withOutput {
-		b = appendMessageItem(b, r, r.itemStatus())
+		b = appendOutputItem(b, r, r.itemStatus())
 	}
 	b = append(b, `],"parallel_tool_calls":true,"previous_response_id":`...)
 	b = append(b, r.previous...)
@@ -322,7 +384,11 @@ func appendResponse(b []byte, r *response, status string, withOutput bool) []byt
 	b = strconv.AppendBool(b, r.store)
 	b = append(b, `,"temperature":1.0,"text":`...)
 	b = append(b, r.textFormat...)
-	b = append(b, `,"tool_choice":"auto","tools":[],"top_logprobs":0,"top_p":1.0,"truncation":"disabled","usage":`...)
+	b = append(b, `,"tool_choice":`...)
+	b = append(b, r.toolChoice...)
+	b = append(b, `,"tools":`...)
+	b = append(b, r.tools...)
+	b = append(b, `,"top_logprobs":0,"top_p":1.0,"truncation":"disabled","usage":`...)
 	if withOutput {
 		b = append(b, `{"input_tokens":`...)
 		b = strconv.AppendInt(b, int64(r.input), 10)
@@ -339,6 +405,28 @@ func appendResponse(b []byte, r *response, status string, withOutput bool) []byt
 	b = append(b, `,"user":null,"metadata":`...)
 	b = append(b, r.metadata...)
 	return append(b, '}')
+}
+
+// appendOutputItem appends the response's output item: the function call, or the message.
+func appendOutputItem(b []byte, r *response, status string) []byte {
+	if r.call == nil {
+		return appendMessageItem(b, r, status)
+	}
+	b = append(b, `{"type":"function_call","id":"`...)
+	b = append(b, r.fcID...)
+	b = append(b, `","call_id":"`...)
+	b = append(b, r.call.id...)
+	b = append(b, `","name":`...)
+	b = appendJSONString(b, r.call.name)
+	b = append(b, `,"arguments":`...)
+	if status == "in_progress" {
+		b = append(b, `""`...)
+	} else {
+		b = appendJSONString(b, b2s(r.out.text))
+	}
+	b = append(b, `,"status":"`...)
+	b = append(b, status...)
+	return append(b, `"}`...)
 }
 
 // appendMessageItem appends the output message item; in progress it has no content yet.
@@ -393,6 +481,13 @@ func (re *responseEvents) event(b []byte, typ string) []byte {
 	return b
 }
 
+// itemRef appends the item a function call event is about.
+func (re *responseEvents) itemRef(b []byte) []byte {
+	b = append(b, `,"item_id":"`...)
+	b = append(b, re.r.fcID...)
+	return append(b, `","output_index":0`...)
+}
+
 // partRef appends the item and content indexes a part event carries.
 func (re *responseEvents) partRef(b []byte) []byte {
 	b = append(b, `,"item_id":"`...)
@@ -416,8 +511,15 @@ func (re *responseEvents) next(b []byte) ([]byte, eventKind, bool) {
 	case respItemAdded:
 		b = re.event(b, "response.output_item.added")
 		b = append(b, `,"output_index":0,"item":`...)
-		b = appendMessageItem(b, r, "in_progress")
+		b = appendOutputItem(b, r, "in_progress")
 		re.phase++
+		if r.call != nil {
+			// A call has no content part: its arguments stream, then the item is done.
+			re.phase = respDeltas
+			if r.out.tokens() == 0 {
+				re.phase = respTextDone
+			}
+		}
 	case respPartAdded:
 		b = re.event(b, "response.content_part.added")
 		b = re.partRef(b)
@@ -428,16 +530,34 @@ func (re *responseEvents) next(b []byte) ([]byte, eventKind, bool) {
 			re.phase = respTextDone
 		}
 	case respDeltas:
-		b = re.event(b, "response.output_text.delta")
-		b = re.partRef(b)
-		b = append(b, `,"delta":`...)
-		b = appendJSONString(b, b2s(r.out.piece(re.tok)))
-		b = append(b, `,"logprobs":[]`...)
+		if r.call != nil {
+			b = re.event(b, "response.function_call_arguments.delta")
+			b = re.itemRef(b)
+			b = append(b, `,"delta":`...)
+			b = appendJSONString(b, b2s(r.out.piece(re.tok)))
+		} else {
+			b = re.event(b, "response.output_text.delta")
+			b = re.partRef(b)
+			b = append(b, `,"delta":`...)
+			b = appendJSONString(b, b2s(r.out.piece(re.tok)))
+			b = append(b, `,"logprobs":[]`...)
+		}
 		kind = eventStep
 		if re.tok++; re.tok == r.out.tokens() {
 			re.phase = respTextDone
 		}
 	case respTextDone:
+		if r.call != nil {
+			b = re.event(b, "response.function_call_arguments.done")
+			b = re.itemRef(b)
+			b = append(b, `,"name":`...)
+			b = appendJSONString(b, r.call.name)
+			b = append(b, `,"arguments":`...)
+			b = appendJSONString(b, b2s(r.out.text))
+			kind = eventTail
+			re.phase = respItemDone
+			break
+		}
 		b = re.event(b, "response.output_text.done")
 		b = re.partRef(b)
 		b = append(b, `,"text":`...)
@@ -455,7 +575,7 @@ func (re *responseEvents) next(b []byte) ([]byte, eventKind, bool) {
 	case respItemDone:
 		b = re.event(b, "response.output_item.done")
 		b = append(b, `,"output_index":0,"item":`...)
-		b = appendMessageItem(b, r, r.itemStatus())
+		b = appendOutputItem(b, r, r.itemStatus())
 		kind = eventTail
 		re.phase++
 	case respCompleted:

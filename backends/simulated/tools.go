@@ -28,26 +28,41 @@ const (
 	toolChoiceNamed
 )
 
-// toolRequest is the tool part of a chat request.
+// toolDef is one declared function tool.
+type toolDef struct {
+	name       string
+	parameters gjson.Result
+}
+
+// toolRequest is the tool part of a request.
 type toolRequest struct {
-	tools []gjson.Result // each {"type":"function","function":{...}}
+	tools []toolDef
 	mode  toolChoiceMode
 	named string // the function a named choice names
 }
 
-// parseTools reads tools and tool_choice, refusing what vLLM refuses.
-func parseTools(tools, choice gjson.Result) (toolRequest, apiError) {
+// parseTools reads tools and tool_choice, refusing what vLLM refuses. Chat nests a function's
+// name and parameters under "function"; the Responses API has them flat (flat is true), and
+// declares other kinds of tools too, which are left out.
+func parseTools(tools, choice gjson.Result, flat bool) (toolRequest, apiError) {
 	var tr toolRequest
+	prefix := "function."
+	if flat {
+		prefix = ""
+	}
 	if tools.Exists() && tools.Type != gjson.Null {
 		if !tools.IsArray() {
 			return tr, badRequest("tools", "tools must be an array of tool objects.")
 		}
 		for _, t := range tools.Array() {
-			name := t.Get("function.name")
+			if flat && t.Get("type").Str != "function" {
+				continue
+			}
+			name := t.Get(prefix + "name")
 			if !t.IsObject() || name.Type != gjson.String || name.Str == "" {
 				return tr, badRequest("tools", "Each tool must be an object with a function that has a name.")
 			}
-			tr.tools = append(tr.tools, t)
+			tr.tools = append(tr.tools, toolDef{name: name.Str, parameters: t.Get(prefix + "parameters")})
 		}
 	}
 	switch {
@@ -61,7 +76,7 @@ func parseTools(tools, choice gjson.Result) (toolRequest, apiError) {
 			return tr, badRequest("tool_choice", "When using `tool_choice`, `tools` must be set.")
 		}
 	case choice.IsObject():
-		name := choice.Get("function.name")
+		name := choice.Get(prefix + "name")
 		if name.Type != gjson.String {
 			return tr, badRequest("tool_choice", "A named tool_choice must be {\"type\": \"function\", \"function\": {\"name\": ...}}.")
 		}
@@ -81,43 +96,52 @@ func parseTools(tools, choice gjson.Result) (toolRequest, apiError) {
 // find returns the index of the tool with this function name, or -1.
 func (tr *toolRequest) find(name string) int {
 	for i, t := range tr.tools {
-		if t.Get("function.name").Str == name {
+		if t.name == name {
 			return i
 		}
 	}
 	return -1
 }
 
-// choose returns the tool to call for these messages, or -1 to answer in text.
-func (tr *toolRequest) choose(messages gjson.Result) int {
+// choose returns the tool to call, or -1 to answer in text. afterToolResult says the
+// conversation ends with a tool's result; lastUser is the text of the last user message.
+func (tr *toolRequest) choose(afterToolResult bool, lastUser string) int {
+	switch {
+	case len(tr.tools) == 0 || tr.mode == toolChoiceNone:
+		return -1
+	case tr.mode == toolChoiceRequired:
+		return 0
+	case tr.mode == toolChoiceNamed:
+		return tr.find(tr.named)
+	case afterToolResult:
+		return -1
+	}
+	text := strings.ToLower(lastUser)
+	for j, t := range tr.tools {
+		if strings.Contains(text, strings.ToLower(t.name)) {
+			return j
+		}
+	}
+	return -1
+}
+
+// chooseForMessages is choose for chat messages.
+func (tr *toolRequest) chooseForMessages(messages gjson.Result) int {
 	if len(tr.tools) == 0 {
 		return -1
 	}
-	switch tr.mode {
-	case toolChoiceNone:
-		return -1
-	case toolChoiceRequired:
-		return 0
-	case toolChoiceNamed:
-		return tr.find(tr.named)
-	}
 	msgs := messages.Array()
-	if len(msgs) == 0 || msgs[len(msgs)-1].Get("role").Str == "tool" {
-		return -1
+	if len(msgs) == 0 {
+		return tr.choose(false, "")
 	}
+	lastUser := ""
 	for i := len(msgs) - 1; i >= 0; i-- {
-		if msgs[i].Get("role").Str != "user" {
-			continue
+		if msgs[i].Get("role").Str == "user" {
+			lastUser = messageText(msgs[i].Get("content"))
+			break
 		}
-		text := strings.ToLower(messageText(msgs[i].Get("content")))
-		for j, t := range tr.tools {
-			if strings.Contains(text, strings.ToLower(t.Get("function.name").Str)) {
-				return j
-			}
-		}
-		return -1
 	}
-	return -1
+	return tr.choose(msgs[len(msgs)-1].Get("role").Str == "tool", lastUser)
 }
 
 // messageText is the text of a message's content: a string, or its "text" parts joined by spaces.
