@@ -507,6 +507,9 @@ const (
 	kindIntArray
 	kindStringArray
 	kindObjectArray
+	kindTokenIDs      // a non-empty array of integers (vLLM refuses an empty one)
+	kindLogitBias     // an object of token ids to numbers: see logitBias
+	kindStringObjects // an array of objects whose values are strings
 	kindSpecial
 )
 
@@ -551,7 +554,7 @@ var chatFields = [numChatFields]field{
 	fMessages:                   newField("messages", kindSpecial, notNull),
 	fModel:                      newField("model", kindString, orNull),
 	fFrequencyPenalty:           numField("frequency_penalty", orNull, -2, 2, false, "a number between -2 and 2 or null"),
-	fLogitBias:                  newField("logit_bias", kindSpecial, orNull),
+	fLogitBias:                  newField("logit_bias", kindLogitBias, orNull),
 	fLogprobs:                   newField("logprobs", kindBool, orNull),
 	fTopLogprobs:                intField("top_logprobs", orNull, 0, "an integer of at least 0, or null"),
 	fMaxTokens:                  intField("max_tokens", orNull, 1, "an integer of at least 1, or null"),
@@ -584,13 +587,13 @@ var chatFields = [numChatFields]field{
 	fSpacesBetweenSpecialTokens: newField("spaces_between_special_tokens", kindBool, notNull),
 	fTruncatePromptTokens:       intField("truncate_prompt_tokens", orNull, -1, "an integer of at least -1, or null"),
 	fPromptLogprobs:             intField("prompt_logprobs", orNull, 0, "an integer of at least 0, or null"),
-	fAllowedTokenIDs:            newField("allowed_token_ids", kindSpecial, orNull),
+	fAllowedTokenIDs:            newField("allowed_token_ids", kindTokenIDs, orNull),
 	fBadWords:                   newField("bad_words", kindStringArray, notNull),
 	fEcho:                       newField("echo", kindBool, notNull),
 	fAddGenerationPrompt:        newField("add_generation_prompt", kindBool, notNull),
 	fContinueFinalMessage:       newField("continue_final_message", kindBool, notNull),
 	fAddSpecialTokens:           newField("add_special_tokens", kindBool, notNull),
-	fDocuments:                  newField("documents", kindSpecial, orNull),
+	fDocuments:                  newField("documents", kindStringObjects, orNull),
 	fChatTemplate:               newField("chat_template", kindString, orNull),
 	fChatTemplateKwargs:         newField("chat_template_kwargs", kindObject, orNull),
 	fMMProcessorKwargs:          newField("mm_processor_kwargs", kindObject, orNull),
@@ -676,21 +679,6 @@ func (v *validator) field(id int, it *iter, start int) *ValidationError {
 		return v.tools(val)
 	case fToolChoice:
 		return v.toolChoice(val)
-	case fLogitBias:
-		return v.logitBias(val)
-	case fAllowedTokenIDs:
-		if val.isNull() {
-			return nil
-		}
-		if !val.isArray() {
-			return typeError("allowed_token_ids", "an array of integers or null", val)
-		}
-		if emptyArray(val) {
-			return &ValidationError{Param: "allowed_token_ids", Message: "allowed_token_ids must not be empty; send null, or leave it out, to allow every token."}
-		}
-		return v.elements("allowed_token_ids", kindInt, val)
-	case fDocuments:
-		return v.documents(val)
 	case fReasoningEffort:
 		if val.isNull() {
 			return nil
@@ -1026,12 +1014,10 @@ func (v *validator) stop(val value) *ValidationError {
 	}
 }
 
-// logitBias maps token ids, written as decimal integer strings, to the bias added to
-// their logits (vLLM clamps it to [-100, 100]); it holds at most maxLogitBias entries.
-func (v *validator) logitBias(val value) *ValidationError {
-	if obj, err := nullableObject("logit_bias", val); !obj {
-		return err
-	}
+// logitBias checks object val, a logit_bias named param: it maps token ids, written as
+// decimal integer strings, to the bias added to their logits (vLLM clamps it to
+// [-100, 100]), and holds at most maxLogitBias entries.
+func (v *validator) logitBias(param string, val value) *ValidationError {
 	limit := v.maxLogitBias()
 	it := v.iter(val)
 	for i := 0; ; i++ {
@@ -1040,16 +1026,16 @@ func (v *validator) logitBias(val value) *ValidationError {
 			return nil
 		}
 		if i == limit {
-			return &ValidationError{Param: "logit_bias", Message: fmt.Sprintf(
-				"logit_bias has more than %d entries, the most the gateway accepts.", limit)}
+			return &ValidationError{Param: param, Message: fmt.Sprintf(
+				"%s has more than %d entries, the most the gateway accepts.", param, limit)}
 		}
 		if !tokenID(k) {
-			return &ValidationError{Param: "logit_bias", Message: fmt.Sprintf(
-				`logit_bias keys must be token ids written as integer strings, such as "50256", got %s.`,
-				describe(value{raw: strconv.Quote(k)}))}
+			return &ValidationError{Param: param, Message: fmt.Sprintf(
+				`%s keys must be token ids written as integer strings, such as "50256", got %s.`,
+				param, describe(value{raw: strconv.Quote(k)}))}
 		}
 		if !x.isNumber() {
-			return typeError("logit_bias."+k, "a number", x)
+			return typeError(param+"."+k, "a number", x)
 		}
 	}
 }
@@ -1068,15 +1054,10 @@ func tokenID(k string) bool {
 	return true
 }
 
-// documents is null or an array of objects whose values are all strings (vLLM reads
-// them as dict[str, str]), such as {"title": "...", "text": "..."}.
-func (v *validator) documents(val value) *ValidationError {
-	if val.isNull() {
-		return nil
-	}
-	if !val.isArray() {
-		return typeError("documents", "an array of objects or null", val)
-	}
+// stringObjects checks array val, named param, whose elements are objects with string
+// values (vLLM reads documents as list[dict[str, str]], such as {"title": "...",
+// "text": "..."}).
+func (v *validator) stringObjects(param string, val value) *ValidationError {
 	it := v.iter(val)
 	for i := 0; ; i++ {
 		_, d, ok := it.next()
@@ -1084,7 +1065,7 @@ func (v *validator) documents(val value) *ValidationError {
 			return nil
 		}
 		if !d.isObject() {
-			return typeError(fmt.Sprintf("documents[%d]", i), "an object", d)
+			return typeError(fmt.Sprintf("%s[%d]", param, i), "an object", d)
 		}
 		dit := v.iter(d)
 		for {
@@ -1093,7 +1074,7 @@ func (v *validator) documents(val value) *ValidationError {
 				break
 			}
 			if !x.isString() {
-				return typeError(fmt.Sprintf("documents[%d].%s", i, k), "a string", x)
+				return typeError(fmt.Sprintf("%s[%d].%s", param, i, k), "a string", x)
 			}
 		}
 	}
@@ -1402,6 +1383,25 @@ func (v *validator) check(param string, f *field, val value) (int64, *Validation
 			elem = kindObject
 		}
 		return 0, v.elements(param, elem, val)
+	case kindTokenIDs:
+		if !val.isArray() {
+			break
+		}
+		if emptyArray(val) {
+			return 0, &ValidationError{Param: param, Message: fmt.Sprintf(
+				"%s must not be empty; send null, or leave it out, to allow every token.", param)}
+		}
+		return 0, v.elements(param, kindInt, val)
+	case kindLogitBias:
+		if !val.isObject() {
+			break
+		}
+		return 0, v.logitBias(param, val)
+	case kindStringObjects:
+		if !val.isArray() {
+			break
+		}
+		return 0, v.stringObjects(param, val)
 	}
 	if !good {
 		return 0, typeError(param, f.expectation(), val)
@@ -1424,12 +1424,14 @@ func (f *field) expectation() string {
 		s = "an object"
 	case kindStringOrObject:
 		s = "a string or an object"
-	case kindIntArray:
+	case kindIntArray, kindTokenIDs:
 		s = "an array of integers"
 	case kindStringArray:
 		s = "an array of strings"
-	case kindObjectArray:
+	case kindObjectArray, kindStringObjects:
 		s = "an array of objects"
+	case kindLogitBias:
+		s = "an object"
 	}
 	if f.null {
 		s += " or null"

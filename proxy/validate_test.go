@@ -801,3 +801,34 @@ func TestValidateChatLimits(t *testing.T) {
 		})
 	}
 }
+
+// TestSharedFieldRules checks that the rules of logit_bias, allowed_token_ids and stop
+// live in the shared field table and checks, so they hold wherever a validator takes its
+// fields from chatFields, as /v1/completions does.
+func TestSharedFieldRules(t *testing.T) {
+	cases := []struct {
+		members, param, msg string
+	}{
+		{`"logit_bias":{"50256":-100}`, "", ""},
+		{`"logit_bias":{"x":1}`, "logit_bias", `logit_bias keys must be token ids written as integer strings, such as "50256", got "x".`},
+		{`"logit_bias":{"1":"1"}`, "logit_bias.1", `logit_bias.1 must be a number, got "1".`},
+		{`"allowed_token_ids":[]`, "allowed_token_ids", "allowed_token_ids must not be empty; send null, or leave it out, to allow every token."},
+		{`"allowed_token_ids":[1.0]`, "", ""},
+		{`"stop":["a",""]`, "stop[1]", "stop[1] is an empty string; every stop string must have at least one character."},
+	}
+	for _, tc := range cases {
+		t.Run(tc.members, func(t *testing.T) {
+			var c completion
+			err := validateCompletions([]byte(`{"model":"m","prompt":"Hi",`+tc.members+`}`), &c, 0)
+			if tc.msg == "" {
+				if err != nil {
+					t.Fatalf("unexpected error (param %q): %s", err.Param, err.Message)
+				}
+				return
+			}
+			if err == nil || err.Param != tc.param || err.Message != tc.msg {
+				t.Fatalf("got %+v, want param %q message %q", err, tc.param, tc.msg)
+			}
+		})
+	}
+}
