@@ -7,6 +7,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tidwall/gjson"
 )
@@ -739,5 +740,39 @@ func TestResponsesTools(t *testing.T) {
 	}
 	if r := h.do(t, "POST", "/v1/responses", `{"input":"x","tool_choice":"required"}`); r.status != 400 {
 		t.Errorf("required without tools: %d", r.status)
+	}
+}
+
+func TestResponsesBackground(t *testing.T) {
+	// A time to first token of an hour keeps a background response running for the whole test.
+	slow := start(t, Options{TimeToFirstToken: time.Hour, Tokens: 2}, false)
+	r := slow.do(t, "POST", "/v1/responses", `{"input":"x","background":true}`)
+	v := mustJSON(t, string(r.body))
+	id := v.Get("id").Str
+	if r.status != 200 || v.Get("status").Str != "queued" || v.Get("background").Type != gjson.True || v.Get("output.#").Int() != 0 {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	if g := mustJSON(t, string(slow.do(t, "GET", "/v1/responses/"+id, "").body)); g.Get("status").Str != "in_progress" || g.Get("usage").Type != gjson.Null {
+		t.Errorf("running: %s", g.Raw)
+	}
+	c := slow.do(t, "POST", "/v1/responses/"+id+"/cancel", "")
+	if c.status != 200 || gjson.GetBytes(c.body, "status").Str != "cancelled" {
+		t.Errorf("cancel: %d %s", c.status, c.body)
+	}
+	if g := slow.do(t, "GET", "/v1/responses/"+id, ""); gjson.GetBytes(g.body, "status").Str != "cancelled" {
+		t.Errorf("after cancel: %s", g.body)
+	}
+
+	fast := start(t, Options{Tokens: 2}, false)
+	id = gjson.GetBytes(fast.do(t, "POST", "/v1/responses", `{"input":"x","background":true}`).body, "id").Str
+	g := mustJSON(t, string(fast.do(t, "GET", "/v1/responses/"+id, "").body))
+	if g.Get("status").Str != "completed" || g.Get("output.0.content.0.text").Str != content(2) || g.Get("usage.output_tokens").Int() != 2 {
+		t.Errorf("finished background response: %s", g.Raw)
+	}
+	if c := fast.do(t, "POST", "/v1/responses/"+id+"/cancel", ""); c.status != 200 || gjson.GetBytes(c.body, "status").Str != "completed" {
+		t.Errorf("cancelling a finished response: %d %s", c.status, c.body)
+	}
+	if r := fast.do(t, "POST", "/v1/responses", `{"input":"x","background":true,"store":false}`); r.status != 400 {
+		t.Errorf("background without store: %d", r.status)
 	}
 }

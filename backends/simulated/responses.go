@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -20,8 +21,10 @@ import (
 // (tools.go; "after a tool result" means the input ends with a function_call_output), and a call
 // is one function_call output item whose arguments stream as function_call_arguments deltas.
 // Responses are kept in memory (bounded, oldest first out) unless store is false, for GET
-// /v1/responses/{id}, DELETE, cancel (refused: every response here is synchronous, as vLLM
-// refuses cancelling those) and follow-ups; an unknown id is a 404 with vLLM's message.
+// /v1/responses/{id}, DELETE, cancel and follow-ups; an unknown id is a 404 with vLLM's message.
+// A background response is answered at once ("queued"), is "in_progress" until the simulated
+// model would have finished (the time to first token plus a delay per token), and can be
+// cancelled until then; cancelling a synchronous response is refused, as vLLM refuses it.
 // Streamed, the events come in vLLM's and OpenAI's order with "event:" lines and sequence
 // numbers, and no [DONE].
 
@@ -43,7 +46,11 @@ type response struct {
 	toolChoice   string    // JSON, the request's tool_choice
 	call         *toolCall // the function call the response makes; out holds its arguments
 	fcID         string    // the function_call item's id
-	cached       int
+	// background responses are answered at once and finish at readyAt, unless cancelled first.
+	background bool
+	readyAt    time.Time
+	cancelled  atomic.Bool
+	cached     int
 }
 
 func (r *response) status() string {
@@ -52,6 +59,21 @@ func (r *response) status() string {
 	}
 	return "completed"
 }
+
+// statusAt is the status of a stored response at now: a background response is in progress
+// until it is ready, or cancelled.
+func (r *response) statusAt(now time.Time) string {
+	switch {
+	case r.cancelled.Load():
+		return "cancelled"
+	case r.background && now.Before(r.readyAt):
+		return "in_progress"
+	}
+	return r.status()
+}
+
+// finished reports whether a status carries the output and usage.
+func finished(status string) bool { return status == "completed" || status == "incomplete" }
 
 // itemStatus is the status of the output message: "incomplete" when it was cut short.
 func (r *response) itemStatus() string {
@@ -138,10 +160,20 @@ func (s *Server) responseByID(ctx *fasthttp.RequestCtx, rest string) {
 		return
 	}
 	switch {
-	case action == "cancel":
+	case action == "cancel" && !r.background:
 		writeError(ctx, fasthttp.StatusBadRequest, shapeNested, apiError{
 			typ: "invalid_request_error", param: "response_id", msg: "Cannot cancel a synchronous response.",
 		})
+	case action == "cancel":
+		// A background response still running stops here; a finished one is answered as it is.
+		if r.statusAt(time.Now()) == "in_progress" {
+			r.cancelled.Store(true)
+		}
+		status := r.statusAt(time.Now())
+		b := ctx.Response.SwapBody(nil)[:0]
+		b = appendResponse(b, r, status, finished(status))
+		ctx.Response.SwapBody(b)
+		ctx.SetContentType(contentTypeJSON)
 	case ctx.IsDelete():
 		s.responses.remove(id)
 		b := ctx.Response.SwapBody(nil)[:0]
@@ -151,8 +183,9 @@ func (s *Server) responseByID(ctx *fasthttp.RequestCtx, rest string) {
 		ctx.Response.SwapBody(b)
 		ctx.SetContentType(contentTypeJSON)
 	default:
+		status := r.statusAt(time.Now())
 		b := ctx.Response.SwapBody(nil)[:0]
-		b = appendResponse(b, r, r.status(), true)
+		b = appendResponse(b, r, status, finished(status))
 		ctx.Response.SwapBody(b)
 		ctx.SetContentType(contentTypeJSON)
 	}
@@ -196,8 +229,20 @@ func (s *Server) createResponse(ctx *fasthttp.RequestCtx) {
 		src := sp.source(&rg)
 		r.out = generate(&src, limit, limitFinish, &sp.stops)
 	}
+	if r.background && !stream {
+		// Answered at once; the response is ready when the simulated model would have finished.
+		r.readyAt = time.Now().Add(s.opts.TimeToFirstToken + time.Duration(r.out.tokens())*s.opts.InterTokenDelay)
+	}
 	if r.store {
 		s.responses.put(r)
+	}
+	if r.background && !stream {
+		b := ctx.Response.SwapBody(nil)[:0]
+		b = appendResponse(b, r, "queued", false)
+		ctx.Response.SwapBody(b)
+		ctx.SetContentType(contentTypeJSON)
+		s.completed.Add(1)
+		return
 	}
 	if !stream {
 		if d := s.opts.TimeToFirstToken; d > 0 {
@@ -310,6 +355,10 @@ func (s *Server) parseResponse(body []byte) (r *response, stream bool, maxTokens
 		r.metadata = m.Raw
 	}
 	r.store = root.Get("store").Type != gjson.False
+	r.background = root.Get("background").Type == gjson.True
+	if r.background && !r.store {
+		return nil, false, 0, sp, badRequest("background", "background can only be used when `store` is true")
+	}
 	stream = root.Get("stream").Type == gjson.True
 	if f := root.Get("text.format"); f.IsObject() {
 		r.textFormat = `{"format":` + f.Raw + `}`
@@ -362,7 +411,9 @@ func appendResponse(b []byte, r *response, status string, withOutput bool) []byt
 	b = strconv.AppendInt(b, r.created, 10)
 	b = append(b, `,"status":"`...)
 	b = append(b, status...)
-	b = append(b, `","background":false,"error":null,"incomplete_details":`...)
+	b = append(b, `","background":`...)
+	b = strconv.AppendBool(b, r.background)
+	b = append(b, `,"error":null,"incomplete_details":`...)
 	if withOutput && status == "incomplete" {
 		b = append(b, `{"reason":"max_output_tokens"}`...)
 	} else {
