@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/valyala/fasthttp"
 
@@ -89,23 +88,13 @@ func (v *validator) toolChoice(val value) *ValidationError {
 	}
 	req.ToolChoice = ToolChoiceNamed
 	v.toolChoiceName = name
-	req.ToolChoiceName = v.bodyString(name)
+	req.ToolChoiceName = v.stringBytes(name, nil)
 	return nil
 }
 
 func toolChoiceError(val value) *ValidationError {
 	return &ValidationError{Param: "tool_choice", Message: fmt.Sprintf(
 		`tool_choice must be "none", "auto", "required" or %s, got %s.`, namedChoiceShape, describe(val))}
-}
-
-// bodyString returns the content of string value val as bytes: a capped slice of the
-// body when it has no escapes, else a copy of the unescaped text.
-func (v *validator) bodyString(val value) []byte {
-	a, b := val.off+1, val.end()-1
-	if strings.IndexByte(val.raw, '\\') < 0 {
-		return v.body[a:b:b]
-	}
-	return []byte(unquote(val.raw))
 }
 
 // toolChoiceChecks relates tool_choice to tools, once both have been seen.

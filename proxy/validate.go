@@ -764,7 +764,7 @@ func (v *validator) record(id int, val value, n int64) {
 	case fModel:
 		req.ModelStart, req.ModelEnd = val.off, val.end()
 		if val.isString() {
-			req.Model = v.stringBytes(val)
+			req.Model = v.stringBytes(val, req.modelBuf[:0])
 		}
 	case fStream:
 		req.Stream = val.isTrue()
@@ -802,13 +802,13 @@ func (v *validator) record(id int, val value, n int64) {
 }
 
 // stringBytes returns the content of string value val as bytes: a capped slice of the
-// body when it has no escapes, else the unescaped text in req.modelBuf.
-func (v *validator) stringBytes(val value) []byte {
+// body when it has no escapes, else the unescaped text appended to buf.
+func (v *validator) stringBytes(val value, buf []byte) []byte {
 	a, b := val.off+1, val.end()-1
 	if strings.IndexByte(val.raw, '\\') < 0 {
 		return v.body[a:b:b]
 	}
-	return append(v.req.modelBuf[:0], unquote(val.raw)...)
+	return append(buf, unquote(val.raw)...)
 }
 
 func (v *validator) messages(parent *iter, start int) *ValidationError {
