@@ -2,6 +2,7 @@ package backends
 
 import (
 	"errors"
+	"io"
 	"net"
 	"sync"
 	"time"
@@ -213,4 +214,39 @@ func (b *Backend) DoAbortable(req *fasthttp.Request, resp *fasthttp.Response, ab
 	err := b.client.DoDeadline(req, resp, deadline)
 	t.trips.Delete(req)
 	return classify(err)
+}
+
+// BufferBody reads a streamed response's body (resp.StreamBody was set,
+// but the reply is not the stream the caller wanted: an error, or a JSON
+// body) into resp, within the same bound as a non-streamed body: past
+// MaxResponseBodySize it stops, closes the connection and returns a
+// TooLargeError. fasthttp's Response.Body would read such a body whole,
+// however long it is. A response without a body stream is left as is.
+func (b *Backend) BufferBody(resp *fasthttp.Response) error {
+	bs := resp.BodyStream()
+	if bs == nil {
+		return nil
+	}
+	limit := b.client.MaxResponseBodySize
+	var body []byte
+	var err error
+	if limit > 0 {
+		body, err = io.ReadAll(io.LimitReader(bs, int64(limit)+1))
+		if err == nil && len(body) > limit {
+			err = fasthttp.ErrBodyTooLarge
+		}
+	} else {
+		body, err = io.ReadAll(bs)
+	}
+	if err != nil {
+		// The rest of the body was not read: the connection cannot be
+		// reused.
+		resp.SetConnectionClose()
+	}
+	_ = resp.CloseBodyStream() // releases or closes the connection
+	if err != nil {
+		return classify(err)
+	}
+	resp.SetBodyRaw(body)
+	return nil
 }

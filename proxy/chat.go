@@ -434,6 +434,15 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *completion, route *backend
 		return attemptResult{done: true}
 	}
 
+	if err := b.BufferBody(resp); err != nil {
+		// A streamed request answered with no stream (an error, a JSON
+		// body) has its body read within server.max_response_bytes too.
+		fasthttp.ReleaseResponse(resp)
+		b.Release()
+		b.ReportFailure()
+		s.finish(ctx, c, upstreamError(err, b.Name))
+		return attemptResult{done: true}
+	}
 	rbody := resp.Body()
 	if status < 200 || status > 299 {
 		e := normalizeUpstreamError(status, rbody, b.Name)

@@ -210,8 +210,16 @@ func TestHostileBackendMemory(t *testing.T) {
 		{"huge-body", badBody},
 		{"endless-body", badBody},
 		{"giant-event", badStreamBody},
+		// A stream request answered with no stream is read as a body.
+		{"endless-body", badStreamBody},
+		{"endless-error", badStreamBody},
+		{"endless-error", badBody},
 	} {
-		t.Run(tt.behaviour, func(t *testing.T) {
+		name := tt.behaviour
+		if tt.body == badStreamBody {
+			name += " stream"
+		}
+		t.Run(name, func(t *testing.T) {
 			runtime.GC()
 			var base runtime.MemStats
 			runtime.ReadMemStats(&base)

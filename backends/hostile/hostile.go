@@ -37,6 +37,7 @@ var Behaviours = map[string]string{
 	"huge-body":          "200 with Content-Length 200 MiB, and 200 MiB of body",
 	"endless-body":       "200 with a chunked JSON body that never ends",
 	"endless-stream":     "a stream of valid chunks that never ends",
+	"endless-error":      "500 with a chunked body that never ends",
 	"giant-event":        "a stream whose first event is 200 MiB without an end",
 	"reset-mid-body":     "200 with half of its body, then a TCP reset",
 	"reset-mid-stream":   "two chunks of a stream, then a TCP reset",
@@ -186,6 +187,12 @@ func (s *Server) respond(c net.Conn, behaviour string, stream bool) bool {
 		return false
 	case "endless-body":
 		if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"); err != nil {
+			return false
+		}
+		s.pour(c, -1, true)
+		return false
+	case "endless-error":
+		if _, err := io.WriteString(c, "HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"); err != nil {
 			return false
 		}
 		s.pour(c, -1, true)
