@@ -98,7 +98,7 @@ func appendCompletionLogprobs(b []byte, o *output, from, to int, top int, offset
 		first = false
 		start := 0
 		if k > 0 {
-			start = o.ends[k-1]
+			start = int(o.ends[k-1])
 		}
 		lp := tokenLogprob(piece, k)
 		tokens = appendJSONString(tokens, b2s(piece))
