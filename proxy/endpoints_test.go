@@ -766,3 +766,33 @@ func TestEndpointsAreLimited(t *testing.T) {
 		t.Errorf("backends received %d requests, want only the first", n)
 	}
 }
+
+func TestStoredResponseUnknownToGateway(t *testing.T) {
+	s := newSurface(t)
+	// A response made on backend b without the gateway (through another
+	// replica, say): the gateway asks each backend, and then knows.
+	direct, err := http.Post(s.b.url+"/responses", "application/json", strings.NewReader(`{"model":"up/demo","input":"hi"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct.Body.Close()
+	r := s.do(http.MethodGet, "/v1/responses/resp_b1", "")
+	if r.status != 200 || r.json("backend").String() != "b" {
+		t.Fatalf("GET of a response the gateway did not route: %d %s", r.status, r.body)
+	}
+	for i := range 4 {
+		f := s.do(http.MethodPost, "/v1/responses", `{"model":"demo","input":"more","previous_response_id":"resp_b1"}`)
+		if f.status != 200 {
+			t.Fatalf("follow-up %d: %d %s", i, f.status, f.body)
+		}
+		if got := s.recorder.wait(t, 1+i).Backend; got != "b" {
+			t.Fatalf("follow-up %d went to %s, want b", i, got)
+		}
+	}
+	// An id with characters that could change the upstream path is never sent.
+	before := len(s.upstreamCalls())
+	wantOpenAIError(t, s.do(http.MethodGet, "/v1/responses/resp_a%3Fb=1", ""), 404, "response_not_found")
+	if n := len(s.upstreamCalls()); n != before {
+		t.Errorf("an invalid id reached a backend")
+	}
+}

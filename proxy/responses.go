@@ -123,32 +123,40 @@ func (s *Server) storedResponse(ctx *fasthttp.RequestCtx, st *state, rawID []byt
 			}
 		}
 	}
-	var last *apiError
+	// unreached is why a backend that may hold the response could not be
+	// asked; it is answered rather than a 404 that may not be true.
+	var notFound, unreached *apiError
 	for _, b := range candidates {
 		if !b.TryAcquire() {
-			last = &apiError{Status: fasthttp.StatusServiceUnavailable, Type: "api_error", Code: "overloaded",
+			unreached = &apiError{Status: fasthttp.StatusServiceUnavailable, Type: "api_error", Code: "overloaded",
 				Message: "Backend " + b.Name + " is at its concurrency limit; retry shortly.", RetryAfter: time.Second}
 			continue
 		}
 		status, e := s.storedResponseAttempt(ctx, st, b, id, suffix, requestID)
 		b.Release()
-		if e == nil {
-			if known == "" && status >= 200 && status <= 299 {
+		switch {
+		case e == nil:
+			if known == "" {
 				s.owners.remember(id, b.Name)
 			}
 			return b.Name, nil
-		}
-		last = e
-		if status != fasthttp.StatusNotFound && known == "" {
-			// Not a "who has it" answer but a failure: asking the
-			// others could only hide it.
+		case status == fasthttp.StatusNotFound:
+			notFound = e
+		case status == 0 || status >= 500:
+			unreached = e
+		default:
+			// The backend holding the response refused the request
+			// (cancelling a finished response, say): that is the answer.
 			return b.Name, e
 		}
 	}
-	if last == nil {
-		last = responseNotFound(id, nil)
+	switch {
+	case unreached != nil:
+		return "", unreached
+	case notFound != nil:
+		return "", notFound
 	}
-	return "", last
+	return "", responseNotFound(id, nil)
 }
 
 // storedResponseAttempt sends the client's request about response id to b
