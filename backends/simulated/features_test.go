@@ -66,6 +66,9 @@ func TestStop(t *testing.T) {
 		{"stop token id not hit", `"stop_token_ids":[99]`, content(8), 8, "stop", "null"},
 		{"length before the stop", `"stop":["tok6"],"max_tokens":3`, content(3), 3, "length", "null"},
 		{"max_completion_tokens", `"max_completion_tokens":2`, content(2), 2, "length", "null"},
+		{"min_tokens holds a stop back", `"stop":["tok1"],"min_tokens":3`, content(8), 8, "stop", "null"},
+		{"min_tokens outlasts the natural end", `"min_tokens":10`, content(10), 10, "stop", "null"},
+		{"stop token id at min_tokens", `"stop_token_ids":[1],"min_tokens":2`, "tok0 ", 2, "stop", "1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

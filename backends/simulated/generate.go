@@ -153,6 +153,7 @@ type stopRules struct {
 	strings    []string
 	tokenIDs   []int64
 	includeStr bool // include_stop_str_in_output
+	minTokens  int  // stops are not checked before this many tokens
 }
 
 func (sr *stopRules) empty() bool { return len(sr.strings) == 0 && len(sr.tokenIDs) == 0 }
@@ -200,6 +201,9 @@ func generate(src *tokenSource, limit int, limitFinish string, stops *stopRules)
 		}
 		o.text = text
 		o.ends = append(o.ends, int32(len(o.text)))
+		if k+1 < stops.minTokens {
+			continue
+		}
 		if containsID(stops.tokenIDs, id) {
 			if !stops.includeStr {
 				o.cut(before)
@@ -209,6 +213,7 @@ func generate(src *tokenSource, limit int, limitFinish string, stops *stopRules)
 		}
 		if longest > 0 {
 			// Only a match that ends in the new token is new; search from where it could start.
+			// As in vLLM, a match that ended while min_tokens held the stops back stays unseen.
 			from := max(0, before-longest+1)
 			if at, s, ok := firstStop(o.text[from:], stops.strings); ok {
 				end := from + at

@@ -1,6 +1,8 @@
 package simulated
 
 import (
+	"strconv"
+
 	"github.com/tidwall/gjson"
 )
 
@@ -11,6 +13,9 @@ type sampling struct {
 	hasSeed bool
 	stops   stopRules
 	format  outputFormat
+	// minTokens is vLLM's min_tokens: no stop string or stop token ends a choice before it,
+	// and the simulated model does not stop by itself before it either.
+	minTokens int
 }
 
 // Kinds of structured output.
@@ -38,7 +43,7 @@ var genericObjectSchema = gjson.Parse(`{"type":"object","properties":{"answer":{
 func (sp *sampling) field(key string, v gjson.Result) (bool, apiError) {
 	if v.Type == gjson.Null {
 		switch key {
-		case "seed", "stop", "stop_token_ids", "include_stop_str_in_output", "response_format",
+		case "seed", "stop", "stop_token_ids", "min_tokens", "include_stop_str_in_output", "response_format",
 			"structured_outputs", "guided_json", "guided_choice", "guided_regex":
 			return true, apiError{}
 		}
@@ -67,6 +72,12 @@ func (sp *sampling) field(key string, v gjson.Result) (bool, apiError) {
 		default:
 			return true, badRequest("stop", "stop must be a string or an array of non-empty strings.")
 		}
+	case "min_tokens":
+		if v.Type != gjson.Number || v.Num != float64(int(v.Num)) || v.Num < 0 || v.Num > maxModelLen {
+			return true, badRequest("min_tokens", "min_tokens must be an integer from 0 to "+strconv.Itoa(maxModelLen)+".")
+		}
+		sp.minTokens = int(v.Num)
+		sp.stops.minTokens = sp.minTokens
 	case "stop_token_ids":
 		if !v.IsArray() {
 			return true, badRequest("stop_token_ids", "stop_token_ids must be an array of integers.")
@@ -177,7 +188,7 @@ func (sp *sampling) structuredOutputs(v gjson.Result) apiError {
 
 // rich reports whether the request needs more than the plain counting text.
 func (sp *sampling) rich() bool {
-	return sp.hasSeed || !sp.stops.empty() || sp.format.kind != formatText
+	return sp.hasSeed || !sp.stops.empty() || sp.format.kind != formatText || sp.minTokens > 0
 }
 
 // base is the seed of choice generators: the seed and the prompt together, so that the same seed
@@ -227,5 +238,5 @@ func (sp *sampling) limit(maxTokens, defaultTokens, prompt int) (int, string) {
 	case sp.document():
 		return max(maxModelLen-prompt, 1), "length"
 	}
-	return defaultTokens, "stop"
+	return max(defaultTokens, sp.minTokens), "stop"
 }
