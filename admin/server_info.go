@@ -10,8 +10,9 @@ import (
 
 // minRequiredWeavePythonVersion is what /server_info tells the Python SDK,
 // which refuses to run when it is older than this. tollgate refuses no SDK
-// release: it answers the routes it serves and 404s the others.
-const minRequiredWeavePythonVersion = "0.0.0"
+// release, as the trace server Weave generates from its interface does: it
+// answers the routes it serves and 404s the others.
+const minRequiredWeavePythonVersion = "0.0.1"
 
 // health serves GET /health, which the Weave SDKs' login calls to check
 // the server and the key: like every service route it needs a valid key,

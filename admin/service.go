@@ -323,6 +323,10 @@ func (s *Service) match(path string) (route, pathParams, bool) {
 		return route{post: s.tableQuery}, pathParams{}, true
 	case "/table/query_stats":
 		return route{post: s.tableQueryStats}, pathParams{}, true
+	case "/table/query_stream":
+		return route{post: s.tableQueryStream}, pathParams{}, true
+	case "/table/query_stats_batch":
+		return route{post: s.tableQueryStatsBatch}, pathParams{}, true
 	case "/refs/read_batch":
 		return route{post: s.refsReadBatch}, pathParams{}, true
 	case "/file/create":

@@ -174,12 +174,41 @@ func parseTableUpdate(v *validation, raw any, loc []any) (weave.TableUpdate, boo
 }
 
 // tableQuery serves POST /table/query {project_id, digest, filter:
-// {row_digests}, limit, offset, sort_by}: rows in table order unless
-// sorted by fields of their values.
+// {row_digests}, limit, offset, sort_by} → {"rows": [...]}: rows in table
+// order unless sorted by fields of their values.
 func (s *Service) tableQuery(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, _ pathParams) *apiError {
-	body, e := bodyObject(rc.PostBody(), true)
+	rows, e := s.queryTable(ctx, rc, key)
 	if e != nil {
 		return e
+	}
+	writeJSON(rc, fasthttp.StatusOK, map[string][]tableRowJSON{"rows": rows})
+	return nil
+}
+
+// tableQueryStream serves POST /table/query_stream: the rows of
+// /table/query as JSON Lines, as the Python SDK reads them.
+func (s *Service) tableQueryStream(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, _ pathParams) *apiError {
+	rows, e := s.queryTable(ctx, rc, key)
+	if e != nil {
+		return e
+	}
+	rc.SetStatusCode(fasthttp.StatusOK)
+	rc.SetContentType("application/jsonl")
+	enc := json.NewEncoder(rc)
+	enc.SetEscapeHTML(false)
+	for i := range rows {
+		if err := enc.Encode(&rows[i]); err != nil {
+			return nil
+		}
+	}
+	return nil
+}
+
+// queryTable validates a TableQueryReq and selects its rows.
+func (s *Service) queryTable(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key) ([]tableRowJSON, *apiError) {
+	body, e := bodyObject(rc.PostBody(), true)
+	if e != nil {
+		return nil, e
 	}
 	var v validation
 	digest, _ := v.reqString(body, "digest", bodyLoc)
@@ -204,17 +233,17 @@ func (s *Service) tableQuery(ctx context.Context, rc *fasthttp.RequestCtx, key *
 	sortBy := parseDocSort(&v, body["sort_by"], at(bodyLoc, "sort_by"))
 	_, proj, found, e := s.projectOf(ctx, &v, key, body, bodyLoc, forRead)
 	if e != nil {
-		return e
+		return nil, e
 	}
 	if !found {
-		return notFound("Table " + digest)
+		return nil, notFound("Table " + digest)
 	}
 	digests, err := s.weave.TableRowDigests(ctx, proj.ID, digest)
 	switch {
 	case errors.Is(err, weave.ErrNotFound):
-		return notFound("Table " + digest)
+		return nil, notFound("Table " + digest)
 	case err != nil:
-		return internalError(err)
+		return nil, internalError(err)
 	}
 	type indexed struct {
 		digest string
@@ -244,7 +273,7 @@ func (s *Service) tableQuery(ctx context.Context, rc *fasthttp.RequestCtx, key *
 	}
 	vals, err := s.weave.TableRows(ctx, proj.ID, want)
 	if err != nil {
-		return internalError(err)
+		return nil, internalError(err)
 	}
 	out := make([]tableRowJSON, 0, len(sel))
 	for _, r := range sel {
@@ -277,8 +306,7 @@ func (s *Service) tableQuery(ctx context.Context, rc *fasthttp.RequestCtx, key *
 			out[i].Val = json.RawMessage("null")
 		}
 	}
-	writeJSON(rc, fasthttp.StatusOK, map[string][]tableRowJSON{"rows": out})
-	return nil
+	return out, nil
 }
 
 // tableQueryStats serves POST /table/query_stats {project_id, digest}.
@@ -304,5 +332,44 @@ func (s *Service) tableQueryStats(ctx context.Context, rc *fasthttp.RequestCtx, 
 		return internalError(err)
 	}
 	writeJSON(rc, fasthttp.StatusOK, map[string]int{"count": len(digests)})
+	return nil
+}
+
+// tableQueryStatsBatch serves POST /table/query_stats_batch {project_id,
+// digests} → {"tables": [{"digest", "count"}]}, for the tables that exist.
+func (s *Service) tableQueryStatsBatch(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, _ pathParams) *apiError {
+	body, e := bodyObject(rc.PostBody(), true)
+	if e != nil {
+		return e
+	}
+	var v validation
+	digests := v.optStringList(body, "digests", bodyLoc)
+	if len(digests) > maxRefsPerBatch {
+		v.addCtx(at(bodyLoc, "digests"), "too_long", "List should have at most 1000 items after validation", len(digests),
+			map[string]any{"max_length": maxRefsPerBatch})
+	}
+	_, proj, found, e := s.projectOf(ctx, &v, key, body, bodyLoc, forRead)
+	if e != nil {
+		return e
+	}
+	type stat struct {
+		Digest string `json:"digest"`
+		Count  int    `json:"count"`
+	}
+	out := []stat{}
+	for _, d := range digests {
+		if !found {
+			break
+		}
+		rows, err := s.weave.TableRowDigests(ctx, proj.ID, d)
+		switch {
+		case errors.Is(err, weave.ErrNotFound):
+			continue
+		case err != nil:
+			return internalError(err)
+		}
+		out = append(out, stat{Digest: d, Count: len(rows)})
+	}
+	writeJSON(rc, fasthttp.StatusOK, map[string][]stat{"tables": out})
 	return nil
 }

@@ -99,3 +99,24 @@ func TestTableValidation(t *testing.T) {
 		})
 	}
 }
+
+// TestTableQueryStreamAndStatsBatch: the Python SDK's table routes.
+func TestTableQueryStreamAndStatsBatch(t *testing.T) {
+	e := newEnv(t)
+	a := bearer(aliceKey)
+	table := e.ok("POST", "/table/create", a, `{"table":{"project_id":"team-a/p","rows":[{"n":1},{"n":2},{"n":3}]}}`).object(t)["digest"].(string)
+	r := e.ok("POST", "/table/query_stream", a, `{"project_id":"team-a/p","digest":"`+table+`","offset":1}`)
+	lines := r.lines(t)
+	if r.contentType != "application/jsonl" || len(lines) != 2 || lines[0]["original_index"] != float64(1) || lines[1]["val"].(map[string]any)["n"] != float64(3) {
+		t.Fatalf("stream (%s) = %v", r.contentType, lines)
+	}
+	stats := e.ok("POST", "/table/query_stats_batch", a, `{"project_id":"team-a/p","digests":["`+table+`","nope"]}`).object(t)["tables"].([]any)
+	if compact(t, stats) != `[{"count":3,"digest":"`+table+`"}]` {
+		t.Fatalf("stats = %s", compact(t, stats))
+	}
+	for _, path := range []string{"/table/query_stream", "/table/query_stats_batch"} {
+		if r := e.do("POST", path, bearer(bobKey), `{"project_id":"team-a/p","digest":"`+table+`","digests":[]}`); r.status != fasthttp.StatusForbidden {
+			t.Errorf("%s by bob: status %d", path, r.status)
+		}
+	}
+}
