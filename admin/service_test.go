@@ -243,6 +243,12 @@ func TestAuthAndCrossTeamOnEveryEndpoint(t *testing.T) {
 		{"stream query", "POST", "/calls/stream_query", `{"project_id":"team-a/p"}`},
 		{"trace usage", "POST", "/trace/usage", `{"project_id":"team-a/p"}`},
 		{"trace usage by internal id", "POST", "/trace/usage", `{"project_id":"` + internal + `"}`},
+		{"call update", "POST", "/call/update", `{"project_id":"team-a/p","call_id":"call-1","display_name":"renamed"}`},
+		{"calls query stats", "POST", "/calls/query_stats", `{"project_id":"team-a/p"}`},
+		{"calls usage", "POST", "/calls/usage", `{"project_id":"team-a/p","call_ids":["call-1"]}`},
+		{"calls usage by internal id", "POST", "/calls/usage", `{"project_id":"` + internal + `","call_ids":["call-1"]}`},
+		{"calls delete", "POST", "/calls/delete", `{"project_id":"team-a/p","call_ids":["never-created"]}`},
+		{"delete runs", "DELETE", "/v2/team-a/p/evaluation_runs?evaluation_run_ids=never-created", ""},
 	}
 	refused := []struct {
 		name   string

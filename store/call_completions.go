@@ -1,11 +1,15 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
@@ -37,7 +41,14 @@ import (
 // call's team, so that nobody can pull another team's call into a trace by
 // naming its completion id.
 
-// sdkSources are the attributes.weave.source values of the Weave SDKs.
+// isDeadlock reports whether err is PostgreSQL's deadlock_detected.
+func isDeadlock(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "40P01"
+}
+
+// isSDKSource reports whether an attributes.weave.source value names a
+// Weave SDK.
 func isSDKSource(s string) bool { return s == "js-sdk" || s == "python-sdk" }
 
 // completionID returns the completion id a traced OpenAI call's output
@@ -153,72 +164,63 @@ type sdkLink struct {
 }
 
 // linkGatewayCompletions links each record's completion to its gateway
-// call and returns the records whose completion an SDK call stands for
-// already, by index: their calls are folded into those SDK calls here and
-// must not be inserted. It costs a batch two statements (per 64 records),
-// whatever the batch holds.
-func linkGatewayCompletions(ctx context.Context, c conn, recs []accounting.Record, projects map[[2]string]int64) (map[int]bool, error) {
+// call, just inserted, and folds the calls whose completion an SDK call
+// stands for already into those SDK calls (deleting the gateway's row).
+// It costs a batch two statements per 64 records when nothing folds.
+//
+// Its statements run on the transaction's own connection, never prepared
+// on the pool: once a link's row is locked, an SDK ingest of the same
+// completion waits for this transaction, and on PostgreSQL a transaction
+// that then needed a second connection of a pool the waiting ingests hold
+// would wait for them in turn.
+func linkGatewayCompletions(ctx context.Context, c conn, recs []accounting.Record, projects map[[2]string]int64) error {
 	var linked []int
 	for i := range recs {
 		if recs[i].CompletionID != "" {
 			linked = append(linked, i)
 		}
 	}
-	if len(linked) == 0 {
-		return nil, nil
-	}
-	err := insertCompletionLink.exec(ctx, c, len(linked), func(args []any, k int) ([]any, error) {
-		i := linked[k]
-		tp := recordProject(&recs[i])
-		return append(args, tp[0], recs[i].CompletionID, projects[tp], recs[i].CallID, false), nil
+	// In key order, so that two batches linking the same completions lock
+	// them in the same order.
+	slices.SortFunc(linked, func(a, b int) int {
+		return cmp.Or(strings.Compare(recordProject(&recs[a])[0], recordProject(&recs[b])[0]),
+			strings.Compare(recs[a].CompletionID, recs[b].CompletionID))
 	})
-	if err != nil {
-		return nil, fmt.Errorf("link completions: %w", err)
-	}
-	// Which of them an SDK call holds: the links this batch did not insert.
 	held := make(map[[2]string]sdkLink)
 	for start := 0; start < len(linked); start += rowsPerInsert {
 		part := linked[start:min(start+rowsPerInsert, len(linked))]
-		args := make([]any, 0, 2*len(part)+1)
-		args = append(args, true)
+		args := make([]any, 0, insertCompletionLink.cols*len(part))
+		for _, i := range part {
+			tp := recordProject(&recs[i])
+			args = append(args, tp[0], recs[i].CompletionID, projects[tp], recs[i].CallID, false)
+		}
+		if _, err := c.exec(ctx, insertCompletionLink.sql(len(part)), args...); err != nil {
+			return fmt.Errorf("link completions: %w", err)
+		}
+		// Which of them an SDK call holds: links this batch did not insert.
+		args = append(args[:0], true)
 		for _, i := range part {
 			args = append(args, recordProject(&recs[i])[0])
 		}
 		for _, i := range part {
 			args = append(args, recs[i].CompletionID)
 		}
-		rows, err := c.query(ctx, `SELECT entity, completion_id, project_id, call_id FROM call_completions
-			WHERE sdk = ? AND entity IN (`+tracePlaceholders(len(part))+`) AND completion_id IN (`+tracePlaceholders(len(part))+`)`, args...)
-		if err != nil {
-			return nil, fmt.Errorf("link completions: %w", err)
-		}
-		for rows.Next() {
-			var key [2]string
-			var l sdkLink
-			if err := rows.Scan(&key[0], &key[1], &l.projectID, &l.callID); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("link completions: %w", err)
-			}
-			held[key] = l
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, fmt.Errorf("link completions: %w", err)
+		if err := readSDKLinks(ctx, c, len(part), args, held); err != nil {
+			return err
 		}
 	}
-	if len(held) == 0 {
-		return nil, nil
-	}
-	skip := make(map[int]bool, len(held))
 	for _, i := range linked {
-		l, ok := held[[2]string{recordProject(&recs[i])[0], recs[i].CompletionID}]
+		tp := recordProject(&recs[i])
+		l, ok := held[[2]string{tp[0], recs[i].CompletionID}]
 		if !ok {
 			continue
 		}
-		skip[i] = true
+		if _, err := c.exec(ctx, `DELETE FROM calls WHERE project_id = ? AND id = ?`, projects[tp], recs[i].CallID); err != nil {
+			return fmt.Errorf("fold gateway call: %w", err)
+		}
 		gwAttrs, err := gatewayAttributesJSON(&recs[i])
 		if err != nil {
-			return nil, fmt.Errorf("link completions: %w", err)
+			return fmt.Errorf("fold gateway call: %w", err)
 		}
 		var attrs []byte
 		err = c.queryRow(ctx, `SELECT attributes FROM calls WHERE project_id = ? AND id = ?`, l.projectID, l.callID).Scan(&attrs)
@@ -226,11 +228,34 @@ func linkGatewayCompletions(ctx context.Context, c conn, recs []accounting.Recor
 			continue // the SDK call was deleted since
 		}
 		if err != nil {
-			return nil, fmt.Errorf("link completions: %w", err)
+			return fmt.Errorf("fold gateway call: %w", err)
 		}
 		if err := foldGatewayAttributes(ctx, c, l.projectID, l.callID, attrs, gwAttrs, recs[i].CallID); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return skip, nil
+	return nil
+}
+
+// readSDKLinks adds to held the SDK links among n (entity, completion)
+// pairs: args are true, the n entities, then the n completion ids.
+func readSDKLinks(ctx context.Context, c conn, n int, args []any, held map[[2]string]sdkLink) error {
+	rows, err := c.query(ctx, `SELECT entity, completion_id, project_id, call_id FROM call_completions
+		WHERE sdk = ? AND entity IN (`+tracePlaceholders(n)+`) AND completion_id IN (`+tracePlaceholders(n)+`)`, args...)
+	if err != nil {
+		return fmt.Errorf("link completions: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var key [2]string
+		var l sdkLink
+		if err := rows.Scan(&key[0], &key[1], &l.projectID, &l.callID); err != nil {
+			return fmt.Errorf("link completions: %w", err)
+		}
+		held[key] = l
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("link completions: %w", err)
+	}
+	return nil
 }

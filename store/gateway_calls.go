@@ -106,18 +106,8 @@ func insertGatewayCalls(ctx context.Context, c conn, recs []accounting.Record) e
 			recs[i].CallID = u.String()
 		}
 	}
-	folded, err := linkGatewayCompletions(ctx, c, recs, projects)
-	if err != nil {
-		return fmt.Errorf("insert gateway calls: %w", err)
-	}
-	kept := make([]int, 0, len(recs))
-	for i := range recs {
-		if !folded[i] {
-			kept = append(kept, i)
-		}
-	}
-	err = insertGatewayCall.exec(ctx, c, len(kept), func(args []any, k int) ([]any, error) {
-		rec := &recs[kept[k]]
+	err = insertGatewayCall.exec(ctx, c, len(recs), func(args []any, i int) ([]any, error) {
+		rec := &recs[i]
 		args, err := appendGatewayCallArgs(args, projects[recordProject(rec)], rec)
 		if err != nil {
 			return nil, fmt.Errorf("call %s: %w", rec.CallID, err)
@@ -125,6 +115,11 @@ func insertGatewayCalls(ctx context.Context, c conn, recs []accounting.Record) e
 		return args, nil
 	})
 	if err != nil {
+		return fmt.Errorf("insert gateway calls: %w", err)
+	}
+	// Last, so that the links' row locks are taken after every statement
+	// that may need a connection of the pool (see linkGatewayCompletions).
+	if err := linkGatewayCompletions(ctx, c, recs, projects); err != nil {
 		return fmt.Errorf("insert gateway calls: %w", err)
 	}
 	return nil

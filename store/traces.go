@@ -211,7 +211,24 @@ const (
 // whose call has not started is kept in call_ends, and the start applies
 // it, so that the order in which an SDK's batches (or the items of one
 // batch) arrive changes nothing.
+//
+// On PostgreSQL a batch that links completions may deadlock with the
+// gateway's usage writer linking the same ones in another order; the
+// database then aborts one of the two, and this side tries again (every
+// write of a batch is idempotent).
 func (d *DB) WriteCalls(ctx context.Context, writes []admin.CallWrite) ([]string, error) {
+	for attempt := 1; ; attempt++ {
+		traces, err := d.writeCallsOnce(ctx, writes)
+		if err == nil || !isDeadlock(err) || attempt == writeCallsAttempts {
+			return traces, err
+		}
+	}
+}
+
+// writeCallsAttempts bounds WriteCalls' tries after deadlocks.
+const writeCallsAttempts = 3
+
+func (d *DB) writeCallsOnce(ctx context.Context, writes []admin.CallWrite) ([]string, error) {
 	tx, c, err := d.begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("write calls: %w", err)
