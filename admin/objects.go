@@ -216,8 +216,8 @@ func (s *Service) objsQuery(ctx context.Context, rc *fasthttp.RequestCtx, key *a
 	q.MetadataOnly = v.optBool(body, "metadata_only", bodyLoc, false)
 	for _, srt := range parseDocSort(&v, body["sort_by"], at(bodyLoc, "sort_by")) {
 		f := strings.Join(srt.Field, ".")
-		if !contains(weave.ObjectSortFields, f) {
-			v.add(at(bodyLoc, "sort_by"), "value_error", "Value error, objects sort by "+strings.Join(weave.ObjectSortFields, ", "), f)
+		if !weave.IsObjectSortField(f) {
+			v.add(at(bodyLoc, "sort_by"), "value_error", "Value error, objects sort by "+weave.ObjectSortFieldNames, f)
 			continue
 		}
 		q.SortBy = append(q.SortBy, weave.ObjectSort{Field: f, Desc: srt.Desc})

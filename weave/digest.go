@@ -83,7 +83,9 @@ func AppendCanonical(dst []byte, v any) ([]byte, error) {
 		for k := range x {
 			keys = append(keys, k)
 		}
-		sort.Slice(keys, func(i, j int) bool { return lessCodePoints(keys[i], keys[j]) })
+		// Python sorts str keys by code point; Go's bytewise order of
+		// UTF-8 is the same order.
+		sort.Strings(keys)
 		dst = append(dst, '{')
 		for i, k := range keys {
 			if i > 0 {
@@ -100,10 +102,6 @@ func AppendCanonical(dst []byte, v any) ([]byte, error) {
 	}
 	return nil, fmt.Errorf("canonical json: unsupported type %T", v)
 }
-
-// lessCodePoints orders strings as Python sorts str keys: by code point.
-// Go's < on valid UTF-8 gives the same order.
-func lessCodePoints(a, b string) bool { return a < b }
 
 const hexDigits = "0123456789abcdef"
 

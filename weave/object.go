@@ -23,9 +23,9 @@ func KindOf(val any) string {
 	return KindObject
 }
 
-// baseObjectClassNames are the classes directly under pydantic's BaseModel
-// that make a value a Weave object with classes.
-var baseObjectClassNames = map[string]bool{"BaseObject": true, "Object": true}
+// isBaseObjectClass reports whether class, directly under pydantic's
+// BaseModel, makes a value a Weave object with classes.
+func isBaseObjectClass(class string) bool { return class == "BaseObject" || class == "Object" }
 
 // ObjectClasses returns the leaf and base classes of a value saved from a
 // weave.Object subclass: its _class_name, and the first class under
@@ -41,7 +41,7 @@ func ObjectClasses(val any) (leaf, base *string) {
 	}
 	last, _ := raw[len(raw)-1].(string)
 	second, _ := raw[len(raw)-2].(string)
-	if last != "BaseModel" || !baseObjectClassNames[second] {
+	if last != "BaseModel" || !isBaseObjectClass(second) {
 		return nil, nil
 	}
 	name, ok := m["_class_name"].(string)

@@ -89,14 +89,25 @@ type ObjectQuery struct {
 	MetadataOnly bool
 }
 
-// ObjectSort orders an object listing by Field, one of ObjectSortFields.
+// ObjectSort orders an object listing by Field, one of the fields
+// IsObjectSortField accepts.
 type ObjectSort struct {
 	Field string
 	Desc  bool
 }
 
-// ObjectSortFields are the fields object listings sort by.
-var ObjectSortFields = []string{"object_id", "created_at", "version_index"}
+// ObjectSortFieldNames names the fields object listings sort by, for
+// error messages.
+const ObjectSortFieldNames = "object_id, created_at, version_index"
+
+// IsObjectSortField reports whether object listings sort by field.
+func IsObjectSortField(field string) bool {
+	switch field {
+	case "object_id", "created_at", "version_index":
+		return true
+	}
+	return false
+}
 
 // TableRow is one row of a table: its digest and value.
 type TableRow struct {
