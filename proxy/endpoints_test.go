@@ -151,6 +151,11 @@ func (f *fakeUpstream) serve(w http.ResponseWriter, r *http.Request) {
 			reply(w, 200, fmt.Sprintf(`{"id":%q,"object":"response","deleted":true}`, id))
 		case sub == "cancel":
 			reply(w, 200, fmt.Sprintf(`{"id":%q,"object":"response","status":"cancelled","backend":%q}`, id, f.name))
+		case r.URL.Query().Get("stream") == "true": // a background response's events, replayed
+			f.stream(w, "response.", []string{
+				fmt.Sprintf(`{"type":"response.output_text.delta","sequence_number":1,"item_id":"msg_1","output_index":0,"content_index":0,"delta":"%s"}`, f.name),
+				fmt.Sprintf(`{"type":"response.completed","sequence_number":2,"response":{"id":%q,"object":"response","status":"completed"}}`, id),
+			}, false)
 		default:
 			reply(w, 200, fmt.Sprintf(`{"id":%q,"object":"response","status":"completed","model":"up/demo","backend":%q}`, id, f.name))
 		}
@@ -795,4 +800,37 @@ func TestStoredResponseUnknownToGateway(t *testing.T) {
 	if n := len(s.upstreamCalls()); n != before {
 		t.Errorf("an invalid id reached a backend")
 	}
+}
+
+func TestStoredResponseStreamReplay(t *testing.T) {
+	s := newSurface(t)
+	r := s.do(http.MethodPost, "/v1/responses", `{"model":"demo","input":"hi","background":true}`)
+	if r.status != 200 {
+		t.Fatalf("reply %d %s", r.status, r.body)
+	}
+	id := r.json("id").String()
+	owner := s.recorder.wait(t, 1).Backend
+	replay := s.do(http.MethodGet, "/v1/responses/"+id+"?stream=true&starting_after=0", "")
+	if replay.status != 200 || !strings.HasPrefix(replay.header.Get("Content-Type"), "text/event-stream") {
+		t.Fatalf("replay %d %q %s", replay.status, replay.header.Get("Content-Type"), replay.body)
+	}
+	types, data := responsesStreamEvents(t, replay.body)
+	if strings.Join(types, ",") != "response.output_text.delta,response.completed" || gjson.Get(data[0], "delta").String() != owner {
+		t.Fatalf("replayed %v %v, want the events of backend %s", types, data, owner)
+	}
+	var got upstreamCall
+	for _, c := range s.upstreamCalls() {
+		if c.method == http.MethodGet {
+			got = c
+		}
+	}
+	if got.path != "/v1/responses/"+id || got.query != "stream=true&starting_after=0" {
+		t.Errorf("upstream received GET %s?%s", got.path, got.query)
+	}
+	// Once over, the replay holds no backend slot.
+	pollUntil(t, "the replay to release its backend slot", 5*time.Second, func() bool {
+		ready := s.do(http.MethodGet, "/readyz", "")
+		return ready.json("backends.#(name==\""+owner+"\").in_flight").Exists() &&
+			ready.json("backends.#(name==\""+owner+"\").in_flight").Int() == 0
+	})
 }

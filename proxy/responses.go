@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"bytes"
+	"errors"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -132,8 +134,10 @@ func (s *Server) storedResponse(ctx *fasthttp.RequestCtx, st *state, rawID []byt
 				Message: "Backend " + b.Name + " is at its concurrency limit; retry shortly.", RetryAfter: time.Second}
 			continue
 		}
-		status, e := s.storedResponseAttempt(ctx, st, b, id, suffix, requestID)
-		b.Release()
+		status, streaming, e := s.storedResponseAttempt(ctx, st, b, id, suffix, requestID)
+		if !streaming {
+			b.Release()
+		}
 		switch {
 		case e == nil:
 			if known == "" {
@@ -160,14 +164,23 @@ func (s *Server) storedResponse(ctx *fasthttp.RequestCtx, st *state, rawID []byt
 }
 
 // storedResponseAttempt sends the client's request about response id to b
-// and copies a non-error answer into ctx. It returns the upstream status
-// and, for anything but a 2xx, the error to answer.
-func (s *Server) storedResponseAttempt(ctx *fasthttp.RequestCtx, st *state, b *backends.Backend, id, suffix, requestID string) (int, *apiError) {
+// and copies a non-error answer into ctx. It returns the upstream status,
+// whether the answer is a stream that now holds b's slot (GET
+// …?stream=true replays a background response's events), and, for anything
+// but a 2xx, the error to answer.
+func (s *Server) storedResponseAttempt(ctx *fasthttp.RequestCtx, st *state, b *backends.Backend, id, suffix, requestID string) (int, bool, *apiError) {
 	started := time.Now()
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseResponse(resp)
+	streaming := false
+	defer func() {
+		if !streaming {
+			resp.CloseBodyStream() //nolint:errcheck // released either way
+			fasthttp.ReleaseResponse(resp)
+		}
+	}()
+	resp.StreamBody = ctx.IsGet() && suffix == "" && string(ctx.QueryArgs().Peek("stream")) == "true"
 	forwardHeaders(&req.Header, &ctx.Request.Header)
 	req.Header.Set(headerRequestID, requestID)
 	b.PrepareResponse(req, string(ctx.Method()), id, suffix)
@@ -179,7 +192,7 @@ func (s *Server) storedResponseAttempt(ctx *fasthttp.RequestCtx, st *state, b *b
 	}
 	if err := b.Do(req, resp); err != nil {
 		b.ReportFailure()
-		return 0, upstreamError(err, b.Name)
+		return 0, false, upstreamError(err, b.Name)
 	}
 	status := resp.StatusCode()
 	if status >= 500 {
@@ -187,21 +200,96 @@ func (s *Server) storedResponseAttempt(ctx *fasthttp.RequestCtx, st *state, b *b
 	} else {
 		b.ReportSuccess(time.Since(started))
 	}
+	if resp.StreamBody && status >= 200 && status <= 299 && hasPrefixFold(resp.Header.ContentType(), eventStream) {
+		if s.streams.Add(1) > int64(st.cfg.Server.MaxStreams) {
+			s.streams.Add(-1)
+			resp.SetConnectionClose()
+			return status, false, &apiError{Status: fasthttp.StatusServiceUnavailable, Type: "api_error", Code: "too_many_streams",
+				Message: "The gateway is at its limit of concurrent streams; retry shortly.", RetryAfter: time.Second}
+		}
+		streaming = true
+		s.startStoredStream(ctx, resp, b)
+		return status, true, nil
+	}
+	body, err := replyBody(resp, st.cfg.Server.MaxResponseBytes)
+	if err != nil {
+		resp.SetConnectionClose()
+		return status, false, &apiError{Status: fasthttp.StatusBadGateway, Type: "api_error", Code: "upstream_error",
+			Message: "Backend " + b.Name + " answered with a body over the gateway's limit of " + strconv.Itoa(st.cfg.Server.MaxResponseBytes) + " bytes."}
+	}
 	if status < 200 || status > 299 {
-		e := normalizeUpstreamError(status, resp.Body(), b.Name)
+		e := normalizeUpstreamError(status, body, b.Name)
 		if status == fasthttp.StatusNotFound {
 			e = responseNotFound(id, e)
 		}
-		return status, e
+		return status, false, e
 	}
 	ctx.SetStatusCode(status)
 	ctx.Response.Header.SetContentTypeBytes(resp.Header.ContentType())
-	if public := publicModelOf(st, b, resp.Body()); public != nil {
-		ctx.Response.SetBodyRaw(rewriteModel(nil, resp.Body(), public))
+	if public := publicModelOf(st, b, body); public != nil {
+		ctx.Response.SetBodyRaw(rewriteModel(nil, body, public))
 	} else {
-		ctx.Response.SetBody(resp.Body())
+		ctx.Response.SetBody(body)
 	}
-	return status, nil
+	return status, false, nil
+}
+
+// errReplyTooLarge is a reply body past server.max_response_bytes.
+var errReplyTooLarge = errors.New("reply body too large")
+
+// replyBody is resp's body; one asked for as a stream but answered
+// otherwise is read to its end, within limit bytes.
+func replyBody(resp *fasthttp.Response, limit int) ([]byte, error) {
+	if !resp.StreamBody || resp.BodyStream() == nil {
+		return resp.Body(), nil
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.BodyStream(), int64(limit)+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(body) > limit {
+		return nil, errReplyTooLarge
+	}
+	return body, nil
+}
+
+// storedStream passes a stored response's events, replayed by the backend
+// holding it, to the client as they come. It holds the backend's slot and
+// a stream slot until the replay ends. The events are not accounted: the
+// response was metered when it was made.
+type storedStream struct {
+	srv     *Server
+	resp    *fasthttp.Response
+	backend *backends.Backend
+	body    io.Reader
+}
+
+func (s *Server) startStoredStream(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, b *backends.Backend) {
+	ctx.SetStatusCode(resp.StatusCode())
+	ctx.Response.Header.SetContentTypeBytes(eventStream)
+	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
+	ctx.Response.Header.Set("X-Accel-Buffering", "no")
+	ctx.Response.ImmediateHeaderFlush = true
+	ctx.Response.SetBodyStream(&storedStream{srv: s, resp: resp, backend: b, body: resp.BodyStream()}, -1)
+	s.metrics.streamsInFlight.Inc()
+}
+
+func (ss *storedStream) Read(p []byte) (int, error) { return ss.body.Read(p) }
+
+// CloseWithError ends the replay; fasthttp calls it once, with the error
+// that stopped writing to the client (nil at the end of the stream).
+func (ss *storedStream) CloseWithError(clientErr error) error {
+	if clientErr != nil {
+		// The upstream body was not read to its end: the connection
+		// cannot be reused, and closing it stops the replay upstream.
+		ss.resp.SetConnectionClose()
+	}
+	ss.resp.CloseBodyStream() //nolint:errcheck // the connection is closed or released either way
+	fasthttp.ReleaseResponse(ss.resp)
+	ss.backend.Release()
+	ss.srv.streams.Add(-1)
+	ss.srv.metrics.streamsInFlight.Dec()
+	return nil
 }
 
 // publicModelOf is the quoted public id to show in place of the upstream
