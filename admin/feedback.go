@@ -252,7 +252,13 @@ func (s *Service) feedbackQuery(ctx context.Context, rc *fasthttp.RequestCtx, ke
 	}
 	docs := []map[string]any{}
 	if found {
-		items, err := s.weave.ListFeedback(ctx, proj.ID)
+		var refs []string
+		if q.expr != nil {
+			if vals, ok := q.expr.Values("weave_ref"); ok {
+				refs = append(make([]string, 0, len(vals)), vals...)
+			}
+		}
+		items, err := s.weave.ListFeedback(ctx, proj.ID, refs)
 		if err != nil {
 			return internalError(err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"sort"
 
 	"github.com/tollgate-dev/tollgate/weave"
 )
@@ -25,21 +26,47 @@ func (d *DB) PutFeedback(ctx context.Context, f weave.Feedback) error {
 	return nil
 }
 
-// ListFeedback returns the project's feedback, oldest first.
-func (d *DB) ListFeedback(ctx context.Context, projectID int64) ([]weave.Feedback, error) {
-	rows, err := d.conn().query(ctx, `SELECT id, weave_ref, wb_user_id, creator, created_at, feedback_type,
+// ListFeedback returns the project's feedback on weaveRefs (all of it when
+// nil), oldest first. A list of refs reads through weave_feedback_ref, a
+// bounded number of refs per statement.
+func (d *DB) ListFeedback(ctx context.Context, projectID int64, weaveRefs []string) ([]weave.Feedback, error) {
+	if weaveRefs == nil {
+		return d.listFeedback(ctx, sqlFrag{sql: `project_id = ?`, args: []any{projectID}})
+	}
+	var out []weave.Feedback
+	for len(weaveRefs) > 0 {
+		n := min(len(weaveRefs), maxRowsPerStatement)
+		part, err := d.listFeedback(ctx, joinSQL(" AND ",
+			sqlFrag{sql: `project_id = ?`, args: []any{projectID}}, inStrings("weave_ref", weaveRefs[:n])))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, part...)
+		weaveRefs = weaveRefs[n:]
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
+			return out[i].CreatedAt.Before(out[j].CreatedAt)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, nil
+}
+
+func (d *DB) listFeedback(ctx context.Context, where sqlFrag) ([]weave.Feedback, error) {
+	rows, err := d.conn().query(ctx, `SELECT project_id, id, weave_ref, wb_user_id, creator, created_at, feedback_type,
 		payload, annotation_ref, runnable_ref, call_ref, trigger_ref
-		FROM weave_feedback WHERE project_id = ? ORDER BY created_at, id`, projectID)
+		FROM weave_feedback WHERE `+where.sql+` ORDER BY created_at, id`, where.args...)
 	if err != nil {
 		return nil, fmt.Errorf("list feedback: %w", err)
 	}
 	defer rows.Close()
 	var out []weave.Feedback
 	for rows.Next() {
-		f := weave.Feedback{ProjectID: projectID}
+		var f weave.Feedback
 		var creator, annotation, runnable, call, trigger sql.NullString
 		var created, payload string
-		if err := rows.Scan(&f.ID, &f.WeaveRef, &f.WBUserID, &creator, &created, &f.FeedbackType,
+		if err := rows.Scan(&f.ProjectID, &f.ID, &f.WeaveRef, &f.WBUserID, &creator, &created, &f.FeedbackType,
 			&payload, &annotation, &runnable, &call, &trigger); err != nil {
 			return nil, fmt.Errorf("list feedback: %w", err)
 		}

@@ -264,9 +264,23 @@ func TestTablesFilesFeedbackCosts(t *testing.T) {
 		if err := db.ReplaceFeedback(ctx, "f1", fb2); !errors.Is(err, weave.ErrNotFound) {
 			t.Fatalf("replacing a replaced item: %v, want ErrNotFound", err)
 		}
-		items, err := db.ListFeedback(ctx, p.ID)
+		items, err := db.ListFeedback(ctx, p.ID, nil)
 		if err != nil || len(items) != 1 || items[0].ID != "f2" || string(items[0].Payload) != `{"s":2}` {
 			t.Fatalf("feedback = %+v, %v", items, err)
+		}
+		other := fb
+		other.ID, other.WeaveRef = "f3", "weave:///acme/data/call/c2"
+		if err := db.PutFeedback(ctx, other); err != nil {
+			t.Fatal(err)
+		}
+		if byRef, err := db.ListFeedback(ctx, p.ID, []string{"weave:///acme/data/call/c2", "weave:///acme/data/call/none"}); err != nil || len(byRef) != 1 || byRef[0].ID != "f3" {
+			t.Fatalf("feedback on c2 = %+v, %v", byRef, err)
+		}
+		if none, err := db.ListFeedback(ctx, p.ID, []string{}); err != nil || len(none) != 0 {
+			t.Fatalf("feedback on no ref = %+v, %v", none, err)
+		}
+		if n, err := db.DeleteFeedback(ctx, p.ID, []string{"f3"}); err != nil || n != 1 {
+			t.Fatalf("delete f3 = %d, %v", n, err)
 		}
 		if n, err := db.DeleteFeedback(ctx, p.ID, []string{"f2", "f9"}); err != nil || n != 1 {
 			t.Fatalf("delete feedback = %d, %v", n, err)

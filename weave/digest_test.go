@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -237,4 +238,28 @@ func mustExpr(t *testing.T, s string) Expr {
 		t.Fatal(err)
 	}
 	return x
+}
+
+func TestExprValues(t *testing.T) {
+	tests := []struct {
+		expr string
+		want []string
+		ok   bool
+	}{
+		{`{"$eq":[{"$getField":"weave_ref"},{"$literal":"r1"}]}`, []string{"r1"}, true},
+		{`{"$in":[{"$getField":"weave_ref"},[{"$literal":"r1"},{"$literal":"r2"}]]}`, []string{"r1", "r2"}, true},
+		{`{"$and":[{"$eq":[{"$getField":"feedback_type"},{"$literal":"x"}]},{"$eq":[{"$literal":"r3"},{"$getField":"weave_ref"}]}]}`, []string{"r3"}, true},
+		{`{"$or":[{"$eq":[{"$getField":"weave_ref"},{"$literal":"a"}]},{"$eq":[{"$getField":"weave_ref"},{"$literal":"b"}]}]}`, []string{"a", "b"}, true},
+		{`{"$or":[{"$eq":[{"$getField":"weave_ref"},{"$literal":"a"}]},{"$eq":[{"$getField":"id"},{"$literal":"b"}]}]}`, nil, false},
+		{`{"$not":[{"$eq":[{"$getField":"weave_ref"},{"$literal":"a"}]}]}`, nil, false},
+		{`{"$gt":[{"$getField":"weave_ref"},{"$literal":"a"}]}`, nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.expr, func(t *testing.T) {
+			got, ok := mustExpr(t, tt.expr).Values("weave_ref")
+			if ok != tt.ok || strings.Join(got, ",") != strings.Join(tt.want, ",") {
+				t.Fatalf("Values = %v, %v; want %v, %v", got, ok, tt.want, tt.ok)
+			}
+		})
+	}
 }

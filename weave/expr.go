@@ -492,3 +492,71 @@ func idLiteral(f, l node) (string, bool) {
 	s, ok := lit.v.(string)
 	return s, ok
 }
+
+// Values returns the string values an expression restricts field to, when
+// it does: an $eq or $in on the field with string literals, an $and with
+// such a part, or an $or all of whose parts are such. Stores use it to
+// read only the candidates (by an indexed column) before Match filters
+// them; false means every document is a candidate.
+func (e Expr) Values(field string) ([]string, bool) {
+	return valuesOf(e.root, field)
+}
+
+func valuesOf(n node, field string) ([]string, bool) {
+	isField := func(x node) bool {
+		g, ok := x.(getField)
+		return ok && len(g) == 1 && g[0] == field
+	}
+	str := func(x node) (string, bool) {
+		l, ok := x.(literal)
+		if !ok {
+			return "", false
+		}
+		s, ok := l.v.(string)
+		return s, ok
+	}
+	switch x := n.(type) {
+	case compare:
+		if x.op != "$eq" {
+			return nil, false
+		}
+		if s, ok := str(x.b); ok && isField(x.a) {
+			return []string{s}, true
+		}
+		if s, ok := str(x.a); ok && isField(x.b) {
+			return []string{s}, true
+		}
+	case in:
+		if !isField(x.left) {
+			return nil, false
+		}
+		out := make([]string, 0, len(x.vals))
+		for _, v := range x.vals {
+			s, ok := str(v)
+			if !ok {
+				return nil, false
+			}
+			out = append(out, s)
+		}
+		return out, true
+	case logic:
+		if x.and {
+			for _, op := range x.ops {
+				if vals, ok := valuesOf(op, field); ok {
+					return vals, true
+				}
+			}
+			return nil, false
+		}
+		var out []string
+		for _, op := range x.ops {
+			vals, ok := valuesOf(op, field)
+			if !ok {
+				return nil, false
+			}
+			out = append(out, vals...)
+		}
+		return out, len(x.ops) > 0
+	}
+	return nil, false
+}

@@ -195,8 +195,9 @@ type Store interface {
 
 	// PutFeedback stores a new feedback item.
 	PutFeedback(ctx context.Context, f Feedback) error
-	// ListFeedback returns the project's feedback, oldest first.
-	ListFeedback(ctx context.Context, projectID int64) ([]Feedback, error)
+	// ListFeedback returns the project's feedback on the given refs (all
+	// of it when weaveRefs is nil), oldest first.
+	ListFeedback(ctx context.Context, projectID int64, weaveRefs []string) ([]Feedback, error)
 	// DeleteFeedback deletes feedback by id and returns how many were.
 	DeleteFeedback(ctx context.Context, projectID int64, ids []string) (int, error)
 	// ReplaceFeedback deletes the feedback oldID and stores f, atomically;
