@@ -1,13 +1,17 @@
 package backends
 
 import (
+	"bytes"
 	"errors"
+	"io"
+	"net"
 	"testing"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/tollgate-dev/tollgate/backends/hostile"
+	"github.com/tollgate-dev/tollgate/backends/simulated"
 	"github.com/tollgate-dev/tollgate/config"
 )
 
@@ -111,4 +115,60 @@ func TestDoAbortable(t *testing.T) {
 			fasthttp.ReleaseResponse(resp)
 		}
 	})
+}
+
+// TestStreamConnectionReuse reads streamed replies through the abortable
+// transport: a stream read to its end gives its connection back for the
+// next request; one closed early closes it.
+func TestStreamConnectionReuse(t *testing.T) {
+	sim := simulated.New(simulated.Options{Tokens: 3})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- sim.Serve(ln) }()
+	b, err := newBackend(config.Backend{Name: "s", URL: "http://" + ln.Addr().String() + "/v1", MaxConns: 4,
+		Timeouts: config.BackendTimeouts{Connect: time.Second, FirstByte: time.Minute, Idle: time.Minute, Total: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Guard(1 << 20)
+	t.Cleanup(func() {
+		b.client.CloseIdleConnections()
+		if err := sim.Shutdown(); err != nil {
+			t.Error(err)
+		}
+		<-done
+	})
+	stream := func(readAll bool) {
+		t.Helper()
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		defer fasthttp.ReleaseRequest(req)
+		defer fasthttp.ReleaseResponse(resp)
+		b.PrepareChat(req)
+		req.SetBodyString(`{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}`)
+		resp.StreamBody = true
+		var a Abort
+		if err := b.DoAbortable(req, resp, &a); err != nil || resp.StatusCode() != 200 {
+			t.Fatalf("err %v, status %d", err, resp.StatusCode())
+		}
+		if readAll {
+			body, err := io.ReadAll(resp.BodyStream())
+			if err != nil || !bytes.Contains(body, []byte("[DONE]")) {
+				t.Fatalf("stream body %q, %v", body, err)
+			}
+		}
+		b.CloseStream(resp, !readAll)
+	}
+	for range 3 {
+		stream(true)
+	}
+	if n := b.client.ConnsCount(); n != 1 {
+		t.Errorf("%d connections after three streams read to their end, want the one reused", n)
+	}
+	stream(false)
+	if n := b.client.ConnsCount(); n != 0 {
+		t.Errorf("%d connections after a stream closed early, want its connection closed", n)
+	}
 }

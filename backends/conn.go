@@ -1,6 +1,7 @@
 package backends
 
 import (
+	"bufio"
 	"errors"
 	"io"
 	"net"
@@ -108,15 +109,32 @@ func (a *Abort) unbind() {
 	a.mu.Unlock()
 }
 
-// abortableTransport is the HostClient's transport. A non-streamed round
-// trip registered with an Abort is run here, on a connection the Abort can
-// close; everything else (streams, health probes) takes fasthttp's own
-// transport. It is fasthttp's transport.RoundTrip for a buffered body,
-// written against HostClient's exported connection API.
+// abortableTransport is the HostClient's transport. A round trip
+// registered with an Abort (see DoAbortable) is run here, on a connection
+// the Abort can close until the response headers (and, unless streamed,
+// the body) are in; everything else (health probes, stored responses)
+// takes fasthttp's own transport. It is fasthttp's transport.RoundTrip
+// written against HostClient's exported connection API. A streamed body
+// is fasthttp's own body stream, read from the connection; the connection
+// is given back by CloseStream, since fasthttp's wrapper that does it is
+// not exported.
 type abortableTransport struct {
 	// trips maps the *fasthttp.Request of a registered round trip to its
 	// *abortableTrip.
 	trips sync.Map
+	// streams maps the *fasthttp.Response of an open streamed body to the
+	// *openStream holding its connection.
+	streams sync.Map
+}
+
+// openStream is the connection under a streamed body.
+type openStream struct {
+	hc *fasthttp.HostClient
+	br *bufio.Reader
+	// release gives the connection back to the pool, or closes it.
+	release func(closeConn bool)
+	// closeConn says the connection must not be reused whatever happens.
+	closeConn bool
 }
 
 type abortableTrip struct {
@@ -126,7 +144,7 @@ type abortableTrip struct {
 
 func (t *abortableTransport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) (bool, error) {
 	v, ok := t.trips.Load(req)
-	if !ok || resp.StreamBody {
+	if !ok {
 		return fasthttp.DefaultTransport.RoundTrip(hc, req, resp)
 	}
 	trip := v.(*abortableTrip)
@@ -168,8 +186,8 @@ func (t *abortableTransport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Re
 	}
 	br := hc.AcquireReader(conn)
 	err = resp.ReadLimitBody(br, hc.MaxResponseBodySize)
-	hc.ReleaseReader(br)
 	if err != nil {
+		hc.ReleaseReader(br)
 		// A body over MaxResponseBodySize is not read further: closing
 		// the connection is what stops the backend sending it.
 		hc.CloseConn(cc)
@@ -178,6 +196,18 @@ func (t *abortableTransport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Re
 		}
 		return !errors.Is(err, fasthttp.ErrBodyTooLarge), err
 	}
+	if resp.StreamBody && resp.BodyStream() != nil {
+		t.streams.Store(resp, &openStream{hc: hc, br: br, closeConn: req.ConnectionClose() || resp.ConnectionClose(),
+			release: func(closeConn bool) {
+				if closeConn {
+					hc.CloseConn(cc)
+				} else {
+					hc.ReleaseConn(cc)
+				}
+			}})
+		return false, nil
+	}
+	hc.ReleaseReader(br)
 	if req.ConnectionClose() || resp.ConnectionClose() {
 		hc.CloseConn(cc)
 	} else {
@@ -201,12 +231,14 @@ func (b *Backend) Guard(maxResponseBytes int) {
 	b.client.Transport = &abortableTransport{}
 }
 
-// DoAbortable is Do for a non-streamed request that abort can cut short:
-// once abort.Abort is called the upstream connection is closed and
-// DoAbortable returns an AbortedError. Without Guard it is Do.
+// DoAbortable is Do for a request that abort can cut short: once
+// abort.Abort is called, until the reply's headers (or, unless streamed,
+// its whole body) are in, the upstream connection is closed and
+// DoAbortable returns an AbortedError. A streamed body must be closed with
+// CloseStream. Without Guard it is Do.
 func (b *Backend) DoAbortable(req *fasthttp.Request, resp *fasthttp.Response, abort *Abort) error {
 	t, ok := b.client.Transport.(*abortableTransport)
-	if !ok || resp.StreamBody {
+	if !ok {
 		return b.Do(req, resp)
 	}
 	deadline := time.Now().Add(b.timeouts.Total)
@@ -238,15 +270,31 @@ func (b *Backend) BufferBody(resp *fasthttp.Response) error {
 	} else {
 		body, err = io.ReadAll(bs)
 	}
-	if err != nil {
-		// The rest of the body was not read: the connection cannot be
-		// reused.
-		resp.SetConnectionClose()
-	}
-	_ = resp.CloseBodyStream() // releases or closes the connection
+	// Unless the body was read to its end, the connection cannot be
+	// reused.
+	b.CloseStream(resp, err != nil)
 	if err != nil {
 		return classify(err)
 	}
 	resp.SetBodyRaw(body)
 	return nil
+}
+
+// CloseStream closes the body stream of a streamed response and gives its
+// connection back to the pool, or closes it when broken (the body was not
+// read to its end: closing is then also what tells the backend to stop).
+func (b *Backend) CloseStream(resp *fasthttp.Response, broken bool) {
+	if broken {
+		resp.SetConnectionClose()
+	}
+	_ = resp.CloseBodyStream() // fasthttp's own transport gives the connection back here
+	t, ok := b.client.Transport.(*abortableTransport)
+	if !ok {
+		return
+	}
+	if v, ok := t.streams.LoadAndDelete(resp); ok {
+		st := v.(*openStream)
+		st.hc.ReleaseReader(st.br)
+		st.release(broken || st.closeConn || resp.ConnectionClose())
+	}
 }

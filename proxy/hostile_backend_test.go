@@ -294,18 +294,24 @@ func sendAndLeave(t *testing.T, h *harness, body, behaviour string, reached func
 }
 
 // TestHostileClientLeaves closes the client's connection while a
-// non-streamed request waits on a backend that never answers, or drips its
-// reply: the gateway closes the upstream connection (so the backend stops
+// request waits on a backend that never answers, or drips its reply: the
+// gateway closes the upstream connection (so the backend stops
 // generating) within its poll interval, not at the backend's timeout, and
 // records the request as abandoned.
 func TestHostileClientLeaves(t *testing.T) {
 	hs := startHostile(t)
 	h := hostileHarness(t, hs, harnessOptions{})
-	for _, behaviour := range []string{"hang", "slow-drip"} {
-		t.Run(behaviour, func(t *testing.T) {
+	for _, tt := range []struct{ name, behaviour, body string }{
+		{"hang", "hang", badBody},
+		{"slow-drip", "slow-drip", badBody},
+		// A stream whose backend has not sent its headers yet has no
+		// event to fail writing: the watch cuts it too.
+		{"stream before its first byte", "hang", badStreamBody},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
 			n := h.recorder.count()
 			reqs := hs.Requests()
-			sendAndLeave(t, h, badBody, behaviour, func() bool { return hs.Requests() > reqs })
+			sendAndLeave(t, h, tt.body, tt.behaviour, func() bool { return hs.Requests() > reqs })
 			// The backend's timeouts are 30 s and 2 m: 10 s can only be
 			// the client watch.
 			waitUntil(t, "the upstream connection to close", func() bool { return hs.Open() == 0 })

@@ -191,13 +191,10 @@ func appendInBandError(dst []byte, e *apiError) []byte {
 // its end).
 func (sb *streamBody) CloseWithError(clientErr error) error {
 	s := sb.srv
-	if !sb.eof {
-		// The upstream body was not read to its end (the client left, or
-		// the upstream broke): the connection cannot be reused, and
-		// closing it is what tells the backend to stop generating.
-		sb.resp.SetConnectionClose()
-	}
-	sb.resp.CloseBodyStream() //nolint:errcheck // the connection is closed or released either way
+	// Unless the upstream body was read to its end (the client left, or
+	// the upstream broke), the connection cannot be reused, and closing it
+	// is what tells the backend to stop generating.
+	sb.backend.CloseStream(sb.resp, !sb.eof)
 	fasthttp.ReleaseResponse(sb.resp)
 	sb.backend.Release()
 	s.metrics.streamsInFlight.Dec()
