@@ -41,7 +41,17 @@ type LimitError struct {
 	// RetryAfter is when the window that refused the request ends, rounded
 	// up to whole seconds.
 	RetryAfter time.Duration
+	// Kind is the cap that refused: RefusedRPM, RefusedTPM or
+	// RefusedBudget, the label of the refusal metric.
+	Kind string
 }
+
+// The kinds of LimitError.
+const (
+	RefusedRPM    = "rpm"
+	RefusedTPM    = "tpm"
+	RefusedBudget = "budget"
+)
 
 func (e *LimitError) Error() string { return e.Message }
 
@@ -441,6 +451,7 @@ func (lr *limitRule) refusal(s Subject, cp limitCap, count, estimate, start, now
 			Code:       CodeRateLimitExceeded,
 			Message:    fmt.Sprintf("Rate limit reached for %s: %d requests per minute. Retry after the current minute.", lr.describe(s), lr.rpm),
 			RetryAfter: retryAfter(start+int64(time.Minute), now),
+			Kind:       RefusedRPM,
 		}
 	case capTPM:
 		msg := fmt.Sprintf("Rate limit reached for %s: %d tokens per minute, %d used, this request may use up to %d.", lr.describe(s), lr.tpm, count, estimate)
@@ -451,6 +462,7 @@ func (lr *limitRule) refusal(s Subject, cp limitCap, count, estimate, start, now
 			Code:       CodeRateLimitExceeded,
 			Message:    msg,
 			RetryAfter: retryAfter(start+int64(time.Minute), now),
+			Kind:       RefusedTPM,
 		}
 	default:
 		period := "day"
@@ -462,6 +474,7 @@ func (lr *limitRule) refusal(s Subject, cp limitCap, count, estimate, start, now
 			Message: fmt.Sprintf("Token budget exhausted for %s: %d of %d tokens used or reserved this %s (UTC), this request may use up to %d.",
 				lr.describe(s), count, lr.budget, period, estimate),
 			RetryAfter: retryAfter(lr.budgetEnd(start), now),
+			Kind:       RefusedBudget,
 		}
 	}
 }

@@ -1,6 +1,12 @@
 package accounting
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tollgate-dev/tollgate/config"
+)
 
 // recorderMetrics are the Prometheus series of usage recording. They are
 // registered on the registry the caller passes in, never on the global one,
@@ -23,6 +29,9 @@ type recorderMetrics struct {
 	invalid prometheus.Counter
 	// panics counts panics the writer recovered from, its store's included.
 	panics prometheus.Counter
+	// writeLag is, for each batch written, how long its oldest record
+	// waited from the end of its request: how far the store trails.
+	writeLag prometheus.Histogram
 }
 
 // newRecorderMetrics builds the recorder's metrics and registers them, with
@@ -34,11 +43,11 @@ func newRecorderMetrics(reg prometheus.Registerer, queueDepth func() float64) *r
 	m := &recorderMetrics{
 		promptTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_prompt_tokens_total",
-			Help: "Prompt tokens of chat completions, by team, project and requested model.",
+			Help: "Prompt tokens by team, project and model; teams and projects the configuration does not name are counted as \"other\".",
 		}, labels),
 		completionTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_completion_tokens_total",
-			Help: "Completion tokens of chat completions, by team, project and requested model.",
+			Help: "Completion tokens by team, project and model; teams and projects the configuration does not name are counted as \"other\".",
 		}, labels),
 		written: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tollgate_usage_records_written_total",
@@ -68,11 +77,16 @@ func newRecorderMetrics(reg prometheus.Registerer, queueDepth func() float64) *r
 			Name: "tollgate_usage_writer_panics_total",
 			Help: "Panics the usage writer recovered from (its store's included); each is logged with its stack.",
 		}),
+		writeLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "tollgate_usage_write_lag_seconds",
+			Help:    "For each batch of usage records written, time from the end of its oldest record's request to the write.",
+			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2, 5, 10, 30, 60, 300, 1800},
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(
 			m.promptTokens, m.completionTokens,
-			m.written, m.failed, m.retried, m.lost, m.backpressure, m.invalid, m.panics,
+			m.written, m.failed, m.retried, m.lost, m.backpressure, m.invalid, m.panics, m.writeLag,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "tollgate_usage_queue_depth",
 				Help: "Usage records waiting in the queue to be written.",
@@ -80,4 +94,95 @@ func newRecorderMetrics(reg prometheus.Registerer, queueDepth func() float64) *r
 		)
 	}
 	return m
+}
+
+// observeWriteLag observes, at now, the age of the oldest record of a
+// batch just written. Records without an end time (none come from the
+// proxy) are left out.
+func (m *recorderMetrics) observeWriteLag(batch []Record, now time.Time) {
+	var oldest time.Time
+	for i := range batch {
+		if e := batch[i].Ended; !e.IsZero() && (oldest.IsZero() || e.Before(oldest)) {
+			oldest = e
+		}
+	}
+	if !oldest.IsZero() {
+		m.writeLag.Observe(max(now.Sub(oldest), 0).Seconds())
+	}
+}
+
+// OtherLabel is the label value of every team, project or model the
+// configuration does not name.
+const OtherLabel = "other"
+
+// LabelPolicy bounds the label values of metrics by what the
+// configuration names. The team and project of a request come from the
+// client's Compat-Project header, so labelling by them as they come would
+// let any client add series without end, to the gateway's memory and to
+// every Prometheus scraping it. A LabelPolicy is immutable; a reload builds
+// a new one.
+type LabelPolicy struct {
+	teams, projects, models map[string]struct{}
+}
+
+// NewLabelPolicy returns the policy of cfg: teams named by a key (teams,
+// default_team), a limit or metrics.teams; projects named by a limit,
+// metrics.projects or usage.default_project; and the configured models.
+// A limit's "*" names no team: it matches every one.
+func NewLabelPolicy(cfg *config.Config) *LabelPolicy {
+	p := &LabelPolicy{teams: map[string]struct{}{}, projects: map[string]struct{}{}, models: map[string]struct{}{}}
+	add := func(set map[string]struct{}, names ...string) {
+		for _, n := range names {
+			if n != "" && n != "*" {
+				set[n] = struct{}{}
+			}
+		}
+	}
+	for _, k := range cfg.Auth.Keys {
+		add(p.teams, k.Teams...)
+		add(p.teams, k.DefaultTeam)
+	}
+	for _, l := range cfg.Limits {
+		add(p.teams, l.Team)
+		add(p.projects, l.Project)
+	}
+	add(p.teams, cfg.Metrics.Teams...)
+	add(p.projects, cfg.Metrics.Projects...)
+	add(p.projects, cfg.Usage.DefaultProject)
+	for _, m := range cfg.Models {
+		add(p.models, m.Name)
+	}
+	return p
+}
+
+// Team returns the label value of team: team itself if the policy names
+// it, else OtherLabel. A nil policy names nothing.
+func (p *LabelPolicy) Team(team string) string {
+	if p == nil {
+		return OtherLabel
+	}
+	return bound(p.teams, team)
+}
+
+// Project returns the label value of project, as Team does.
+func (p *LabelPolicy) Project(project string) string {
+	if p == nil {
+		return OtherLabel
+	}
+	return bound(p.projects, project)
+}
+
+// Model returns the label value of a model id, as Team does.
+func (p *LabelPolicy) Model(model string) string {
+	if p == nil {
+		return OtherLabel
+	}
+	return bound(p.models, model)
+}
+
+func bound(named map[string]struct{}, v string) string {
+	if _, ok := named[v]; ok {
+		return v
+	}
+	return OtherLabel
 }

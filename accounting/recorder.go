@@ -33,6 +33,10 @@ type RecorderOptions struct {
 	// FlushInterval is the longest a record waits before its batch is
 	// written. Zero means 1s.
 	FlushInterval time.Duration
+	// Labels bounds the team, project and model labels of the token
+	// counters (see SetLabelPolicy). Nil counts every team, project and
+	// model as OtherLabel.
+	Labels *LabelPolicy
 }
 
 // backoff paces retries of a failed write: the first retry waits min, each
@@ -115,6 +119,8 @@ type Recorder struct {
 	// goroutine uses it, so that it looks labels up without the CounterVec's
 	// hashing and locking.
 	tokens map[tokenLabels]tokenCounters
+	// labels is the current label policy; a reload replaces it.
+	labels atomic.Pointer[LabelPolicy]
 
 	lastWarn atomic.Int64 // unix nanoseconds of the last backpressure warning
 }
@@ -162,9 +168,16 @@ func newRecorder(st Store, opts RecorderOptions, log *zap.Logger, reg prometheus
 		inflight: make([]Record, 0, opts.BatchSize),
 	}
 	r.metrics = newRecorderMetrics(reg, func() float64 { return float64(len(r.queue)) })
+	r.labels.Store(opts.Labels)
 	go r.run()
 	return r
 }
+
+// SetLabelPolicy makes p bound the labels of the token counters from the
+// next record taken off the queue on; a configuration reload calls it, so
+// that the teams and projects it names get their own series. The series
+// of a team no longer named keep their counts.
+func (r *Recorder) SetLabelPolicy(p *LabelPolicy) { r.labels.Store(p) }
 
 // Record queues rec to be written. It does not wait for the write; it waits
 // only when the queue is full (backpressure), until the writer makes room.
@@ -379,7 +392,8 @@ func (r *Recorder) add(batch []Record, rec Record) []Record {
 		r.refuseCounts(&rec, bad)
 	}
 	if rec.PromptTokens != 0 || rec.CompletionTokens != 0 {
-		k := tokenLabels{rec.Team, rec.Project, rec.Model}
+		p := r.labels.Load()
+		k := tokenLabels{p.Team(rec.Team), p.Project(rec.Project), p.Model(rec.Model)}
 		c, ok := r.tokens[k]
 		if !ok {
 			c = tokenCounters{
@@ -449,6 +463,7 @@ func (r *Recorder) write(batch []Record) bool {
 		}
 		if err == nil {
 			r.metrics.written.Add(float64(len(batch)))
+			r.metrics.observeWriteLag(batch, time.Now())
 			if ce := r.log.Check(zap.DebugLevel, "usage records written"); ce != nil {
 				ce.Write(zap.Int("records", len(batch)), zap.Int("attempts", attempt))
 			}

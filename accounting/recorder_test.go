@@ -14,6 +14,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/tollgate-dev/tollgate/config"
 )
 
 // testBackoff keeps retries fast; tests assert counts, never durations.
@@ -311,7 +313,11 @@ func TestRecorderConcurrentRecordAndClose(t *testing.T) {
 func TestRecorderCountsTokensByLabels(t *testing.T) {
 	st := &memStore{}
 	reg := prometheus.NewRegistry()
-	r := newRecorder(st, RecorderOptions{}, zap.NewNop(), reg, testBackoff)
+	labels := NewLabelPolicy(&config.Config{
+		Metrics: config.Metrics{Teams: []string{"acme", "beta"}, Projects: []string{"bot", "inference"}},
+		Models:  []config.Model{{Name: "m1"}, {Name: "m2"}},
+	})
+	r := newRecorder(st, RecorderOptions{Labels: labels}, zap.NewNop(), reg, testBackoff)
 	r.Record(Record{CallID: "a", Team: "acme", Project: "bot", Model: "m1", PromptTokens: 10, CompletionTokens: 3})
 	r.Record(Record{CallID: "b", Team: "acme", Project: "bot", Model: "m1", PromptTokens: 5, CompletionTokens: 2})
 	r.Record(Record{CallID: "c", Team: "beta", Project: "inference", Model: "m2", PromptTokens: 1})

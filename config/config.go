@@ -32,6 +32,8 @@ type Config struct {
 	Retries Retries `yaml:"retries"`
 	// Reload governs picking up configuration changes without a restart.
 	Reload Reload `yaml:"reload"`
+	// Metrics bounds the label values of the Prometheus series.
+	Metrics Metrics `yaml:"metrics"`
 
 	// Path is the file the configuration was loaded from; empty when it
 	// came from the embedded default. It is not read from YAML.
@@ -369,4 +371,19 @@ type Traces struct {
 	// (an op's code, an image); a larger one is refused with 413. Zero
 	// means 32 MiB. server.max_body_bytes bounds the whole request too.
 	MaxFileBytes int64 `yaml:"max_file_bytes"`
+}
+
+// Metrics names the teams and projects that get a label value of their own
+// in the Prometheus series, beside those the configuration names anyway: a
+// key's teams and default_team, a limit's team and project, and
+// usage.default_project. Every other team or project a request names (the
+// Compat-Project header is the client's to write) is counted under the
+// value "other", so that clients cannot grow the number of series.
+type Metrics struct {
+	// Teams get a team label of their own. Zero means only the teams keys
+	// and limits name.
+	Teams []string `yaml:"teams"`
+	// Projects get a project label of their own. Zero means only the
+	// projects limits name, and usage.default_project.
+	Projects []string `yaml:"projects"`
 }

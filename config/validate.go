@@ -69,6 +69,12 @@ func (c *Config) Validate() error {
 	v.limitsBackend(&c.LimitsBackend)
 	v.retries(&c.Retries)
 	v.positiveDuration("reload.interval", c.Reload.Interval)
+	for i, t := range c.Metrics.Teams {
+		v.name(indexPath("metrics.teams", i), t, false)
+	}
+	for i, p := range c.Metrics.Projects {
+		v.name(indexPath("metrics.projects", i), p, false)
+	}
 	return errors.Join(v.errs...)
 }
 
