@@ -84,21 +84,21 @@ type usageKind struct {
 	outputs bool
 }
 
-var (
-	// usageCompletions is GET /v1/organization/usage/completions: OpenAI
-	// counts every text generation there, chat completions, legacy
-	// completions and Responses API responses alike.
-	usageCompletions = usageKind{
+// completionsUsage is GET /v1/organization/usage/completions: OpenAI
+// counts every text generation there, chat completions, legacy
+// completions and Responses API responses alike.
+func completionsUsage() usageKind {
+	return usageKind{
 		object:    "organization.usage.completions.result",
 		endpoints: []string{"chat.completions", "completions", "responses"},
 		outputs:   true,
 	}
-	// usageEmbeddings is GET /v1/organization/usage/embeddings.
-	usageEmbeddings = usageKind{
-		object:    "organization.usage.embeddings.result",
-		endpoints: []string{"embeddings"},
-	}
-)
+}
+
+// embeddingsUsage is GET /v1/organization/usage/embeddings.
+func embeddingsUsage() usageKind {
+	return usageKind{object: "organization.usage.embeddings.result", endpoints: []string{"embeddings"}}
+}
 
 // UsageAPI serves GET /v1/organization/usage/completions and
 // /v1/organization/usage/embeddings in the shape of OpenAI's organization
@@ -165,12 +165,12 @@ func usageGetKey(ctx *fasthttp.RequestCtx, keys *auth.Keyring) *auth.Key {
 }
 
 // ServeUsage answers GET /v1/organization/usage/completions.
-func (a *UsageAPI) ServeUsage(ctx *fasthttp.RequestCtx) { a.serve(ctx, &usageCompletions) }
+func (a *UsageAPI) ServeUsage(ctx *fasthttp.RequestCtx) { a.serve(ctx, completionsUsage()) }
 
 // ServeEmbeddingsUsage answers GET /v1/organization/usage/embeddings.
-func (a *UsageAPI) ServeEmbeddingsUsage(ctx *fasthttp.RequestCtx) { a.serve(ctx, &usageEmbeddings) }
+func (a *UsageAPI) ServeEmbeddingsUsage(ctx *fasthttp.RequestCtx) { a.serve(ctx, embeddingsUsage()) }
 
-func (a *UsageAPI) serve(ctx *fasthttp.RequestCtx, kind *usageKind) {
+func (a *UsageAPI) serve(ctx *fasthttp.RequestCtx, kind usageKind) {
 	key := usageGetKey(ctx, a.keys)
 	if key == nil {
 		return
@@ -215,7 +215,7 @@ func (a *UsageAPI) serve(ctx *fasthttp.RequestCtx, kind *usageKind) {
 // what the page answer needs besides the rows.
 type usageRequest struct {
 	query   UsageQuery
-	kind    *usageKind
+	kind    usageKind
 	hasMore bool
 }
 
@@ -224,7 +224,7 @@ type usageRequest struct {
 // API documents the same snapping; OpenAI's examples show midnight-aligned
 // days), every bucket that overlaps [start_time, end_time) is listed, and
 // each sums exactly its own [start, end) range, so that buckets compare.
-func parseUsageRequest(args *fasthttp.Args, now time.Time, kind *usageKind) (*usageRequest, *usageError) {
+func parseUsageRequest(args *fasthttp.Args, now time.Time, kind usageKind) (*usageRequest, *usageError) {
 	startRaw := args.Peek("start_time")
 	if len(startRaw) == 0 {
 		return nil, usageInvalid("start_time", "Missing required parameter: 'start_time' (unix seconds).")
