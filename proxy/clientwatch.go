@@ -23,6 +23,10 @@ const clientPollInterval = 200 * time.Millisecond
 // for a non-streamed request is after the whole reply was generated, so the
 // watch looks at the socket itself.
 //
+// A client that half-closes its connection after sending the request (shuts
+// down its writing side) counts as gone, as it does for nginx; HTTP clients
+// keep their side open while they wait for the answer.
+//
 // It costs a timer while the request is fast: the first check runs one
 // interval after the request started, on the timer's goroutine, and each
 // check arms the next. When the client is found gone, gone is closed (for

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 
+	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
 )
 
@@ -36,3 +37,7 @@ func redactSecrets(s string) string {
 	s = quotedValue.ReplaceAllLiteralString(s, `"[redacted]"`)
 	return credential.ReplaceAllString(s, "${1}[redacted]")
 }
+
+// NewFasthttpLogger is fasthttp's Logger for any other fasthttp server of
+// the gateway (admin_listen): its lines go to log, redacted.
+func NewFasthttpLogger(log *zap.Logger) fasthttp.Logger { return fasthttpLogger{log: log} }

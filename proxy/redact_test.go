@@ -1,8 +1,11 @@
 package proxy
 
 import (
+	"bufio"
 	"strings"
 	"testing"
+
+	"github.com/valyala/fasthttp"
 )
 
 func TestRedactSecrets(t *testing.T) {
@@ -37,5 +40,35 @@ func TestScrubAddresses(t *testing.T) {
 		if got := scrubAddresses(tt.in); got != tt.want {
 			t.Errorf("scrubAddresses(%q) = %q, want %q", tt.in, got, tt.want)
 		}
+	}
+}
+
+func TestRefuseBadFraming(t *testing.T) {
+	tests := []struct {
+		name, head string
+		refused    bool
+	}{
+		{"plain", "POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\n", false},
+		{"chunked", "POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n", false},
+		{"both", "POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n", true},
+		{"both, odd case", "POST /x HTTP/1.1\r\nHost: a\r\ncOnTeNt-LeNgTh: 2\r\nTRANSFER-ENCODING: chunked\r\n\r\n", true},
+		{"space before colon", "POST /x HTTP/1.1\r\nHost : a\r\n\r\n", true},
+		{"value with spaces", "POST /x HTTP/1.1\r\nHost: a\r\nX-A: b : c\r\n\r\n", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var ctx fasthttp.RequestCtx
+			if err := ctx.Request.Header.Read(bufio.NewReader(strings.NewReader(tt.head))); err != nil {
+				t.Fatal(err)
+			}
+			called := false
+			RefuseBadFraming(func(*fasthttp.RequestCtx) { called = true })(&ctx)
+			if refused := ctx.Response.StatusCode() == 400 && !called; refused != tt.refused {
+				t.Errorf("refused = %v (status %d, handler called %v), want %v", refused, ctx.Response.StatusCode(), called, tt.refused)
+			}
+			if tt.refused && !ctx.Response.ConnectionClose() {
+				t.Error("a refused request leaves its connection open")
+			}
+		})
 	}
 }

@@ -40,6 +40,17 @@ func refuseFraming(ctx *fasthttp.RequestCtx) bool {
 	return true
 }
 
+// RefuseBadFraming wraps a handler of another fasthttp server of the
+// gateway (admin_listen) with the same RFC 9112 checks.
+func RefuseBadFraming(next fasthttp.RequestHandler) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		if refuseFraming(ctx) {
+			return
+		}
+		next(ctx)
+	}
+}
+
 var (
 	strContentLength    = []byte("Content-Length")
 	strTransferEncoding = []byte("Transfer-Encoding")

@@ -200,9 +200,9 @@ func build(ctx context.Context, cfg *config.Config, stderr io.Writer) (*gateway,
 	}
 	next := adminRoutes
 	if cfg.AdminListen != "" {
-		g.admin = &fasthttp.Server{Handler: adminRoutes, Name: "tollgate-admin", ReadTimeout: cfg.Server.ReadTimeout,
+		g.admin = &fasthttp.Server{Handler: proxy.RefuseBadFraming(adminRoutes), Name: "tollgate-admin", ReadTimeout: cfg.Server.ReadTimeout,
 			IdleTimeout: cfg.Server.IdleTimeout, MaxRequestBodySize: cfg.Server.MaxBodyBytes, CloseOnShutdown: true,
-			SecureErrorLogMessage: true}
+			SecureErrorLogMessage: true, Logger: proxy.NewFasthttpLogger(g.log)}
 		next = nil
 	}
 	g.proxy, err = proxy.New(proxy.Options{
