@@ -13,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/tollgate-dev/tollgate/auth"
+	"github.com/tollgate-dev/tollgate/config"
 )
 
 // callJSON is a call on the wire. Timestamps are Weave-style RFC 3339
@@ -491,9 +492,10 @@ func (s *Service) callRead(ctx context.Context, rc *fasthttp.RequestCtx, key *au
 }
 
 // callsStreamQuery serves POST /calls/stream_query, answering JSON Lines.
-// Keys of the Weave request this server does not implement (columns,
-// expand_columns, include_costs, ...) are ignored; filter and query are
-// strict.
+// With include_costs each call's summary gets weave.costs, priced as
+// /trace/usage prices. Keys of the Weave request this server does not
+// implement (columns, expand_columns, ...) are ignored; filter and query
+// are strict.
 func (s *Service) callsStreamQuery(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, _ pathParams) *apiError {
 	body, e := bodyObject(rc.PostBody(), true)
 	if e != nil {
@@ -508,6 +510,7 @@ func (s *Service) callsStreamQuery(ctx context.Context, rc *fasthttp.RequestCtx,
 		Limit:  v.optNonNegInt(body, "limit", bodyLoc, -1),
 		Offset: v.optNonNegInt(body, "offset", bodyLoc, 0),
 	}
+	includeCosts := v.optBool(body, "include_costs", bodyLoc, false)
 	if v.failed() {
 		return v.err()
 	}
@@ -520,10 +523,21 @@ func (s *Service) callsStreamQuery(ctx context.Context, rc *fasthttp.RequestCtx,
 	if !found {
 		return nil
 	}
+	var pricing map[string]config.Pricing
+	if includeCosts {
+		var err error
+		if pricing, err = s.projectPricing(ctx, p.ID); err != nil {
+			return internalError(err)
+		}
+	}
 	enc := json.NewEncoder(rc)
 	enc.SetEscapeHTML(false)
 	err := s.store.QueryCalls(ctx, p.ID, q, func(c *Call) error {
-		return enc.Encode(renderCall(p, c))
+		out := renderCall(p, c)
+		if includeCosts {
+			out.Summary = summaryWithCosts(out.Summary, pricing)
+		}
+		return enc.Encode(out)
 	})
 	if err != nil {
 		// The answer is buffered, so a failure midway can still become a

@@ -144,3 +144,82 @@ func TestCallsUsage(t *testing.T) {
 		t.Fatalf("cross-team: %d", r.status)
 	}
 }
+
+// TestIncludeCostsUsesProjectPrices: include_costs prices a model at the
+// project's own price (/cost/create) where it set one, at the configured
+// price otherwise; other projects keep the configured price.
+func TestIncludeCostsUsesProjectPrices(t *testing.T) {
+	e := newEnv(t)
+	seedSDKTrace(t, e)
+	costOf := func(route, body string) usageOf {
+		t.Helper()
+		return decodeUsage(t, e.ok("POST", route, bearer(aliceKey), body)).CallUsage["A"]["m"]
+	}
+	// Configured: 1 per prompt token, 2 per completion token; A is 5+5.
+	if a := costOf("/trace/usage", `{"project_id":"team-a/p","include_costs":true}`); *a.PromptCost != 5 || *a.CompletionCost != 10 {
+		t.Fatalf("configured price: %+v", a)
+	}
+	e.ok("POST", "/cost/create", bearer(aliceKey), `{"project_id":"team-a/p","costs":{"m":{"prompt_token_cost":0.5,"completion_token_cost":0.25}}}`)
+	for _, route := range []string{"/trace/usage", "/calls/usage"} {
+		body := `{"project_id":"team-a/p","include_costs":true}`
+		if route == "/calls/usage" {
+			body = `{"project_id":"team-a/p","call_ids":["A"],"include_costs":true}`
+		}
+		if a := costOf(route, body); *a.PromptCost != 2.5 || *a.CompletionCost != 1.25 {
+			t.Fatalf("%s with the project's price: %+v", route, a)
+		}
+	}
+	// Another project of the team keeps the configured price.
+	e.ok("POST", "/call/upsert_batch", bearer(aliceKey), `{"batch":[
+		{"mode":"start","req":{"start":{"project_id":"team-a/q","id":"A","trace_id":"t","op_name":"x","started_at":"2026-11-21T10:00:00Z"}}},
+		{"mode":"end","req":{"end":{"project_id":"team-a/q","id":"A","ended_at":"2026-11-21T10:00:01Z","summary":{"usage":{"m":{"prompt_tokens":5,"completion_tokens":5}}}}}}
+	]}`)
+	if a := costOf("/trace/usage", `{"project_id":"team-a/q","include_costs":true}`); *a.PromptCost != 5 || *a.CompletionCost != 10 {
+		t.Fatalf("other project: %+v", a)
+	}
+}
+
+// TestCostsInCallQueries: /calls/stream_query with include_costs fills
+// summary.weave.costs; a call whose summary recorded its prices keeps
+// them, in stream_query and in /trace/usage.
+func TestCostsInCallQueries(t *testing.T) {
+	e := newEnv(t)
+	e.ok("POST", "/call/upsert_batch", bearer(aliceKey), `{"batch":[
+		{"mode":"start","req":{"start":{"project_id":"team-a/p","id":"plain","trace_id":"t","op_name":"x","started_at":"2026-11-21T10:00:00Z"}}},
+		{"mode":"end","req":{"end":{"project_id":"team-a/p","id":"plain","ended_at":"2026-11-21T10:00:01Z","summary":{"usage":{"m":{"requests":1,"prompt_tokens":4,"completion_tokens":2},"unpriced":{"prompt_tokens":9}}}}}},
+		{"mode":"start","req":{"start":{"project_id":"team-a/p","id":"priced","trace_id":"u","op_name":"x","started_at":"2026-11-21T10:00:02Z"}}},
+		{"mode":"end","req":{"end":{"project_id":"team-a/p","id":"priced","ended_at":"2026-11-21T10:00:03Z","summary":{"usage":{"m":{"prompt_tokens":4,"completion_tokens":2}},"weave":{"costs":{"m":{"prompt_token_cost":0.25,"completion_token_cost":0.5}}}}}}}
+	]}`)
+	calls := e.ok("POST", "/calls/stream_query", bearer(aliceKey), `{"project_id":"team-a/p","include_costs":true}`).lines(t)
+	costs := map[string]any{}
+	for _, c := range calls {
+		costs[c["id"].(string)] = c["summary"].(map[string]any)["weave"].(map[string]any)["costs"]
+	}
+	want := map[string]any{
+		"plain": map[string]any{"m": map[string]any{
+			"requests": float64(1), "prompt_tokens": float64(4), "completion_tokens": float64(2), "total_tokens": float64(6),
+			"prompt_token_cost": float64(1), "completion_token_cost": float64(2),
+			"prompt_tokens_total_cost": float64(4), "completion_tokens_total_cost": float64(4),
+			"prompt_token_cost_unit": "USD", "completion_token_cost_unit": "USD",
+		}},
+		"priced": map[string]any{"m": map[string]any{
+			"requests": float64(0), "prompt_tokens": float64(4), "completion_tokens": float64(2), "total_tokens": float64(6),
+			"prompt_token_cost": 0.25, "completion_token_cost": 0.5,
+			"prompt_tokens_total_cost": float64(1), "completion_tokens_total_cost": float64(1),
+			"prompt_token_cost_unit": "USD", "completion_token_cost_unit": "USD",
+		}},
+	}
+	if !reflect.DeepEqual(costs, want) {
+		t.Fatalf("weave.costs = %v\nwant %v", costs, want)
+	}
+	// Without include_costs the summaries are as logged.
+	for _, c := range e.ok("POST", "/calls/stream_query", bearer(aliceKey), `{"project_id":"team-a/p"}`).lines(t) {
+		if c["id"] == "plain" && c["summary"].(map[string]any)["weave"] != nil {
+			t.Fatalf("costs without include_costs: %v", c["summary"])
+		}
+	}
+	got := decodeUsage(t, e.ok("POST", "/trace/usage", bearer(aliceKey), `{"project_id":"team-a/p","include_costs":true}`))
+	if p := got.CallUsage["priced"]["m"]; *p.PromptCost != 1 || *p.CompletionCost != 1 {
+		t.Fatalf("trace usage of priced = %+v", p)
+	}
+}

@@ -110,6 +110,9 @@ type TraceUsageCall struct {
 	// then the summary.usage of each of those children, selected or not.
 	SDK        bool
 	ChildUsage []string
+	// Costs is the call's summary.weave.costs as JSON text, empty when
+	// absent: the prices it was costed at, which include_costs honours.
+	Costs string
 }
 
 // Store persists projects, ops and calls. *store.DB implements it. Methods

@@ -2,11 +2,14 @@ package admin
 
 import (
 	"context"
+	"encoding/json"
 	"math"
 	"strconv"
+	"time"
 	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 	"github.com/valyala/fasthttp"
 
 	"github.com/tollgate-dev/tollgate/auth"
@@ -222,7 +225,7 @@ func (u *traceUsage) addOwn(i int32, call *TraceUsageCall, modelIndex map[string
 			c.clampNegative()
 		}
 		if includeCosts {
-			priceCounts(&c, pricing[e.model])
+			priceCounts(&c, callPrice(call.Costs, e.model, pricing))
 		}
 		if c.zero() {
 			continue
@@ -483,21 +486,16 @@ func (s *Service) serveTraceUsage(ctx context.Context, rc *fasthttp.RequestCtx, 
 	return nil
 }
 
-// ProjectPricer is what a Store offers when projects may set their own
-// prices (Weave's /cost/create): a project's prices per million tokens by
-// model id, which take precedence over the configured ones.
-type ProjectPricer interface {
-	ProjectPricing(ctx context.Context, projectID int64) (map[string]config.Pricing, error)
-}
-
-// projectPricing returns the prices include_costs uses in a project: the
-// configured prices with the project's own laid over them.
+// projectPricing returns the prices include_costs uses in a project, per
+// million tokens by model id: the configured prices with the project's own
+// (set through /cost/create, in effect now) laid over them. A project
+// price has no cached-prompt price, so cached prompt tokens cost what the
+// others do.
 func (s *Service) projectPricing(ctx context.Context, projectID int64) (map[string]config.Pricing, error) {
-	pp, ok := s.store.(ProjectPricer)
-	if !ok {
+	if s.weave == nil {
 		return s.pricing, nil
 	}
-	own, err := pp.ProjectPricing(ctx, projectID)
+	own, err := s.weave.ProjectPrices(ctx, projectID, time.Now())
 	if err != nil || len(own) == 0 {
 		return s.pricing, err
 	}
@@ -506,7 +504,7 @@ func (s *Service) projectPricing(ctx context.Context, projectID int64) (map[stri
 		merged[m] = p
 	}
 	for m, p := range own {
-		merged[m] = p
+		merged[m] = config.Pricing{PromptPerMTok: p.PromptTokenCost * 1e6, CompletionPerMTok: p.CompletionTokenCost * 1e6}
 	}
 	return merged, nil
 }
@@ -601,4 +599,78 @@ func (u *traceUsage) keepSubtrees(calls []TraceUsageCall, asked []string) {
 		}
 	}
 	u.ids, u.head, u.unfinished = ids, head, unfinished
+}
+
+// callPrice is the price of model in a call: the per-token prices its
+// summary.weave.costs recorded for the model (what it was costed at when
+// it was logged) when it has them, else pricing's.
+func callPrice(costs, model string, pricing map[string]config.Pricing) config.Pricing {
+	if costs != "" {
+		r := gjson.Get(costs, gjsonKey(model))
+		p, c := r.Get("prompt_token_cost"), r.Get("completion_token_cost")
+		if p.Type == gjson.Number && c.Type == gjson.Number {
+			return config.Pricing{PromptPerMTok: p.Num * 1e6, CompletionPerMTok: c.Num * 1e6}
+		}
+	}
+	return pricing[model]
+}
+
+// gjsonKey escapes a key for a gjson or sjson path (model ids hold dots).
+func gjsonKey(k string) string {
+	var b []byte
+	for i := 0; i < len(k); i++ {
+		switch k[i] {
+		case '.', '*', '?', '|', '#', '@', '\\', '!', '=', '<', '>', '%', ':':
+			b = append(b, '\\')
+		}
+		b = append(b, k[i])
+	}
+	return string(b)
+}
+
+// summaryWithCosts returns a call's summary with summary.weave.costs
+// filled in, per model of summary.usage that has a price, as Weave's
+// include_costs does: the counts, the per-token prices and the totals.
+// Prices the summary recorded already are kept.
+func summaryWithCosts(summary json.RawMessage, pricing map[string]config.Pricing) json.RawMessage {
+	usage := gjson.GetBytes(summary, "usage")
+	if !usage.IsObject() {
+		return summary
+	}
+	costs := gjson.GetBytes(summary, "weave.costs").Raw
+	out := summary
+	parseUsage(usage.Raw, func(model string, c counts) {
+		price := callPrice(costs, model, pricing)
+		if price == (config.Pricing{}) {
+			return
+		}
+		priceCounts(&c, price)
+		entry, err := json.Marshal(weaveCost{
+			Requests: c.requests, PromptTokens: c.prompt, CompletionTokens: c.completion, TotalTokens: c.total,
+			PromptTokenCost: price.PromptPerMTok / 1e6, CompletionTokenCost: price.CompletionPerMTok / 1e6,
+			PromptTokensTotalCost: c.promptCost, CompletionTokensTotalCost: c.completionCost,
+			PromptTokenCostUnit: "USD", CompletionTokenCostUnit: "USD",
+		})
+		if err != nil {
+			return
+		}
+		if b, err := sjson.SetRawBytes(out, "weave.costs."+gjsonKey(model), entry); err == nil {
+			out = b
+		}
+	})
+	return out
+}
+
+// weaveCost is one model's entry of summary.weave.costs.
+type weaveCost struct {
+	Requests                  int64   `json:"requests"`
+	PromptTokens              int64   `json:"prompt_tokens"`
+	CompletionTokens          int64   `json:"completion_tokens"`
+	TotalTokens               int64   `json:"total_tokens"`
+	PromptTokenCost           float64 `json:"prompt_token_cost"`
+	CompletionTokenCost       float64 `json:"completion_token_cost"`
+	PromptTokensTotalCost     float64 `json:"prompt_tokens_total_cost"`
+	CompletionTokensTotalCost float64 `json:"completion_tokens_total_cost"`
+	PromptTokenCostUnit       string  `json:"prompt_token_cost_unit"`
+	CompletionTokenCostUnit   string  `json:"completion_token_cost_unit"`
 }

@@ -515,6 +515,14 @@ func usageSQL(d dialect, alias string) string {
 	return alias + `.summary -> '$.usage'`
 }
 
+// costsSQL is summary.weave.costs as JSON text.
+func costsSQL(d dialect, alias string) string {
+	if d == dialectPostgres {
+		return `CAST(CAST(` + alias + `.summary AS json) #> '{weave,costs}' AS text)`
+	}
+	return alias + `.summary -> '$.weave.costs'`
+}
+
 func sourceSQL(d dialect, alias string) string {
 	if d == dialectPostgres {
 		return `(CAST(` + alias + `.attributes AS json) #>> '{weave,source}')`
@@ -524,7 +532,8 @@ func sourceSQL(d dialect, alias string) string {
 
 func (d *DB) usageCalls(ctx context.Context, projectID int64, where sqlFrag, limit int) ([]admin.TraceUsageCall, error) {
 	rows, err := d.conn().query(ctx, `
-		SELECT c.id, c.parent_id, c.ended_at IS NULL, `+usageSQL(d.dialect, "c")+`, `+sourceSQL(d.dialect, "c")+`
+		SELECT c.id, c.parent_id, c.ended_at IS NULL, `+usageSQL(d.dialect, "c")+`, `+sourceSQL(d.dialect, "c")+`,
+			`+costsSQL(d.dialect, "c")+`
 		FROM calls c WHERE `+where.sql+`
 		ORDER BY c.started_at, c.id LIMIT ?`, append(where.args, d.dialect.limitArg(limit))...)
 	if err != nil {
@@ -535,11 +544,11 @@ func (d *DB) usageCalls(ctx context.Context, projectID int64, where sqlFrag, lim
 	sdk := make(map[string]int)
 	for rows.Next() {
 		var c admin.TraceUsageCall
-		var parent, usage, source sql.NullString
-		if err := rows.Scan(&c.ID, &parent, &c.Unfinished, &usage, &source); err != nil {
+		var parent, usage, source, costs sql.NullString
+		if err := rows.Scan(&c.ID, &parent, &c.Unfinished, &usage, &source, &costs); err != nil {
 			return nil, fmt.Errorf("select usage calls: %w", err)
 		}
-		c.ParentID, c.Usage = parent.String, usage.String
+		c.ParentID, c.Usage, c.Costs = parent.String, usage.String, costs.String
 		if c.SDK = isSDKSource(source.String); c.SDK {
 			sdk[c.ID] = len(out)
 		}
