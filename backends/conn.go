@@ -65,19 +65,23 @@ func (c *timeoutConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Abort cuts a non-streamed upstream round trip short from another
-// goroutine: the proxy calls Abort when the client has gone, and the
-// connection the round trip is using is closed, which unblocks its read
-// at once and tells the backend to stop generating. An Abort is used by
-// one request; its zero value is ready.
+// Abort cuts an upstream round trip short from another goroutine, until
+// its reply's headers (or its whole body, unless streamed) are in: the
+// proxy calls Abort when the client has gone, and the connection the round
+// trip is using is closed, which unblocks its read at once and tells the
+// backend to stop generating. An Abort is used by one request; its zero
+// value is ready.
 type Abort struct {
 	mu      sync.Mutex
 	conn    net.Conn
 	aborted bool
+	// deadline is the round trip's total deadline, for the transport
+	// (fasthttp keeps the request's own timeout unexported).
+	deadline time.Time
 }
 
 // Abort closes the connection of the round trip in progress, if any, and
-// makes any later round trip with a fails before it sends a byte.
+// makes any later round trip with it fail before it sends a byte.
 func (a *Abort) Abort() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -120,7 +124,7 @@ func (a *Abort) unbind() {
 // not exported.
 type abortableTransport struct {
 	// trips maps the *fasthttp.Request of a registered round trip to its
-	// *abortableTrip.
+	// *Abort.
 	trips sync.Map
 	// streams maps the *fasthttp.Response of an open streamed body to the
 	// *openStream holding its connection.
@@ -137,30 +141,25 @@ type openStream struct {
 	closeConn bool
 }
 
-type abortableTrip struct {
-	abort    *Abort
-	deadline time.Time
-}
-
 func (t *abortableTransport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) (bool, error) {
 	v, ok := t.trips.Load(req)
 	if !ok {
 		return fasthttp.DefaultTransport.RoundTrip(hc, req, resp)
 	}
-	trip := v.(*abortableTrip)
-	cc, err := hc.AcquireConn(time.Until(trip.deadline), req.ConnectionClose())
+	abort := v.(*Abort)
+	cc, err := hc.AcquireConn(time.Until(abort.deadline), req.ConnectionClose())
 	if err != nil {
 		return false, err
 	}
 	conn := cc.Conn()
-	if !trip.abort.bind(conn) {
-		trip.abort.unbind()
+	if !abort.bind(conn) {
+		abort.unbind()
 		hc.CloseConn(cc)
 		return false, errAborted
 	}
-	defer trip.abort.unbind()
+	defer abort.unbind()
 	resp.ParseNetConn(conn)
-	if err := conn.SetWriteDeadline(trip.deadline); err != nil {
+	if err := conn.SetWriteDeadline(abort.deadline); err != nil {
 		hc.CloseConn(cc)
 		return true, err
 	}
@@ -172,7 +171,7 @@ func (t *abortableTransport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Re
 	hc.ReleaseWriter(bw)
 	if err != nil {
 		hc.CloseConn(cc)
-		if trip.abort.Aborted() {
+		if abort.Aborted() {
 			return false, errAborted
 		}
 		if isTimeout(err) {
@@ -180,7 +179,7 @@ func (t *abortableTransport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Re
 		}
 		return true, err
 	}
-	if err := conn.SetReadDeadline(trip.deadline); err != nil {
+	if err := conn.SetReadDeadline(abort.deadline); err != nil {
 		hc.CloseConn(cc)
 		return true, err
 	}
@@ -191,7 +190,7 @@ func (t *abortableTransport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Re
 		// A body over MaxResponseBodySize is not read further: closing
 		// the connection is what stops the backend sending it.
 		hc.CloseConn(cc)
-		if trip.abort.Aborted() {
+		if abort.Aborted() {
 			return false, errAborted
 		}
 		return !errors.Is(err, fasthttp.ErrBodyTooLarge), err
@@ -241,9 +240,9 @@ func (b *Backend) DoAbortable(req *fasthttp.Request, resp *fasthttp.Response, ab
 	if !ok {
 		return b.Do(req, resp)
 	}
-	deadline := time.Now().Add(b.timeouts.Total)
-	t.trips.Store(req, &abortableTrip{abort: abort, deadline: deadline})
-	err := b.client.DoDeadline(req, resp, deadline)
+	abort.deadline = time.Now().Add(b.timeouts.Total)
+	t.trips.Store(req, abort)
+	err := b.client.DoDeadline(req, resp, abort.deadline)
 	t.trips.Delete(req)
 	return classify(err)
 }
