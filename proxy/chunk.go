@@ -230,10 +230,10 @@ func textHasContent(choice gjson.Result) bool {
 // value, which is an object with "message" or a bare string.
 func inBandErrorMessage(v gjson.Result) string {
 	if v.Type == gjson.String {
-		return clip(v.String())
+		return clip(redactCredentials(v.String()))
 	}
 	if m := v.Get("message"); m.Exists() {
-		return clip(m.String())
+		return clip(redactCredentials(m.String()))
 	}
 	return "upstream stream error"
 }

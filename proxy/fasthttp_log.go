@@ -34,7 +34,13 @@ var (
 // token in s. It is for text the gateway did not compose itself, and runs
 // only on error paths.
 func redactSecrets(s string) string {
-	s = quotedValue.ReplaceAllLiteralString(s, `"[redacted]"`)
+	return redactCredentials(quotedValue.ReplaceAllLiteralString(s, `"[redacted]"`))
+}
+
+// redactCredentials replaces what looks like a credential in s: a backend's
+// error message can echo the request's Authorization header, which holds
+// the gateway's upstream key.
+func redactCredentials(s string) string {
 	return credential.ReplaceAllString(s, "${1}[redacted]")
 }
 

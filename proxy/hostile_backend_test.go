@@ -126,6 +126,10 @@ func TestHostileBackend(t *testing.T) {
 		{"usage-not-object", false, want{502, "reported token usage", "usage is not an object", 0, 0}},
 		{"error-leak", false, want{502, "Backend hostile answered 500 with an error", hostile.LeakedAddress, 0, 0}},
 		{"error-leak-400", false, want{400, "max_tokens is too large for the model served at [address]", "", 0, 0}},
+		// A backend echoing the gateway's upstream key: neither the
+		// client, nor the record, nor the log gets it.
+		{"echo-key", false, want{502, "refused the gateway's credentials", "invalid credentials: Bearer [redacted]", 0, 0}},
+		{"echo-key-400", false, want{400, "invalid credentials: Bearer [redacted]", "", 0, 0}},
 		{"ok", true, want{200, "", "", 10, 5}},
 		// A stream broken off without any usage is charged as one the
 		// client abandoned: the gateway's estimate of the prompt (5 for
@@ -172,6 +176,9 @@ func TestHostileBackend(t *testing.T) {
 				}
 			}
 			rec := h.recorder.wait(t, n+1)
+			if strings.Contains(rec.Error, upstreamSecret) || strings.Contains(rec.Error, testKey) {
+				t.Errorf("the record's error holds a key: %q", rec.Error)
+			}
 			if tt.want.status == 200 {
 				if rec.Error != "" {
 					t.Errorf("a valid reply recorded error %q", rec.Error)

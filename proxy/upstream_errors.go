@@ -41,6 +41,7 @@ func normalizeUpstreamError(status int, body []byte, backend string) *apiError {
 	// vLLM's own error types (BadRequestError) say no more than the status;
 	// the client gets the OpenAI vocabulary chosen below instead.
 	msg, param := parseUpstreamError(body)
+	msg = redactCredentials(msg)
 	if msg == "" {
 		msg = fasthttp.StatusMessage(status)
 	}

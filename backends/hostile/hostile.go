@@ -56,6 +56,8 @@ var Behaviours = map[string]string{
 	"inband-error":       "a stream with one chunk, then an error event naming an internal address, then [DONE]",
 	"error-leak":         "500 whose message names internal addresses and a file path",
 	"error-leak-400":     "400 whose message names an internal address",
+	"echo-key":           "401 whose message echoes the request's Authorization header",
+	"echo-key-400":       "400 whose message echoes the request's Authorization header",
 }
 
 // LeakedAddress is the internal address the leaking behaviours put in
@@ -160,14 +162,14 @@ func (s *Server) serve(c net.Conn) {
 		}
 		s.requests.Add(1)
 		stream := bytes.Contains(body, []byte(`"stream":true`))
-		if !s.respond(c, req.Header.Get(Header), stream) {
+		if !s.respond(c, req.Header.Get(Header), stream, req.Header.Get("Authorization")) {
 			return
 		}
 	}
 }
 
 // respond answers one request; false means the connection is done.
-func (s *Server) respond(c net.Conn, behaviour string, stream bool) bool {
+func (s *Server) respond(c net.Conn, behaviour string, stream bool, authorization string) bool {
 	switch behaviour {
 	case "", "ok":
 		if stream {
@@ -273,6 +275,12 @@ func (s *Server) respond(c net.Conn, behaviour string, stream bool) bool {
 		})
 	case "error-leak":
 		return writeJSON(c, 500, `{"error":{"message":"upstream connect error to `+LeakedAddress+` (http://vllm-7.internal:8000/v1): see /srv/vllm/logs/worker.log","type":"InternalServerError","code":500}}`)
+	case "echo-key", "echo-key-400":
+		status := 401
+		if behaviour == "echo-key-400" {
+			status = 400
+		}
+		return writeJSON(c, status, `{"error":{"message":"invalid credentials: `+strings.ReplaceAll(authorization, `"`, ``)+`","type":"AuthenticationError","code":401}}`)
 	case "error-leak-400":
 		return writeJSON(c, 400, `{"error":{"message":"max_tokens is too large for the model served at `+LeakedAddress+`","type":"BadRequestError","param":"max_tokens","code":400}}`)
 	}
