@@ -4,6 +4,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tollgate-dev/tollgate/config"
 )
 
@@ -24,6 +26,10 @@ type health struct {
 	// ttft is a moving average of time to first byte (first event for
 	// streams), in nanoseconds; zero until the first sample.
 	ttft atomic.Int64
+
+	// ejections and probeFailures count those events; nil when the
+	// registry has no Metrics.
+	ejections, probeFailures prometheus.Counter
 }
 
 func (h *health) init(cfg config.Health) {
@@ -96,6 +102,9 @@ func (h *health) eject(now time.Time) {
 	h.ejectedUntil.Store(now.Add(time.Duration(cd)).UnixNano())
 	h.ejected.Store(true)
 	h.cooldown.Store(min(2*cd, int64(h.cfg.MaxCooldown)))
+	if h.ejections != nil {
+		h.ejections.Inc()
+	}
 }
 
 // dueForProbe reports whether an ejected backend's cooldown has passed.
@@ -108,6 +117,9 @@ func (h *health) dueForProbe(now time.Time) bool {
 // for the next, longer cooldown.
 func (h *health) probed(ok bool, now time.Time) {
 	h.probeOK.Store(ok)
+	if !ok && h.probeFailures != nil {
+		h.probeFailures.Inc()
+	}
 	if !h.ejected.Load() || now.UnixNano() < h.ejectedUntil.Load() {
 		// A probe that lands during the cooldown (one started just before
 		// the ejection) neither ends it early nor lengthens it.

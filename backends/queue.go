@@ -51,6 +51,7 @@ func (r *Route) WaitForSlot(tried Tried, gone, shutdown <-chan struct{}) bool {
 		return false
 	}
 	defer r.queued.Add(-1)
+	defer r.observeQueueWait(time.Now())
 	timer := time.NewTimer(r.queue.Wait)
 	defer timer.Stop()
 	for {

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync/atomic"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tollgate-dev/tollgate/config"
 )
 
@@ -44,6 +46,8 @@ type Route struct {
 	queue  config.Queue
 	queued atomic.Int64
 	slots  *slotSignal
+	// queueWait observes waits in the queue; nil when not measured.
+	queueWait prometheus.Observer
 }
 
 // Serves reports whether the model serves endpoint e.
