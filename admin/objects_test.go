@@ -166,6 +166,13 @@ func TestRefsReadBatch(t *testing.T) {
 			t.Errorf("%s = %s, want %s", refs[i], got, w)
 		}
 	}
+	// A table past a batch's size reads by row, not whole.
+	big := e.ok("POST", "/table/create", a, `{"table":{"project_id":"team-a/p","rows":[`+strings.TrimSuffix(strings.Repeat(`{"n":1},`, 1000), ",")+`,{"n":2}]}}`).object(t)
+	bref := "weave:///team-a/p/table/" + big["digest"].(string)
+	vals = e.ok("POST", "/refs/read_batch", a, `{"refs":["`+bref+`","`+bref+`/index/1000/key/n","`+bref+`/id/`+big["row_digests"].([]any)[0].(string)+`"]}`).object(t)["vals"].([]any)
+	if compact(t, vals) != `[null,2,{"n":1}]` {
+		t.Fatalf("big table refs = %s", compact(t, vals))
+	}
 	if r := e.do("POST", "/refs/read_batch", bearer(bobKey), `{"refs":["`+oref+`"]}`); r.status != fasthttp.StatusForbidden {
 		t.Fatalf("bob reading team-a's ref: status %d: %s", r.status, r.body)
 	}

@@ -58,9 +58,10 @@ func (s *Service) refsReadBatch(ctx context.Context, rc *fasthttp.RequestCtx, ke
 			return forbidden(r.Entity)
 		}
 	}
+	res := refResolver{s: s, key: key, projects: map[[2]string]*Project{}, objects: map[objectKey]any{}, tables: map[tableKey]*tableCache{}}
 	vals := make([]json.RawMessage, len(refs))
 	for i := range refs {
-		val, err := s.resolveRef(ctx, key, refs[i], 0)
+		val, err := res.resolve(ctx, refs[i], 0)
 		switch {
 		case errors.Is(err, weave.ErrNotFound), errors.Is(err, weave.ErrDeleted), errors.Is(err, ErrNotFound):
 			vals[i] = json.RawMessage("null")
@@ -74,52 +75,126 @@ func (s *Service) refsReadBatch(ctx context.Context, rc *fasthttp.RequestCtx, ke
 	return nil
 }
 
-// resolveRef reads what r names and walks its extra path.
-func (s *Service) resolveRef(ctx context.Context, key *auth.Key, r weave.Ref, hops int) (any, error) {
+// refResolver resolves the refs of one batch. It remembers the projects,
+// object versions and tables it read, since a batch usually names many
+// rows of one dataset: reading each once keeps a batch of a thousand rows
+// to a handful of queries. Values it hands out are shared and never
+// modified.
+type refResolver struct {
+	s        *Service
+	key      *auth.Key
+	projects map[[2]string]*Project // nil for a project that does not exist
+	objects  map[objectKey]any
+	tables   map[tableKey]*tableCache
+}
+
+type objectKey struct {
+	project           int64
+	objectID, version string
+}
+
+type tableKey struct {
+	project int64
+	digest  string
+}
+
+type tableCache struct {
+	digests []string
+	members map[string]bool
+	// rows holds the values of the rows read so far, by digest: all of
+	// them for a table of at most maxRefsPerBatch rows, read at once.
+	rows map[string]json.RawMessage
+}
+
+// row returns the value of one of the table's rows.
+func (t *tableCache) row(ctx context.Context, ws weave.Store, projectID int64, digest string) (json.RawMessage, error) {
+	if v, ok := t.rows[digest]; ok {
+		return v, nil
+	}
+	got, err := ws.TableRows(ctx, projectID, []string{digest})
+	if err != nil {
+		return nil, err
+	}
+	v, ok := got[digest]
+	if !ok {
+		return nil, weave.ErrNotFound
+	}
+	t.rows[digest] = v
+	return v, nil
+}
+
+func (r *refResolver) project(ctx context.Context, entity, name string) (Project, error) {
+	k := [2]string{entity, name}
+	if p, ok := r.projects[k]; ok {
+		if p == nil {
+			return Project{}, weave.ErrNotFound
+		}
+		return *p, nil
+	}
+	p, err := r.s.store.FindProject(ctx, entity, name)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		r.projects[k] = nil
+		return Project{}, weave.ErrNotFound
+	case err != nil:
+		return Project{}, err
+	}
+	r.projects[k] = &p
+	return p, nil
+}
+
+// resolve reads what ref names and walks its extra path.
+func (r *refResolver) resolve(ctx context.Context, ref weave.Ref, hops int) (any, error) {
 	if hops > maxRefHops {
 		return nil, weave.ErrNotFound
 	}
-	proj, err := s.store.FindProject(ctx, r.Entity, r.Project)
+	proj, err := r.project(ctx, ref.Entity, ref.Project)
 	if err != nil {
 		return nil, err
 	}
 	var val any
-	switch r.Kind {
+	switch ref.Kind {
 	case weave.RefObject, weave.RefOp:
-		o, err := s.weave.ReadObject(ctx, proj.ID, r.Name, r.Version)
-		if err != nil {
-			return nil, err
+		k := objectKey{proj.ID, ref.Name, ref.Version}
+		v, ok := r.objects[k]
+		if !ok {
+			o, err := r.s.weave.ReadObject(ctx, proj.ID, ref.Name, ref.Version)
+			if err != nil {
+				return nil, err
+			}
+			v = decodeValue(o.Val)
+			r.objects[k] = v
 		}
-		val = decodeValue(o.Val)
+		val = v
 	case weave.RefTable:
-		return s.walkTable(ctx, key, proj, r.Name, r.Extra, hops)
+		return r.walkTable(ctx, proj, ref.Name, ref.Extra, hops)
 	case weave.RefCall:
-		c, err := s.store.ReadCall(ctx, proj.ID, r.Name)
+		c, err := r.s.store.ReadCall(ctx, proj.ID, ref.Name)
 		if err != nil {
 			return nil, err
 		}
 		val = decodeValue(mustJSON(renderCall(proj, &c)))
 	}
-	return s.walk(ctx, key, val, r.Extra, hops)
+	return r.walk(ctx, val, ref.Extra, hops)
 }
 
 // walk follows edges into val. A value that is a ref is resolved first,
 // so that a path can run through a dataset into its table's rows.
-func (s *Service) walk(ctx context.Context, key *auth.Key, val any, extra []string, hops int) (any, error) {
+func (r *refResolver) walk(ctx context.Context, val any, extra []string, hops int) (any, error) {
 	for i := 0; i < len(extra); i += 2 {
 		edge, arg := extra[i], extra[i+1]
 		if str, ok := val.(string); ok && strings.HasPrefix(str, weave.RefScheme) {
-			r, err := weave.ParseRef(str)
+			ref, err := weave.ParseRef(str)
 			if err != nil {
 				return nil, weave.ErrNotFound
 			}
-			if !key.AllowsTeam(r.Entity) {
+			if !r.key.AllowsTeam(ref.Entity) {
 				// A stored value naming another team's project reads
 				// as nothing rather than leaking it.
 				return nil, weave.ErrNotFound
 			}
-			r.Extra = append(append([]string(nil), r.Extra...), extra[i:]...)
-			return s.resolveRef(ctx, key, r, hops+1)
+			ref.Extra = append(append([]string(nil), ref.Extra...), extra[i:]...)
+			return r.resolve(ctx, ref, hops+1)
 		}
 		switch edge {
 		case weave.EdgeKey, weave.EdgeAttr:
@@ -144,47 +219,68 @@ func (s *Service) walk(ctx context.Context, key *auth.Key, val any, extra []stri
 	return val, nil
 }
 
-// walkTable resolves a table ref: the whole table as a list of rows, or,
-// with an extra path, the row at an index or with a digest, and on.
-func (s *Service) walkTable(ctx context.Context, key *auth.Key, proj Project, digest string, extra []string, hops int) (any, error) {
-	digests, err := s.weave.TableRowDigests(ctx, proj.ID, digest)
+// table returns a table's row digests and the values of all its rows,
+// read once per batch.
+func (r *refResolver) table(ctx context.Context, proj Project, digest string) (*tableCache, error) {
+	k := tableKey{proj.ID, digest}
+	if t, ok := r.tables[k]; ok {
+		return t, nil
+	}
+	digests, err := r.s.weave.TableRowDigests(ctx, proj.ID, digest)
 	if err != nil {
 		return nil, err
 	}
-	var want []string
+	t := &tableCache{digests: digests, members: make(map[string]bool, len(digests)), rows: map[string]json.RawMessage{}}
+	for _, d := range digests {
+		t.members[d] = true
+	}
+	if len(digests) <= maxRefsPerBatch {
+		if t.rows, err = r.s.weave.TableRows(ctx, proj.ID, digests); err != nil {
+			return nil, err
+		}
+	}
+	r.tables[k] = t
+	return t, nil
+}
+
+// walkTable resolves a table ref: the whole table as a list of rows, or,
+// with an extra path, the row at an index or with a digest, and on.
+func (r *refResolver) walkTable(ctx context.Context, proj Project, digest string, extra []string, hops int) (any, error) {
+	t, err := r.table(ctx, proj, digest)
+	if err != nil {
+		return nil, err
+	}
+	var row string
 	switch {
 	case len(extra) == 0:
-		want = digests
+		if len(t.digests) > maxRefsPerBatch {
+			// A whole table that large is read with /table/query.
+			return nil, weave.ErrNotFound
+		}
+		out := make([]any, len(t.digests))
+		for i, d := range t.digests {
+			out[i] = decodeValue(t.rows[d])
+		}
+		return out, nil
 	case extra[0] == weave.EdgeIndex:
 		n, err := strconv.Atoi(extra[1])
-		if err != nil || n < 0 || n >= len(digests) {
+		if err != nil || n < 0 || n >= len(t.digests) {
 			return nil, weave.ErrNotFound
 		}
-		want = digests[n : n+1]
+		row = t.digests[n]
 	case extra[0] == weave.EdgeID:
-		if !contains(digests, extra[1]) {
+		if !t.members[extra[1]] {
 			return nil, weave.ErrNotFound
 		}
-		want = []string{extra[1]}
+		row = extra[1]
 	default:
 		return nil, weave.ErrNotFound
 	}
-	rows, err := s.weave.TableRows(ctx, proj.ID, want)
+	raw, err := t.row(ctx, r.s.weave, proj.ID, row)
 	if err != nil {
 		return nil, err
 	}
-	if len(extra) == 0 {
-		out := make([]any, len(want))
-		for i, d := range want {
-			out[i] = decodeValue(rows[d])
-		}
-		return out, nil
-	}
-	row, ok := rows[want[0]]
-	if !ok {
-		return nil, weave.ErrNotFound
-	}
-	return s.walk(ctx, key, decodeValue(row), extra[2:], hops)
+	return r.walk(ctx, decodeValue(raw), extra[2:], hops)
 }
 
 func decodeValue(b json.RawMessage) any {
