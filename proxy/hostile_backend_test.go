@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -501,4 +502,64 @@ func TestPanicIsRecovered(t *testing.T) {
 		t.Errorf("the panic was not logged:\n%s", logs.String())
 	}
 	assertStillServing(t, h)
+}
+
+// TestQueueWaitEndsAtShutdown queues a request behind a busy backend and
+// shuts the gateway down: the queued request is answered 503 at once,
+// rather than holding shutdown for its queue wait.
+func TestQueueWaitEndsAtShutdown(t *testing.T) {
+	hs := startHostile(t)
+	h := hostileHarness(t, hs, harnessOptions{
+		extraBackends: fmt.Sprintf("  - name: hostile2\n    url: %q\n    max_concurrency: 1\n", hs.URL()),
+		models: `
+  - name: demo
+    backends: [sim]
+  - name: queued
+    backends: [hostile2]
+    queue: {depth: 4, wait: 5m}
+`,
+	})
+	queued := strings.Replace(badBody, `"bad"`, `"queued"`, 1)
+	dial := func(behaviour string) net.Conn {
+		c, err := net.Dial("tcp", strings.TrimPrefix(h.base, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n%s: %s\r\nContent-Length: %d\r\n\r\n%s",
+			testKey, hostile.Header, behaviour, len(queued), queued)
+		return c
+	}
+	holder := dial("hang")
+	defer holder.Close()
+	waitUntil(t, "the first request to take the slot", func() bool { return hs.Requests() == 1 })
+	waiter := dial("ok")
+	defer waiter.Close()
+	time.Sleep(300 * time.Millisecond) // let it reach the queue
+	shut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		shut <- h.gw.Shutdown(ctx)
+	}()
+	if err := waiter.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(waiter), nil)
+	if err != nil {
+		t.Fatalf("the queued request got no answer at shutdown: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assertOpenAIError(t, response{status: resp.StatusCode, header: resp.Header, body: body}, 503)
+	if !strings.Contains(string(body), "shutting down") {
+		t.Errorf("answer %s, want it to say the gateway is shutting down", body)
+	}
+	// The request on the hanging backend ends when its client leaves.
+	holder.Close()
+	if err := <-shut; err != nil {
+		t.Errorf("shutdown: %v", err)
+	}
+	if hs.Requests() != 1 {
+		t.Errorf("the queued request reached the backend")
+	}
 }
