@@ -601,9 +601,7 @@ func (s *Service) callsDelete(ctx context.Context, rc *fasthttp.RequestCtx, key 
 	if raw, ok := body["call_ids"]; !ok {
 		v.add(at(bodyLoc, "call_ids"), "missing", "Field required", body)
 	} else if ids = v.stringList(raw, at(bodyLoc, "call_ids")); len(ids) > maxDeleteCalls {
-		v.addCtx(at(bodyLoc, "call_ids"), "too_long",
-			"List should have at most "+strconv.Itoa(maxDeleteCalls)+" items after validation, not "+strconv.Itoa(len(ids)),
-			nil, map[string]any{"field_type": "List", "max_length": maxDeleteCalls, "actual_length": len(ids)})
+		v.tooLongList(at(bodyLoc, "call_ids"), len(ids), maxDeleteCalls)
 	}
 	if v.failed() {
 		return v.err()

@@ -264,3 +264,34 @@ func TestEvaluationRunFinishAndDelete(t *testing.T) {
 		t.Fatalf("no ids: %v", got)
 	}
 }
+
+// TestSDKEvaluationRuns: an Evaluation.evaluate call a Weave SDK logs
+// under its op ref is an evaluation run too: listed, read and deleted.
+func TestSDKEvaluationRuns(t *testing.T) {
+	e := newEnv(t)
+	e.ok("POST", "/call/upsert_batch", bearer(aliceKey), `{"batch":[
+		{"mode":"start","req":{"start":{"project_id":"team-a/p","id":"sdk-run","trace_id":"t","op_name":"weave:///team-a/p/op/Evaluation.evaluate:d1","started_at":"2026-11-21T10:00:00Z","inputs":{"self":"weave:///team-a/p/object/Evaluation:e1","model":"weave:///team-a/p/op/model:m1"},"attributes":{"weave":{"source":"js-sdk"}}}}},
+		{"mode":"end","req":{"end":{"project_id":"team-a/p","id":"sdk-run","ended_at":"2026-11-21T10:00:09Z","output":{"score":{"mean":1}}}}},
+		{"mode":"start","req":{"start":{"project_id":"team-a/p","id":"decoy","trace_id":"u","op_name":"weave:///team-a/other/op/Evaluation.evaluate:d1","started_at":"2026-11-21T10:00:00Z"}}},
+		{"mode":"start","req":{"start":{"project_id":"team-a/p","id":"lookalike","trace_id":"v","op_name":"weave:///team-a/p/op/Evaluation.evaluate_more:d1","started_at":"2026-11-21T10:00:00Z"}}}
+	]}`)
+	list := e.ok("GET", "/v2/team-a/p/evaluation_runs", bearer(aliceKey), "").lines(t)
+	if len(list) != 1 || list[0]["evaluation_run_id"] != "sdk-run" || list[0]["status"] != "success" ||
+		list[0]["evaluation"] != "weave:///team-a/p/object/Evaluation:e1" || list[0]["model"] != "weave:///team-a/p/op/model:m1" {
+		t.Fatalf("list = %v", list)
+	}
+	if r := e.ok("GET", "/v2/team-a/p/evaluation_runs/sdk-run", bearer(aliceKey), "").object(t); r["finished_at"] != "2026-11-21T10:00:09.000000Z" {
+		t.Fatalf("read = %v", r)
+	}
+	for _, id := range []string{"decoy", "lookalike"} {
+		if r := e.do("GET", "/v2/team-a/p/evaluation_runs/"+id, bearer(aliceKey), ""); r.status != fasthttp.StatusNotFound {
+			t.Fatalf("%s read as a run: %d", id, r.status)
+		}
+	}
+	if got := e.ok("DELETE", "/v2/team-a/p/evaluation_runs?evaluation_run_ids=sdk-run,decoy,lookalike", bearer(aliceKey), "").object(t); got["num_deleted"] != float64(1) {
+		t.Fatalf("delete = %v", got)
+	}
+	if readCall(t, e, "sdk-run") != nil || readCall(t, e, "decoy") == nil {
+		t.Fatal("wrong calls deleted")
+	}
+}

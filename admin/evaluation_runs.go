@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"strconv"
 	"strings"
 	"time"
 
@@ -17,6 +16,23 @@ import (
 
 // EvaluationOpName is the op of an evaluation run's root call.
 const EvaluationOpName = "Evaluation.evaluate"
+
+// evaluationOpNames are the op names of a project's evaluation runs: the
+// bare name of the runs this service creates, and any version of the op
+// ref a Weave SDK logs its Evaluation.evaluate calls under.
+func evaluationOpNames(p pathParams) []string {
+	return []string{EvaluationOpName, "weave:///" + p.entity + "/" + p.project + "/op/" + EvaluationOpName + ":*"}
+}
+
+// isEvaluationRun reports whether a call of the project p is an
+// evaluation run's root.
+func isEvaluationRun(c *Call, p pathParams) bool {
+	if c.OpName == EvaluationOpName {
+		return true
+	}
+	prefix := "weave:///" + p.entity + "/" + p.project + "/op/" + EvaluationOpName + ":"
+	return strings.HasPrefix(c.OpName, prefix)
+}
 
 // evaluationRunJSON is an evaluation run as read back. evaluation and model
 // are the refs the run was created with, usually strings.
@@ -133,7 +149,7 @@ func (s *Service) readEvaluationRun(ctx context.Context, rc *fasthttp.RequestCtx
 		return notFound("Evaluation run")
 	}
 	c, err := s.store.ReadCall(ctx, proj.ID, p.id)
-	if errors.Is(err, ErrNotFound) || (err == nil && c.OpName != EvaluationOpName) {
+	if errors.Is(err, ErrNotFound) || (err == nil && !isEvaluationRun(&c, p)) {
 		return notFound("Evaluation run")
 	}
 	if err != nil {
@@ -157,7 +173,7 @@ func (s *Service) listEvaluationRuns(ctx context.Context, rc *fasthttp.RequestCt
 	var runs []evaluationRunJSON
 	if found {
 		q := CallsQuery{
-			Filter: &CallsFilter{OpNames: []string{EvaluationOpName}},
+			Filter: &CallsFilter{OpNames: evaluationOpNames(p)},
 			SortBy: []SortBy{{Field: GetField{Column: "started_at"}, Desc: true}, {Field: GetField{Column: "id"}, Desc: true}},
 			Limit:  limit, Offset: offset,
 		}
@@ -202,14 +218,14 @@ func (s *Service) finishEvaluationRun(ctx context.Context, rc *fasthttp.RequestC
 		return notFound("Evaluation run")
 	}
 	run, err := s.store.ReadCall(ctx, proj.ID, p.id)
-	if errors.Is(err, ErrNotFound) || (err == nil && run.OpName != EvaluationOpName) {
+	if errors.Is(err, ErrNotFound) || (err == nil && !isEvaluationRun(&run, p)) {
 		return notFound("Evaluation run")
 	}
 	if err != nil {
 		return internalError(err)
 	}
 	now := time.Now()
-	if err := s.store.FinishCall(ctx, proj.ID, p.id, EvaluationOpName, now, summary, exception); err != nil {
+	if err := s.store.FinishCall(ctx, proj.ID, p.id, run.OpName, now, summary, exception); err != nil {
 		if errors.Is(err, ErrNotFound) {
 			return notFound("Evaluation run")
 		}
@@ -263,8 +279,7 @@ func (s *Service) deleteEvaluationRuns(ctx context.Context, rc *fasthttp.Request
 	case len(ids) == 0:
 		v.add([]any{"query", "evaluation_run_ids"}, "missing", "Field required", nil)
 	case len(ids) > maxDeleteCalls:
-		v.add([]any{"query", "evaluation_run_ids"}, "too_long",
-			"List should have at most "+strconv.Itoa(maxDeleteCalls)+" items after validation, not "+strconv.Itoa(len(ids)), nil)
+		v.tooLongList([]any{"query", "evaluation_run_ids"}, len(ids), maxDeleteCalls)
 	}
 	if v.failed() {
 		return v.err()
@@ -275,7 +290,7 @@ func (s *Service) deleteEvaluationRuns(ctx context.Context, rc *fasthttp.Request
 	}
 	var runs []string
 	if found {
-		q := CallsQuery{Filter: &CallsFilter{CallIDs: ids, OpNames: []string{EvaluationOpName}}, Limit: -1}
+		q := CallsQuery{Filter: &CallsFilter{CallIDs: ids, OpNames: evaluationOpNames(p)}, Limit: -1}
 		if err := s.store.QueryCalls(ctx, proj.ID, q, func(c *Call) error {
 			runs = append(runs, c.ID)
 			return nil

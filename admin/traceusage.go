@@ -531,9 +531,7 @@ func (s *Service) serveCallsUsage(ctx context.Context, rc *fasthttp.RequestCtx, 
 	if raw, ok := body["call_ids"]; !ok {
 		v.add(at(bodyLoc, "call_ids"), "missing", "Field required", body)
 	} else if ids = v.stringList(raw, at(bodyLoc, "call_ids")); len(ids) > maxUsageCallIDs {
-		v.addCtx(at(bodyLoc, "call_ids"), "too_long",
-			"List should have at most "+strconv.Itoa(maxUsageCallIDs)+" items after validation, not "+strconv.Itoa(len(ids)),
-			nil, map[string]any{"field_type": "List", "max_length": maxUsageCallIDs, "actual_length": len(ids)})
+		v.tooLongList(at(bodyLoc, "call_ids"), len(ids), maxUsageCallIDs)
 	}
 	includeCosts := v.optBool(body, "include_costs", bodyLoc, false)
 	limit := v.optNonNegInt(body, "limit", bodyLoc, defaultTraceUsageLimit)
