@@ -94,6 +94,10 @@ func (s *Service) fileContent(ctx context.Context, rc *fasthttp.RequestCtx, key 
 	}
 	rc.SetStatusCode(fasthttp.StatusOK)
 	rc.SetContentType("application/octet-stream")
+	// Stored bytes are whatever a client uploaded: never let a browser
+	// render them as a page of the gateway's origin (the dashboard's).
+	rc.Response.Header.Set("X-Content-Type-Options", "nosniff")
+	rc.Response.Header.Set("Content-Disposition", "attachment")
 	rc.SetBody(content)
 	return nil
 }
