@@ -110,7 +110,9 @@ type Server struct {
 	MaxLogitBias int `yaml:"max_logit_bias"`
 	// MaxResponseBytes caps a non-streamed upstream reply body: past it
 	// the gateway stops reading, closes the upstream connection and
-	// answers 502. Zero means 16 MiB, far above any chat completion.
+	// answers 502. Zero means 64 MiB: far above any chat completion, and
+	// room for an embeddings batch of 2,048 inputs of 3,072 dimensions in
+	// base64 (about 33 MiB).
 	MaxResponseBytes int `yaml:"max_response_bytes"`
 	// MaxEventBytes caps one upstream SSE event: past it the stream ends
 	// with an in-band error and the upstream connection is closed. Zero

@@ -134,7 +134,7 @@ func TestLoadFullConfig(t *testing.T) {
 			ShutdownTimeout:  30 * time.Second,
 			MaxStopStrings:   64,
 			MaxLogitBias:     300000,
-			MaxResponseBytes: 16 << 20,
+			MaxResponseBytes: 64 << 20,
 			MaxEventBytes:    1 << 20,
 		},
 		Backends: []Backend{
@@ -707,7 +707,7 @@ func TestProvisionDefaults(t *testing.T) {
 			ShutdownTimeout:  30 * time.Second,
 			MaxStopStrings:   64,
 			MaxLogitBias:     300000,
-			MaxResponseBytes: 16 << 20,
+			MaxResponseBytes: 64 << 20,
 			MaxEventBytes:    1 << 20,
 		},
 		Backends: []Backend{

@@ -24,7 +24,7 @@ const (
 	defaultShutdownTimeout   = 30 * time.Second
 	defaultMaxStopStrings    = 64
 	defaultMaxLogitBias      = 300000
-	defaultMaxResponseBytes  = 16 << 20
+	defaultMaxResponseBytes  = 64 << 20
 	defaultMaxEventBytes     = 1 << 20
 
 	defaultBackendWeight    = 1
