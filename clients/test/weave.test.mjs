@@ -17,6 +17,7 @@ import { baseURL, apiKey, v1, uniqueProject } from '../lib/gateway.mjs';
 process.env.WF_TRACE_SERVER_URL = baseURL;
 process.env.WANDB_API_KEY = apiKey;
 process.env.HOME = fs.mkdtempSync(path.join(os.tmpdir(), 'weave-home-'));
+fs.writeFileSync(path.join(process.env.HOME, '.netrc'), '', { mode: 0o600 });
 const weave = await import('weave');
 const { default: OpenAI } = await import('openai');
 
@@ -143,10 +144,15 @@ test('the Weave SDK logs to the gateway, and every token is counted once', async
     assert.ok(gw.request_id && gw.call_id && gw.completion_id === c.output.id, JSON.stringify(gw));
   }
 
-  // Every root's roll-up is exactly its completions' tokens, once.
+  // Every root's roll-up is exactly its completions' tokens, once: in the
+  // root's own summary as /calls/stream_query gives it (the SDK's, which
+  // holds its descendants'), in /trace/usage and in /calls/usage.
   const projectWant = { requests: 0, prompt: 0, completion: 0 };
   for (const [name, w] of want) {
     const r = rootIds.get(name);
+    const [listed] = await streamQuery({ filter: { call_ids: [r.id] } });
+    const s = listed.summary.usage.demo;
+    assert.deepEqual({ requests: s.requests, prompt: s.prompt_tokens, completion: s.completion_tokens }, w, `summary of root ${name}`);
     const body = JSON.parse(await post('/trace/usage', { project_id: project.id, filter: { trace_ids: [r.trace_id] } }));
     const got = body.call_usage[r.id].demo;
     assert.deepEqual(
