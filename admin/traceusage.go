@@ -82,6 +82,14 @@ type traceUsage struct {
 	models     []string
 	unfinished []string
 	costs      bool
+	// own is addOwn's scratch buffer.
+	own []ownEntry
+}
+
+// ownEntry is one model's usage of the call addOwn is reading.
+type ownEntry struct {
+	model string
+	c     counts
 }
 
 // computeTraceUsage rolls the selected calls' usage up their parent links,
@@ -192,11 +200,10 @@ func (u *traceUsage) headOrder(dup []bool) {
 // roll-up counts every token once, where Weave's own counts a three-deep
 // SDK trace three times.
 func (u *traceUsage) addOwn(i int32, call *TraceUsageCall, modelIndex map[string]int32, pricing map[string]config.Pricing, includeCosts bool) {
-	type entry struct {
-		model string
-		c     counts
-	}
-	var own []entry
+	// own reuses one buffer for every call, so that the roll-up still
+	// allocates only its growing slices.
+	own := u.own[:0]
+	defer func() { u.own = own[:0] }()
 	parseUsage(call.Usage, func(model string, c counts) {
 		for k := range own {
 			if own[k].model == model {
@@ -205,7 +212,7 @@ func (u *traceUsage) addOwn(i int32, call *TraceUsageCall, modelIndex map[string
 				return
 			}
 		}
-		own = append(own, entry{model, c})
+		own = append(own, ownEntry{model, c})
 	})
 	if call.SDK {
 		for _, child := range call.ChildUsage {
