@@ -44,7 +44,9 @@ function callRow(node, usage) {
   const u = sumUsage(usage[c.id]);
   const [statusText, statusClass] = status(c);
   const d = duration(c);
-  const attrs = c.attributes ?? {};
+  // A completion an SDK traced through the gateway carries the gateway's
+  // attributes under attributes.gateway (README, "Every token is counted once").
+  const attrs = c.attributes?.gateway ?? c.attributes ?? {};
   const detail = [attrs.key_name && `key ${attrs.key_name}`, attrs.backend && `backend ${attrs.backend}`, u.models.length && u.models.join(', ')]
     .filter(Boolean)
     .join(' · ');
