@@ -27,10 +27,10 @@ type UsageQuery struct {
 	Start, End time.Time
 	// BucketWidth splits [Start, End) into buckets, the first at Start.
 	BucketWidth time.Duration
-	// GroupByProject, GroupByModel, GroupByKey and GroupByEndpoint split
-	// each bucket's sums by team and project, by model, by key name, and by
-	// endpoint.
-	GroupByProject, GroupByModel, GroupByKey, GroupByEndpoint bool
+	// GroupByProject, GroupByModel, GroupByKey, GroupByEndpoint and
+	// GroupByStatus split each bucket's sums by team and project, by model,
+	// by key name, by endpoint, and by outcome (UsageStatuses).
+	GroupByProject, GroupByModel, GroupByKey, GroupByEndpoint, GroupByStatus bool
 	// Projects, when not empty, keeps only these projects.
 	Projects []UsageProject
 	// Models, when not empty, keeps only these (requested) models.
@@ -57,12 +57,18 @@ type UsageRow struct {
 	Model       string
 	KeyName     string
 	Endpoint    string
+	// Status is the records' outcome, one of UsageStatuses.
+	Status string
 
 	// InputTokens are prompt tokens, cached ones included, as OpenAI counts them.
 	InputTokens  int64
 	OutputTokens int64
 	CachedTokens int64
-	Requests     int64
+	// Requests counts the records a backend was reached for (OpenAI's
+	// num_model_requests); Records counts every record, those refused
+	// before any backend (a limit, a bad request) included.
+	Requests int64
+	Records  int64
 }
 
 // UsageEndpoints are the endpoints usage records tell apart, as
@@ -70,6 +76,25 @@ type UsageRow struct {
 // group_by=endpoint values.
 func UsageEndpoints() []string {
 	return []string{"chat.completions", "completions", "embeddings", "responses"}
+}
+
+// UsageStatuses are the outcomes group_by=status tells apart, in the
+// order the store sorts them:
+//   - client_closed: the client left before the end, either closing a
+//     stream (its tokens are what was streamed until then) or giving up
+//     before any answer (status 499);
+//   - client_error: refused with a 4xx as the client's fault (bad request,
+//     key, limit), 499 aside;
+//   - complete: answered in full (a 2xx without error);
+//   - server_error: the gateway or a backend failed: a 5xx, or a stream
+//     that ended in an in-band error after its 200;
+//   - stream_broken: the backend broke a stream off after its first byte
+//     (its tokens are what was streamed until then).
+//
+// client_closed streams and stream_broken are the incomplete (aborted)
+// requests.
+func UsageStatuses() []string {
+	return []string{"client_closed", "client_error", "complete", "server_error", "stream_broken"}
 }
 
 // usageKind is one path of the usage API: what it counts unless
@@ -105,10 +130,14 @@ func embeddingsUsage() usageKind {
 // usage API, so that dashboards built for it work unchanged. An admin key
 // reads every team; any other key its own teams.
 //
-// Two parameters extend OpenAI's: group_by=endpoint splits the results by
-// endpoint (each then names it in "endpoint"), and endpoints= (a list,
-// like models=) chooses which endpoints' usage is counted instead of the
-// path's own.
+// Three parameters extend OpenAI's: group_by=endpoint splits the results
+// by endpoint (each then names it in "endpoint"), group_by=status by
+// outcome (each then names one of UsageStatuses in "status" and counts
+// every request of that outcome in "num_requests", the refusals that
+// reached no model included), and
+// endpoints= (a list, like models=) chooses which endpoints' usage is
+// counted instead of the path's own. Without them an answer has exactly
+// OpenAI's shape.
 type UsageAPI struct {
 	store UsageStore
 	keys  *auth.Keyring
@@ -282,8 +311,10 @@ func parseUsageRequest(args *fasthttp.Args, now time.Time, kind usageKind) (*usa
 			q.GroupByKey = true
 		case "endpoint":
 			q.GroupByEndpoint = true
+		case "status":
+			q.GroupByStatus = true
 		default:
-			return nil, usageInvalid("group_by", "Invalid 'group_by' value "+strconv.Quote(g)+": want project_id, model, api_key_id or endpoint.")
+			return nil, usageInvalid("group_by", "Invalid 'group_by' value "+strconv.Quote(g)+": want project_id, model, api_key_id, endpoint or status.")
 		}
 	}
 	for _, id := range usageList(args, "project_ids") {
@@ -379,8 +410,9 @@ type usageBucket struct {
 
 // usageResult is a result of either path. OutputTokens and
 // InputCachedTokens are pointers so that embeddings results, which have
-// neither, leave them out; Endpoint is there only with group_by=endpoint,
-// so that other answers keep exactly OpenAI's shape.
+// neither, leave them out; Endpoint is there only with group_by=endpoint
+// and Status only with group_by=status, so that other answers keep
+// exactly OpenAI's shape.
 type usageResult struct {
 	Object            string  `json:"object"`
 	InputTokens       int64   `json:"input_tokens"`
@@ -391,6 +423,10 @@ type usageResult struct {
 	APIKeyID          *string `json:"api_key_id"`
 	Model             *string `json:"model"`
 	Endpoint          *string `json:"endpoint,omitempty"`
+	Status            *string `json:"status,omitempty"`
+	// NumRequests is there only with group_by=status: refusals reach no
+	// model, so num_model_requests alone cannot count them.
+	NumRequests *int64 `json:"num_requests,omitempty"`
 }
 
 // page lays rows out in the page's buckets, empty buckets included.
@@ -427,6 +463,9 @@ func (r *usageRequest) page(rows []UsageRow) usagePage {
 		}
 		if q.GroupByEndpoint {
 			res.Endpoint = &row.Endpoint
+		}
+		if q.GroupByStatus {
+			res.Status, res.NumRequests = &row.Status, &row.Records
 		}
 		p.Data[i].Results = append(p.Data[i].Results, res)
 	}

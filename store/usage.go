@@ -163,10 +163,16 @@ func (d *DB) UsageBuckets(ctx context.Context, q admin.UsageQuery) ([]admin.Usag
 	} else {
 		sb.WriteString(", ''")
 	}
+	if q.GroupByStatus {
+		sb.WriteString(", " + usageStatusExpr + " AS status_class")
+		groupCols = append(groupCols, "status_class")
+	} else {
+		sb.WriteString(", ''")
+	}
 	dl := d.dialect
 	sb.WriteString(", " + dl.sumTokens("prompt_tokens") + ", " + dl.sumTokens("completion_tokens") +
 		", " + dl.sumTokens("cached_tokens") + `,
-		SUM(CASE WHEN backend <> '' THEN 1 ELSE 0 END)
+		SUM(CASE WHEN backend <> '' THEN 1 ELSE 0 END), COUNT(*)
 		FROM usage_records WHERE started >= ? AND started < ?`)
 	args = append(args, start, q.End.UnixNano())
 	if q.Teams != nil {
@@ -212,8 +218,8 @@ func (d *DB) UsageBuckets(ctx context.Context, q admin.UsageQuery) ([]admin.Usag
 			r      admin.UsageRow
 			bucket int64
 		)
-		if err := rows.Scan(&bucket, &r.Team, &r.Project, &r.Model, &r.KeyName, &r.Endpoint,
-			&r.InputTokens, &r.OutputTokens, &r.CachedTokens, &r.Requests); err != nil {
+		if err := rows.Scan(&bucket, &r.Team, &r.Project, &r.Model, &r.KeyName, &r.Endpoint, &r.Status,
+			&r.InputTokens, &r.OutputTokens, &r.CachedTokens, &r.Requests, &r.Records); err != nil {
 			return nil, fmt.Errorf("usage buckets: %w", err)
 		}
 		r.BucketStart = time.Unix(0, start+bucket*int64(q.BucketWidth)).UTC()
@@ -224,6 +230,24 @@ func (d *DB) UsageBuckets(ctx context.Context, q admin.UsageQuery) ([]admin.Usag
 	}
 	return out, nil
 }
+
+// usageStatusExpr classes a record by its outcome, as admin.UsageStatuses
+// names them. The order of the cases matters: a client that closed a
+// stream left status 200 and an error behind, and a stream the backend
+// broke off kept its 200 too, so incomplete records are classed before
+// their status is read. The proxy describes a stream its client closed
+// with an error that starts "client closed" (proxy/stream.go); a request
+// whose client left before any answer has nginx's 499. The same SQL runs
+// on both engines: incomplete is an INTEGER on SQLite and a BOOLEAN on
+// PostgreSQL, and either is a condition as it stands.
+const usageStatusExpr = `(CASE
+		WHEN status = 499 OR (incomplete AND error LIKE 'client closed%') THEN 'client_closed'
+		WHEN incomplete THEN 'stream_broken'
+		WHEN status >= 500 THEN 'server_error'
+		WHEN status >= 400 THEN 'client_error'
+		WHEN status >= 200 AND status < 300 AND error = '' THEN 'complete'
+		ELSE 'server_error'
+	END)`
 
 // placeholders is n comma-separated "?".
 func placeholders(n int) string {

@@ -46,10 +46,10 @@ func TestUsageByEndpoint(t *testing.T) {
 			t.Fatalf("UsageBuckets: %v", err)
 		}
 		want := []admin.UsageRow{
-			{BucketStart: usageT0, Endpoint: "chat.completions", InputTokens: 30, OutputTokens: 3, Requests: 2},
-			{BucketStart: usageT0, Endpoint: "completions", InputTokens: 30, OutputTokens: 3, Requests: 1},
-			{BucketStart: usageT0, Endpoint: "embeddings", InputTokens: 90, Requests: 2},
-			{BucketStart: usageT0, Endpoint: "responses", InputTokens: 60, OutputTokens: 6, Requests: 1},
+			{BucketStart: usageT0, Endpoint: "chat.completions", InputTokens: 30, OutputTokens: 3, Requests: 2, Records: 2},
+			{BucketStart: usageT0, Endpoint: "completions", InputTokens: 30, OutputTokens: 3, Requests: 1, Records: 1},
+			{BucketStart: usageT0, Endpoint: "embeddings", InputTokens: 90, Requests: 2, Records: 2},
+			{BucketStart: usageT0, Endpoint: "responses", InputTokens: 60, OutputTokens: 6, Requests: 1, Records: 1},
 		}
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("by endpoint =\n%+v\nwant\n%+v", got, want)
@@ -61,7 +61,7 @@ func TestUsageByEndpoint(t *testing.T) {
 		if err != nil {
 			t.Fatalf("UsageBuckets: %v", err)
 		}
-		want = []admin.UsageRow{{BucketStart: usageT0, InputTokens: 90, OutputTokens: 9, Requests: 3}}
+		want = []admin.UsageRow{{BucketStart: usageT0, InputTokens: 90, OutputTokens: 9, Requests: 3, Records: 3}}
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("chat and responses =\n%+v\nwant\n%+v", got, want)
 		}
@@ -163,11 +163,11 @@ func TestUsageSumsSaturate(t *testing.T) {
 			t.Fatalf("UsageBuckets: %v", err)
 		}
 		want := []admin.UsageRow{
-			{BucketStart: usageT0, Team: "acme", Project: "halves", InputTokens: math.MaxInt64, OutputTokens: math.MaxInt64, CachedTokens: math.MaxInt64, Requests: 2},
-			{BucketStart: usageT0, Team: "acme", Project: "max", InputTokens: math.MaxInt64, OutputTokens: 3, Requests: 1},
-			{BucketStart: usageT0, Team: "acme", Project: "negative", InputTokens: 20, OutputTokens: 2, Requests: 2},
-			{BucketStart: usageT0, Team: "acme", Project: "no-total", InputTokens: math.MaxInt64, OutputTokens: math.MaxInt64, Requests: 1},
-			{BucketStart: usageT0, Team: "acme", Project: "one-half", InputTokens: half, OutputTokens: 1, Requests: 1},
+			{BucketStart: usageT0, Team: "acme", Project: "halves", InputTokens: math.MaxInt64, OutputTokens: math.MaxInt64, CachedTokens: math.MaxInt64, Requests: 2, Records: 2},
+			{BucketStart: usageT0, Team: "acme", Project: "max", InputTokens: math.MaxInt64, OutputTokens: 3, Requests: 1, Records: 1},
+			{BucketStart: usageT0, Team: "acme", Project: "negative", InputTokens: 20, OutputTokens: 2, Requests: 2, Records: 2},
+			{BucketStart: usageT0, Team: "acme", Project: "no-total", InputTokens: math.MaxInt64, OutputTokens: math.MaxInt64, Requests: 1, Records: 1},
+			{BucketStart: usageT0, Team: "acme", Project: "one-half", InputTokens: half, OutputTokens: 1, Requests: 1, Records: 1},
 		}
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("UsageBuckets =\n%+v\nwant\n%+v", got, want)
@@ -228,7 +228,7 @@ func TestUsageSumsSaturateSQLiteReals(t *testing.T) {
 	if err != nil {
 		t.Fatalf("UsageBuckets: %v", err)
 	}
-	want := []admin.UsageRow{{BucketStart: usageT0, InputTokens: math.MaxInt64, OutputTokens: 7, Requests: 3}}
+	want := []admin.UsageRow{{BucketStart: usageT0, InputTokens: math.MaxInt64, OutputTokens: 7, Requests: 3, Records: 3}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("UsageBuckets = %+v, want %+v", got, want)
 	}

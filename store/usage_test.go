@@ -236,33 +236,33 @@ func TestUsageBuckets(t *testing.T) {
 				name: "no grouping",
 				q:    base,
 				want: []admin.UsageRow{
-					{BucketStart: h0, InputTokens: 70, OutputTokens: 7, CachedTokens: 6, Requests: 3},
-					{BucketStart: h1, InputTokens: 30, OutputTokens: 3, Requests: 1},
+					{BucketStart: h0, InputTokens: 70, OutputTokens: 7, CachedTokens: 6, Requests: 3, Records: 3},
+					{BucketStart: h1, InputTokens: 30, OutputTokens: 3, Requests: 1, Records: 1},
 				},
 			},
 			{
 				name: "by project",
 				q:    with(func(q *admin.UsageQuery) { q.GroupByProject = true }),
 				want: []admin.UsageRow{
-					{BucketStart: h0, Team: "acme", Project: "bot", InputTokens: 30, OutputTokens: 3, CachedTokens: 5, Requests: 2},
-					{BucketStart: h0, Team: "beta", Project: "inference", InputTokens: 40, OutputTokens: 4, CachedTokens: 1, Requests: 1},
-					{BucketStart: h1, Team: "acme", Project: "ops", InputTokens: 30, OutputTokens: 3, Requests: 1},
+					{BucketStart: h0, Team: "acme", Project: "bot", InputTokens: 30, OutputTokens: 3, CachedTokens: 5, Requests: 2, Records: 2},
+					{BucketStart: h0, Team: "beta", Project: "inference", InputTokens: 40, OutputTokens: 4, CachedTokens: 1, Requests: 1, Records: 1},
+					{BucketStart: h1, Team: "acme", Project: "ops", InputTokens: 30, OutputTokens: 3, Requests: 1, Records: 1},
 				},
 			},
 			{
 				name: "by model and key",
 				q:    with(func(q *admin.UsageQuery) { q.GroupByModel, q.GroupByKey = true, true }),
 				want: []admin.UsageRow{
-					{BucketStart: h0, Model: "m1", KeyName: "k1", InputTokens: 10, OutputTokens: 1, CachedTokens: 5, Requests: 1},
-					{BucketStart: h0, Model: "m1", KeyName: "k3", InputTokens: 40, OutputTokens: 4, CachedTokens: 1, Requests: 1},
-					{BucketStart: h0, Model: "m2", KeyName: "k1", InputTokens: 20, OutputTokens: 2, Requests: 1},
-					{BucketStart: h1, Model: "m1", KeyName: "k2", InputTokens: 30, OutputTokens: 3, Requests: 1},
+					{BucketStart: h0, Model: "m1", KeyName: "k1", InputTokens: 10, OutputTokens: 1, CachedTokens: 5, Requests: 1, Records: 1},
+					{BucketStart: h0, Model: "m1", KeyName: "k3", InputTokens: 40, OutputTokens: 4, CachedTokens: 1, Requests: 1, Records: 1},
+					{BucketStart: h0, Model: "m2", KeyName: "k1", InputTokens: 20, OutputTokens: 2, Requests: 1, Records: 1},
+					{BucketStart: h1, Model: "m1", KeyName: "k2", InputTokens: 30, OutputTokens: 3, Requests: 1, Records: 1},
 				},
 			},
 			{
 				name: "teams restrict",
 				q:    with(func(q *admin.UsageQuery) { q.Teams = []string{"beta"} }),
-				want: []admin.UsageRow{{BucketStart: h0, InputTokens: 40, OutputTokens: 4, CachedTokens: 1, Requests: 1}},
+				want: []admin.UsageRow{{BucketStart: h0, InputTokens: 40, OutputTokens: 4, CachedTokens: 1, Requests: 1, Records: 1}},
 			},
 			{
 				name: "no teams select nothing",
@@ -273,12 +273,12 @@ func TestUsageBuckets(t *testing.T) {
 				q: with(func(q *admin.UsageQuery) {
 					q.Projects = []admin.UsageProject{{Team: "acme", Project: "ops"}, {Team: "beta", Project: "bot"}}
 				}),
-				want: []admin.UsageRow{{BucketStart: h1, InputTokens: 30, OutputTokens: 3, Requests: 1}},
+				want: []admin.UsageRow{{BucketStart: h1, InputTokens: 30, OutputTokens: 3, Requests: 1, Records: 1}},
 			},
 			{
 				name: "models filter",
 				q:    with(func(q *admin.UsageQuery) { q.Models = []string{"m2", "nope"} }),
-				want: []admin.UsageRow{{BucketStart: h0, InputTokens: 20, OutputTokens: 2, Requests: 1}},
+				want: []admin.UsageRow{{BucketStart: h0, InputTokens: 20, OutputTokens: 2, Requests: 1, Records: 1}},
 			},
 			{
 				name: "one bucket over the range, as the CLI asks",
@@ -288,8 +288,8 @@ func TestUsageBuckets(t *testing.T) {
 					q.Teams = []string{"acme"}
 				}),
 				want: []admin.UsageRow{
-					{BucketStart: h0, Team: "acme", Project: "bot", InputTokens: 30, OutputTokens: 3, CachedTokens: 5, Requests: 2},
-					{BucketStart: h0, Team: "acme", Project: "ops", InputTokens: 30, OutputTokens: 3, Requests: 1},
+					{BucketStart: h0, Team: "acme", Project: "bot", InputTokens: 30, OutputTokens: 3, CachedTokens: 5, Requests: 2, Records: 2},
+					{BucketStart: h0, Team: "acme", Project: "ops", InputTokens: 30, OutputTokens: 3, Requests: 1, Records: 1},
 				},
 			},
 		}
