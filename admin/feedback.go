@@ -197,6 +197,9 @@ func parseExpr(v *validation, raw any, loc []any, required bool) *weave.Expr {
 		return nil
 	}
 	v.strict(obj, loc, "$expr")
+	if !boundQuery(v, obj["$expr"], at(loc, "$expr")) {
+		return nil
+	}
 	x, err := weave.ParseExpr(obj["$expr"])
 	if err != nil {
 		var ee *weave.ExprError

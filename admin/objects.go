@@ -202,6 +202,17 @@ func (s *Service) objsQuery(ctx context.Context, rc *fasthttp.RequestCtx, key *a
 			q.ExcludeBaseObjectClasses = v.optStringList(f, "exclude_base_object_classes", floc)
 			q.LeafObjectClasses = v.optStringList(f, "leaf_object_classes", floc)
 			q.ObjectIDs = v.optStringList(f, "object_ids", floc)
+			for _, l := range []struct {
+				name string
+				n    int
+			}{
+				{"base_object_classes", len(q.BaseObjectClasses)}, {"exclude_base_object_classes", len(q.ExcludeBaseObjectClasses)},
+				{"leaf_object_classes", len(q.LeafObjectClasses)}, {"object_ids", len(q.ObjectIDs)},
+			} {
+				if l.n > maxListItems {
+					v.tooLongList(at(floc, l.name), l.n, maxListItems)
+				}
+			}
 			if x, ok := f["is_op"]; ok && x != nil {
 				b := v.boolean(x, at(floc, "is_op"))
 				q.IsOp = &b
@@ -253,8 +264,7 @@ func (s *Service) objDelete(ctx context.Context, rc *fasthttp.RequestCtx, key *a
 	objectID, _ := v.reqString(body, "object_id", bodyLoc)
 	digests := v.optStringList(body, "digests", bodyLoc)
 	if len(digests) > maxDeleteDigests {
-		v.addCtx(at(bodyLoc, "digests"), "too_long", "List should have at most 100 items after validation", len(digests),
-			map[string]any{"max_length": maxDeleteDigests})
+		v.tooLongList(at(bodyLoc, "digests"), len(digests), maxDeleteDigests)
 	}
 	_, proj, found, e := s.projectOf(ctx, &v, key, body, bodyLoc, forRead)
 	if e != nil {

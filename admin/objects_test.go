@@ -234,3 +234,19 @@ func TestWeaveEndpointsRefuseOtherTeams(t *testing.T) {
 		t.Errorf("team-a/p objects = %v", objs)
 	}
 }
+
+// TestWeaveListBounds: the lists a request names are bounded, with
+// pydantic's too_long.
+func TestWeaveListBounds(t *testing.T) {
+	e := newEnv(t)
+	ids := `"x"` + strings.Repeat(`,"x"`, 10_000)
+	refs := `"weave:///team-a/p/object/o:d"` + strings.Repeat(`,"weave:///team-a/p/object/o:d"`, 1000)
+	e.expect422(t, "/objs/query", `{"project_id":"team-a/p","filter":{"object_ids":[`+ids+`]}}`, `["body","filter","object_ids"]`, "too_long")
+	e.expect422(t, "/refs/read_batch", `{"refs":[`+refs+`]}`, `["body","refs"]`, "too_long")
+	e.expect422(t, "/table/query_stats_batch", `{"project_id":"team-a/p","digests":[`+ids+`]}`, `["body","digests"]`, "too_long")
+	// A query with more operands than the bound is refused before it is
+	// evaluated.
+	eq := `{"$eq":[{"$getField":"id"},{"$literal":"x"}]}`
+	e.expect422(t, "/feedback/query", `{"project_id":"team-a/p","query":{"$expr":{"$or":[`+eq+strings.Repeat(","+eq, 2000)+`]}}}`,
+		`["body","query","$expr"]`, "value_error")
+}

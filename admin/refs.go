@@ -38,8 +38,7 @@ func (s *Service) refsReadBatch(ctx context.Context, rc *fasthttp.RequestCtx, ke
 	}
 	list := v.stringList(raw, at(bodyLoc, "refs"))
 	if len(list) > maxRefsPerBatch {
-		v.addCtx(at(bodyLoc, "refs"), "too_long", "List should have at most 1000 items after validation", len(list),
-			map[string]any{"max_length": maxRefsPerBatch})
+		v.tooLongList(at(bodyLoc, "refs"), len(list), maxRefsPerBatch)
 	}
 	refs := make([]weave.Ref, len(list))
 	for i, s := range list {

@@ -345,8 +345,7 @@ func (s *Service) tableQueryStatsBatch(ctx context.Context, rc *fasthttp.Request
 	var v validation
 	digests := v.optStringList(body, "digests", bodyLoc)
 	if len(digests) > maxRefsPerBatch {
-		v.addCtx(at(bodyLoc, "digests"), "too_long", "List should have at most 1000 items after validation", len(digests),
-			map[string]any{"max_length": maxRefsPerBatch})
+		v.tooLongList(at(bodyLoc, "digests"), len(digests), maxRefsPerBatch)
 	}
 	_, proj, found, e := s.projectOf(ctx, &v, key, body, bodyLoc, forRead)
 	if e != nil {
