@@ -163,7 +163,12 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, ep *endpoint) {
 		return
 	}
 	if c.previousResponse != "" {
-		c.owner = s.owners.owner(c.previousResponse)
+		owner, allowed := s.owners.ownerFor(c.previousResponse, key)
+		if !allowed {
+			s.finish(ctx, c, responseNotFound(c.previousResponse, nil))
+			return
+		}
+		c.owner = owner
 	}
 	if c.req.Priority != 0 && !c.route.PriorityScheduling {
 		s.finish(ctx, c, &apiError{Status: fasthttp.StatusBadRequest, Type: "invalid_request_error", Param: "priority",
@@ -480,7 +485,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *completion, route *backend
 	if c.ep.responses {
 		reply := gjson.Parse(b2s(rbody))
 		uerr = u.setResponses(reply.Get("usage"))
-		s.owners.remember(reply.Get("id").String(), b.Name)
+		s.owners.remember(reply.Get("id").String(), responseOwner{backend: b.Name, team: c.rec.Team, project: c.rec.Project})
 	} else {
 		uerr = u.set(gjson.Get(b2s(rbody), "usage"))
 	}

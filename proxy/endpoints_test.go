@@ -231,6 +231,14 @@ auth:
       key: %q
       teams: [acme]
       default_team: acme
+    - name: rival-key
+      key: %q
+      teams: [rival]
+      default_team: rival
+    - name: ops-key
+      key: %q
+      teams: ["*"]
+      default_team: ops
 backends:
   - name: a
     url: %q
@@ -244,7 +252,7 @@ models:
     backends: [a]
     endpoints: [embeddings]
 %s
-`, testKey, s.a.url, s.b.url, strings.Join(extra, "\n"))
+`, testKey, rivalKey, opsKey, s.a.url, s.b.url, strings.Join(extra, "\n"))
 	cfg, err := config.Parse([]byte(yaml), "test.yaml")
 	if err != nil {
 		t.Fatalf("config: %v", err)
@@ -287,12 +295,25 @@ models:
 // do sends a request with the test key and reads the whole reply.
 func (s *surface) do(method, path, body string) response {
 	s.t.Helper()
+	return s.doAs(testKey, method, path, body)
+}
+
+// Keys of the surface besides testKey (team acme): one of team rival, one
+// of every team.
+const (
+	rivalKey = "sk-test-key-rival"
+	opsKey   = "sk-test-key-ops"
+)
+
+// doAs is do with another key.
+func (s *surface) doAs(key, method, path, body string) response {
+	s.t.Helper()
 	req, err := http.NewRequest(method, s.base+path, strings.NewReader(body))
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+testKey)
+	req.Header.Set("Authorization", "Bearer "+key)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		s.t.Fatal(err)
@@ -775,27 +796,37 @@ func TestEndpointsAreLimited(t *testing.T) {
 func TestStoredResponseUnknownToGateway(t *testing.T) {
 	s := newSurface(t)
 	// A response made on backend b without the gateway (through another
-	// replica, say): the gateway asks each backend, and then knows.
+	// replica, say). Whose it is the gateway cannot tell, so a key limited
+	// to some teams is answered as for an id no backend has, and no
+	// backend is asked.
 	direct, err := http.Post(s.b.url+"/responses", "application/json", strings.NewReader(`{"model":"up/demo","input":"hi"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	direct.Body.Close()
-	r := s.do(http.MethodGet, "/v1/responses/resp_b1", "")
+	before := len(s.upstreamCalls())
+	wantOpenAIError(t, s.do(http.MethodGet, "/v1/responses/resp_b1", ""), 404, "response_not_found")
+	wantOpenAIError(t, s.do(http.MethodPost, "/v1/responses", `{"model":"demo","input":"more","previous_response_id":"resp_b1"}`), 404, "response_not_found")
+	if n := len(s.upstreamCalls()); n != before {
+		t.Fatalf("a key of team acme had the backends asked about a response of no known team")
+	}
+	// A key of every team has each backend asked, and then the gateway
+	// knows where the response lives.
+	r := s.doAs(opsKey, http.MethodGet, "/v1/responses/resp_b1", "")
 	if r.status != 200 || r.json("backend").String() != "b" {
 		t.Fatalf("GET of a response the gateway did not route: %d %s", r.status, r.body)
 	}
 	for i := range 4 {
-		f := s.do(http.MethodPost, "/v1/responses", `{"model":"demo","input":"more","previous_response_id":"resp_b1"}`)
+		f := s.doAs(opsKey, http.MethodPost, "/v1/responses", `{"model":"demo","input":"more","previous_response_id":"resp_b1"}`)
 		if f.status != 200 {
 			t.Fatalf("follow-up %d: %d %s", i, f.status, f.body)
 		}
-		if got := s.recorder.wait(t, 1+i).Backend; got != "b" {
+		if got := s.recorder.wait(t, 2+i).Backend; got != "b" {
 			t.Fatalf("follow-up %d went to %s, want b", i, got)
 		}
 	}
 	// An id with characters that could change the upstream path is never sent.
-	before := len(s.upstreamCalls())
+	before = len(s.upstreamCalls())
 	wantOpenAIError(t, s.do(http.MethodGet, "/v1/responses/resp_a%3Fb=1", ""), 404, "response_not_found")
 	if n := len(s.upstreamCalls()); n != before {
 		t.Errorf("an invalid id reached a backend")
@@ -833,4 +864,82 @@ func TestStoredResponseStreamReplay(t *testing.T) {
 		return ready.json("backends.#(name==\""+owner+"\").in_flight").Exists() &&
 			ready.json("backends.#(name==\""+owner+"\").in_flight").Int() == 0
 	})
+}
+
+// TestStoredResponsesTeamIsolation checks that a response made for team
+// acme can be read, changed and continued by keys of team acme and of every
+// team only: a key of another team that knows the id gets the very answer
+// an unknown id gets, and no backend hears of its request. Responses made
+// plainly and streamed are both remembered with their team.
+func TestStoredResponsesTeamIsolation(t *testing.T) {
+	s := newSurface(t)
+	plain := s.do(http.MethodPost, "/v1/responses", `{"model":"demo","input":"Say hi"}`)
+	if plain.status != 200 {
+		t.Fatalf("reply %d %s", plain.status, plain.body)
+	}
+	streamed := s.do(http.MethodPost, "/v1/responses", `{"model":"demo","input":"Say hi","stream":true}`)
+	_, data := responsesStreamEvents(t, streamed.body)
+	ids := map[string]string{"plain": plain.json("id").String(), "streamed": gjson.Get(data[0], "response.id").String()}
+	s.recorder.wait(t, 2)
+
+	// What an id no backend knows gets, with the id in the message.
+	unknown := s.doAs(rivalKey, http.MethodGet, "/v1/responses/resp_zz9", "")
+	wantOpenAIError(t, unknown, 404, "response_not_found")
+	sameAsUnknown := func(t *testing.T, r response, id string) {
+		t.Helper()
+		wantOpenAIError(t, r, 404, "response_not_found")
+		if got, want := strings.ReplaceAll(string(r.body), id, "ID"), strings.ReplaceAll(string(unknown.body), "resp_zz9", "ID"); got != want {
+			t.Errorf("refusal %s differs from the unknown id's %s", got, want)
+		}
+	}
+	for name, id := range ids {
+		t.Run(name, func(t *testing.T) {
+			before := len(s.upstreamCalls())
+			for _, tt := range []struct{ method, path, body string }{
+				{http.MethodGet, "/v1/responses/" + id, ""},
+				{http.MethodGet, "/v1/responses/" + id + "?stream=true", ""},
+				{http.MethodGet, "/v1/responses/" + id + "/input_items", ""},
+				{http.MethodPost, "/v1/responses/" + id + "/cancel", ""},
+				{http.MethodDelete, "/v1/responses/" + id, ""},
+				{http.MethodPost, "/v1/responses", `{"model":"demo","input":"more","previous_response_id":"` + id + `"}`},
+			} {
+				sameAsUnknown(t, s.doAs(rivalKey, tt.method, tt.path, tt.body), id)
+			}
+			if calls := s.upstreamCalls()[before:]; len(calls) != 0 {
+				t.Fatalf("team rival's requests reached backends: %+v", calls)
+			}
+			// The response is untouched: its team reads and continues it.
+			for _, key := range []string{testKey, opsKey} {
+				if r := s.doAs(key, http.MethodGet, "/v1/responses/"+id, ""); r.status != 200 || r.json("id").String() != id {
+					t.Fatalf("GET by its own team after the refusals: %d %s", r.status, r.body)
+				}
+				if r := s.doAs(key, http.MethodGet, "/v1/responses/"+id+"/input_items", ""); r.status != 200 {
+					t.Fatalf("input_items by its own team: %d %s", r.status, r.body)
+				}
+			}
+			f := s.do(http.MethodPost, "/v1/responses", `{"model":"demo","input":"more","previous_response_id":"`+id+`"}`)
+			if f.status != 200 {
+				t.Fatalf("follow-up by its own team: %d %s", f.status, f.body)
+			}
+			// A follow-up belongs to the team that made it.
+			sameAsUnknown(t, s.doAs(rivalKey, http.MethodGet, "/v1/responses/"+f.json("id").String(), ""), f.json("id").String())
+			if r := s.do(http.MethodPost, "/v1/responses/"+id+"/cancel", ""); r.status != 200 {
+				t.Fatalf("cancel by its own team: %d %s", r.status, r.body)
+			}
+			if r := s.do(http.MethodDelete, "/v1/responses/"+id, ""); r.status != 200 || !r.json("deleted").Bool() {
+				t.Fatalf("DELETE by its own team: %d %s", r.status, r.body)
+			}
+		})
+	}
+	// A follow-up refused for another team is recorded as a 404 of that
+	// team, with no tokens and no backend.
+	var refused []accounting.Record
+	for i := range s.recorder.count() {
+		if rec := s.recorder.wait(t, i+1); rec.Team == "rival" {
+			refused = append(refused, rec)
+		}
+	}
+	if len(refused) != 2 || refused[0].Status != 404 || refused[0].Backend != "" || refused[0].TotalTokens != 0 {
+		t.Errorf("team rival's records %+v, want two 404s with no backend or tokens", refused)
+	}
 }

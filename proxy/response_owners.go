@@ -8,12 +8,34 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/tollgate-dev/tollgate/auth"
 )
 
-// ResponseOwnerStore remembers which backend made a response, for replicas.
+// ResponseOwnerStore remembers, for replicas, which backend made a
+// response and the team and project it was made for.
 type ResponseOwnerStore interface {
-	PutResponseOwner(ctx context.Context, responseID, backend string, expires time.Time) error
-	ResponseOwner(ctx context.Context, responseID string) (backend string, found bool, err error)
+	PutResponseOwner(ctx context.Context, responseID, backend, team, project string, expires time.Time) error
+	ResponseOwner(ctx context.Context, responseID string) (backend, team, project string, found bool, err error)
+}
+
+// responseOwner is what the gateway remembers of a stored response: the
+// backend holding it, and the team and project it was charged to. Only
+// keys that may use that team may read, change or continue it. An empty
+// team is a response whose team is not known (the gateway learned of it by
+// asking the backends, or remembered it before it kept teams).
+type responseOwner struct {
+	backend, team, project string
+}
+
+// allows reports whether key may use the response. Keys of every team
+// (admin keys among them) read every team's usage and traces, and so
+// every team's responses, including those whose team is not known.
+func (o responseOwner) allows(key *auth.Key) bool {
+	if key.AllowsAnyTeam() {
+		return true
+	}
+	return o.team != "" && key.AllowsTeam(o.team)
 }
 
 const (
@@ -32,8 +54,9 @@ const (
 )
 
 // responseOwners remembers which backend made each Responses API response,
-// so that requests about it (GET, DELETE, cancel, previous_response_id)
-// reach the backend where it lives. It is an LRU bounded in entries, whose
+// and for which team, so that requests about it (GET, DELETE, cancel,
+// input_items, previous_response_id) reach the backend where it lives, and
+// only from keys of that team. It is an LRU bounded in entries, whose
 // entries also expire, in front of an optional store shared by replicas.
 // It belongs to the Server, so it survives reloads; entries name backends,
 // which a reload keeps by name.
@@ -50,8 +73,9 @@ type responseOwners struct {
 }
 
 type ownerEntry struct {
-	id, backend string
-	expires     time.Time
+	id      string
+	owner   responseOwner
+	expires time.Time
 }
 
 func newResponseOwners(capacity int, ttl time.Duration, shared ResponseOwnerStore, log *zap.Logger) *responseOwners {
@@ -59,63 +83,81 @@ func newResponseOwners(capacity int, ttl time.Duration, shared ResponseOwnerStor
 		entries: make(map[string]*list.Element), lru: list.New()}
 }
 
-// remember records that backend made response id, in memory and in the
+// remember records owner as the owner of response id, in memory and in the
 // shared store. A failure of the store is logged, not returned: this
 // replica still routes the response correctly.
-func (o *responseOwners) remember(id, backend string) {
-	if id == "" || backend == "" {
+func (o *responseOwners) remember(id string, owner responseOwner) {
+	if id == "" || owner.backend == "" {
 		return
 	}
 	// The id is often a slice of a pooled reply buffer that fasthttp
 	// reuses: what is kept must be a copy.
 	id = strings.Clone(id)
-	expires := o.put(id, backend)
+	expires := o.put(id, owner)
 	if o.shared == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), responseOwnerStoreTimeout)
 	defer cancel()
-	if err := o.shared.PutResponseOwner(ctx, id, backend, expires); err != nil {
+	if err := o.shared.PutResponseOwner(ctx, id, owner.backend, owner.team, owner.project, expires); err != nil {
 		o.log.Warn("could not share a response's backend", zap.String("response_id", id), zap.Error(err))
 	}
 }
 
-// owner returns the backend that made response id, or "" when it is not
-// known (never seen, forgotten or expired).
-func (o *responseOwners) owner(id string) string {
-	if backend, ok := o.get(id); ok {
-		return backend
+// ownerFor is where key's requests about response id must go: the backend
+// holding it, or "" when the gateway does not know it (never seen,
+// forgotten or expired), so that the backends are asked. allowed is false
+// when key may not use the response: it belongs to a team the key may not
+// use, or it is not known and the key is limited to some teams, so the
+// gateway cannot tell whose it is. Such a request is answered as for an id
+// no backend knows, so that a key cannot probe for other teams' responses.
+func (o *responseOwners) ownerFor(id string, key *auth.Key) (backend string, allowed bool) {
+	owner, found := o.owner(id)
+	if !found {
+		return "", key.AllowsAnyTeam()
+	}
+	if !owner.allows(key) {
+		return "", false
+	}
+	return owner.backend, true
+}
+
+// owner returns the owner of response id, if it is known.
+func (o *responseOwners) owner(id string) (responseOwner, bool) {
+	if owner, ok := o.get(id); ok {
+		return owner, true
 	}
 	if o.shared == nil {
-		return ""
+		return responseOwner{}, false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), responseOwnerStoreTimeout)
 	defer cancel()
-	backend, found, err := o.shared.ResponseOwner(ctx, id)
+	backend, team, project, found, err := o.shared.ResponseOwner(ctx, id)
 	if err != nil {
 		o.log.Warn("could not look up a response's backend", zap.String("response_id", id), zap.Error(err))
-		return ""
+		return responseOwner{}, false
 	}
-	if !found {
-		return ""
+	if !found || backend == "" {
+		return responseOwner{}, false
 	}
-	o.put(id, backend)
-	return backend
+	owner := responseOwner{backend: backend, team: team, project: project}
+	o.put(id, owner)
+	return owner, true
 }
 
-// put stores id's backend as the most recent entry, evicting the least
+// put stores id's owner as the most recent entry, evicting the least
 // recently used past capacity, and returns when it expires.
-func (o *responseOwners) put(id, backend string) time.Time {
+func (o *responseOwners) put(id string, owner responseOwner) time.Time {
 	expires := o.now().Add(o.ttl)
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if el, ok := o.entries[id]; ok {
 		e := el.Value.(*ownerEntry)
-		e.backend, e.expires = backend, expires
+		e.owner, e.expires = owner, expires
 		o.lru.MoveToFront(el)
 		return expires
 	}
-	o.entries[id] = o.lru.PushFront(&ownerEntry{id: id, backend: backend, expires: expires})
+	o.entries[id] = o.lru.PushFront(&ownerEntry{id: id, owner: owner, expires: expires})
 	for o.lru.Len() > o.capacity {
 		oldest := o.lru.Back()
 		o.lru.Remove(oldest)
@@ -124,23 +166,23 @@ func (o *responseOwners) put(id, backend string) time.Time {
 	return expires
 }
 
-// get returns id's backend unless unknown or expired; a hit becomes the
-// most recently used entry.
-func (o *responseOwners) get(id string) (string, bool) {
+// get returns id's owner unless unknown or expired; a hit becomes the most
+// recently used entry.
+func (o *responseOwners) get(id string) (responseOwner, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	el, ok := o.entries[id]
 	if !ok {
-		return "", false
+		return responseOwner{}, false
 	}
 	e := el.Value.(*ownerEntry)
 	if !o.now().Before(e.expires) {
 		o.lru.Remove(el)
 		delete(o.entries, id)
-		return "", false
+		return responseOwner{}, false
 	}
 	o.lru.MoveToFront(el)
-	return e.backend, true
+	return e.owner, true
 }
 
 // len is the number of entries held, expired ones not yet dropped included.

@@ -106,15 +106,19 @@ func (s *Server) serveStoredResponse(suffix string) func(*fasthttp.RequestCtx, [
 // the answer into ctx, or returns the error to answer. It returns the
 // backend that answered.
 func (s *Server) storedResponse(ctx *fasthttp.RequestCtx, st *state, rawID []byte, suffix, requestID string) (string, *apiError) {
-	if _, e := s.authenticate(ctx, st); e != nil {
+	key, e := s.authenticate(ctx, st)
+	if e != nil {
 		return "", e
 	}
 	id := string(rawID)
 	if !validResponseID(rawID) {
 		return "", responseNotFound(id, nil)
 	}
+	known, allowed := s.owners.ownerFor(id, key)
+	if !allowed {
+		return "", responseNotFound(id, nil)
+	}
 	var candidates []*backends.Backend
-	known := s.owners.owner(id)
 	for _, rt := range st.reg.Routes() {
 		if !rt.Serves(backends.EndpointResponses) {
 			continue
@@ -141,7 +145,9 @@ func (s *Server) storedResponse(ctx *fasthttp.RequestCtx, st *state, rawID []byt
 		switch {
 		case e == nil:
 			if known == "" {
-				s.owners.remember(id, b.Name)
+				// Asked by a key of every team, about a response made
+				// elsewhere: its team is not known.
+				s.owners.remember(id, responseOwner{backend: b.Name})
 			}
 			return b.Name, nil
 		case status == fasthttp.StatusNotFound:
@@ -422,6 +428,6 @@ func (sb *streamBody) noteResponseOwner() {
 	if sb.chunk.responseID == "" {
 		return
 	}
-	sb.srv.owners.remember(sb.chunk.responseID, sb.backend.Name)
+	sb.srv.owners.remember(sb.chunk.responseID, responseOwner{backend: sb.backend.Name, team: sb.c.rec.Team, project: sb.c.rec.Project})
 	sb.chunk.responseID, sb.chunk.responseIDNoted = "", true
 }

@@ -11,8 +11,10 @@ import (
 // responseOwnerMigrations version the response_owners table: which backend
 // made each Responses API response, so that every replica sends a
 // follow-up (GET, DELETE, cancel, previous_response_id) to the backend
-// that holds the response. expires is unix nanoseconds; its index serves
-// the purge.
+// that holds the response, and (since version 2) the team and project it
+// was made for, so that every replica refuses other teams' keys. Rows of
+// version 1 have an empty team: not known. expires is unix nanoseconds;
+// its index serves the purge.
 var responseOwnerMigrations = []migration{
 	{
 		component: "responses",
@@ -34,6 +36,18 @@ var responseOwnerMigrations = []migration{
 			`CREATE INDEX response_owners_expires ON response_owners (expires)`,
 		},
 	},
+	{
+		component: "responses",
+		version:   2,
+		sqlite: []string{
+			`ALTER TABLE response_owners ADD COLUMN team TEXT NOT NULL DEFAULT ''`,
+			`ALTER TABLE response_owners ADD COLUMN project TEXT NOT NULL DEFAULT ''`,
+		},
+		postgres: []string{
+			`ALTER TABLE response_owners ADD COLUMN team TEXT COLLATE "C" NOT NULL DEFAULT ''`,
+			`ALTER TABLE response_owners ADD COLUMN project TEXT COLLATE "C" NOT NULL DEFAULT ''`,
+		},
+	},
 }
 
 // responseOwnerPurgeBatch bounds the expired rows one PutResponseOwner
@@ -42,17 +56,19 @@ var responseOwnerMigrations = []migration{
 // statement ever deleting an unbounded number.
 const responseOwnerPurgeBatch = 100
 
-// PutResponseOwner remembers that backend made the response responseID,
-// until expires; putting it again replaces both. It also purges up to
-// responseOwnerPurgeBatch expired rows.
-func (d *DB) PutResponseOwner(ctx context.Context, responseID, backend string, expires time.Time) error {
+// PutResponseOwner remembers that backend made the response responseID for
+// team and project, until expires; putting it again replaces all three. An
+// empty team records a response whose team is not known. It also purges up
+// to responseOwnerPurgeBatch expired rows.
+func (d *DB) PutResponseOwner(ctx context.Context, responseID, backend, team, project string, expires time.Time) error {
 	if responseID == "" || backend == "" {
 		return errors.New("put response owner: empty response id or backend")
 	}
 	c := d.conn()
-	if _, err := c.exec(ctx, `INSERT INTO response_owners (response_id, backend, expires) VALUES (?, ?, ?)
-		ON CONFLICT (response_id) DO UPDATE SET backend = excluded.backend, expires = excluded.expires`,
-		responseID, backend, expires.UnixNano()); err != nil {
+	if _, err := c.exec(ctx, `INSERT INTO response_owners (response_id, backend, team, project, expires) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT (response_id) DO UPDATE SET backend = excluded.backend, team = excluded.team,
+			project = excluded.project, expires = excluded.expires`,
+		responseID, backend, team, project, expires.UnixNano()); err != nil {
 		return fmt.Errorf("put response owner: %w", err)
 	}
 	if _, err := d.purgeResponseOwners(ctx, time.Now(), responseOwnerPurgeBatch); err != nil {
@@ -61,18 +77,18 @@ func (d *DB) PutResponseOwner(ctx context.Context, responseID, backend string, e
 	return nil
 }
 
-// ResponseOwner returns the backend that made responseID, if a replica
-// put it and it has not expired.
-func (d *DB) ResponseOwner(ctx context.Context, responseID string) (backend string, found bool, err error) {
-	err = d.conn().queryRow(ctx, `SELECT backend FROM response_owners WHERE response_id = ? AND expires > ?`,
-		responseID, time.Now().UnixNano()).Scan(&backend)
+// ResponseOwner returns the backend that made responseID and the team and
+// project it was made for, if a replica put it and it has not expired.
+func (d *DB) ResponseOwner(ctx context.Context, responseID string) (backend, team, project string, found bool, err error) {
+	err = d.conn().queryRow(ctx, `SELECT backend, team, project FROM response_owners WHERE response_id = ? AND expires > ?`,
+		responseID, time.Now().UnixNano()).Scan(&backend, &team, &project)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return "", false, nil
+		return "", "", "", false, nil
 	case err != nil:
-		return "", false, fmt.Errorf("response owner: %w", err)
+		return "", "", "", false, fmt.Errorf("response owner: %w", err)
 	}
-	return backend, true, nil
+	return backend, team, project, true, nil
 }
 
 // purgeResponseOwners deletes at most limit rows expired at now, the

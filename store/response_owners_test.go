@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/config"
 	"github.com/tollgate-dev/tollgate/store"
 	"github.com/tollgate-dev/tollgate/store/storetest"
 )
@@ -15,42 +16,95 @@ func TestResponseOwners(t *testing.T) {
 	forEachStore(t, func(t *testing.T, d *store.DB) {
 		ctx := context.Background()
 		later := time.Now().Add(time.Hour)
-		mustPut := func(id, backend string, expires time.Time) {
+		mustPut := func(id, backend, team, project string, expires time.Time) {
 			t.Helper()
-			if err := d.PutResponseOwner(ctx, id, backend, expires); err != nil {
+			if err := d.PutResponseOwner(ctx, id, backend, team, project, expires); err != nil {
 				t.Fatalf("PutResponseOwner(%s): %v", id, err)
 			}
 		}
-		mustPut("resp_a", "vllm-a", later)
-		mustPut("resp_b", "vllm-b", later)
-		mustPut("resp_gone", "vllm-a", time.Now().Add(-time.Second))
-		mustPut("resp_moved", "vllm-a", later)
-		mustPut("resp_moved", "vllm-b", later) // put again: the last put wins
+		mustPut("resp_a", "vllm-a", "acme", "web", later)
+		mustPut("resp_b", "vllm-b", "rival", "", later)
+		mustPut("resp_unknown_team", "vllm-a", "", "", later)
+		mustPut("resp_gone", "vllm-a", "acme", "web", time.Now().Add(-time.Second))
+		mustPut("resp_moved", "vllm-a", "acme", "web", later)
+		mustPut("resp_moved", "vllm-b", "rival", "ops", later) // put again: the last put wins
 
 		tests := []struct {
-			id          string
-			wantBackend string
-			wantFound   bool
+			id                            string
+			wantBackend, wantTeam, wantPj string
+			wantFound                     bool
 		}{
-			{"resp_a", "vllm-a", true},
-			{"resp_b", "vllm-b", true},
-			{"resp_moved", "vllm-b", true},
-			{"resp_gone", "", false}, // expired: ignored even before a purge
-			{"resp_never", "", false},
+			{"resp_a", "vllm-a", "acme", "web", true},
+			{"resp_b", "vllm-b", "rival", "", true},
+			{"resp_unknown_team", "vllm-a", "", "", true},
+			{"resp_moved", "vllm-b", "rival", "ops", true},
+			{"resp_gone", "", "", "", false}, // expired: ignored even before a purge
+			{"resp_never", "", "", "", false},
 		}
 		for _, tt := range tests {
 			t.Run(tt.id, func(t *testing.T) {
-				backend, found, err := d.ResponseOwner(ctx, tt.id)
-				if err != nil || backend != tt.wantBackend || found != tt.wantFound {
-					t.Errorf("ResponseOwner = %q, %v, %v; want %q, %v, nil", backend, found, err, tt.wantBackend, tt.wantFound)
+				backend, team, project, found, err := d.ResponseOwner(ctx, tt.id)
+				if err != nil || backend != tt.wantBackend || team != tt.wantTeam || project != tt.wantPj || found != tt.wantFound {
+					t.Errorf("ResponseOwner = %q, %q, %q, %v, %v; want %q, %q, %q, %v, nil",
+						backend, team, project, found, err, tt.wantBackend, tt.wantTeam, tt.wantPj, tt.wantFound)
 				}
 			})
 		}
 
 		for _, bad := range [][2]string{{"", "vllm-a"}, {"resp_c", ""}} {
-			if err := d.PutResponseOwner(ctx, bad[0], bad[1], later); err == nil {
+			if err := d.PutResponseOwner(ctx, bad[0], bad[1], "acme", "web", later); err == nil {
 				t.Errorf("PutResponseOwner(%q, %q) = nil, want an error", bad[0], bad[1])
 			}
+		}
+	})
+}
+
+// TestResponseOwnersTeamMigration takes a store back to responses version
+// 1 (no team or project) with a row in it, and reopens it: version 2
+// applies again and leaves the old row's team empty, which the gateway
+// reads as not known.
+func TestResponseOwnersTeamMigration(t *testing.T) {
+	forEachStoreConfig(t, func(t *testing.T, cfg config.Store) {
+		ctx := context.Background()
+		d, err := store.Open(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx, err := d.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, stmt := range []string{
+			`ALTER TABLE response_owners DROP COLUMN team`,
+			`ALTER TABLE response_owners DROP COLUMN project`,
+			`DELETE FROM schema_migrations WHERE component = 'responses' AND version = 2`,
+			fmt.Sprintf(`INSERT INTO response_owners (response_id, backend, expires) VALUES ('resp_old', 'vllm-a', %d)`,
+				time.Now().Add(time.Hour).UnixNano()),
+		} {
+			if err := d.TxExec(ctx, tx, stmt); err != nil {
+				t.Fatalf("%s: %v", stmt, err)
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		d.Close()
+
+		d, err = store.Open(ctx, cfg)
+		if err != nil {
+			t.Fatalf("reopen: %v", err)
+		}
+		defer d.Close()
+		backend, team, project, found, err := d.ResponseOwner(ctx, "resp_old")
+		if err != nil || !found || backend != "vllm-a" || team != "" || project != "" {
+			t.Errorf("a row from before the migration = %q, %q, %q, %v, %v; want vllm-a with no team or project",
+				backend, team, project, found, err)
+		}
+		if err := d.PutResponseOwner(ctx, "resp_old", "vllm-a", "acme", "web", time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		if _, team, project, _, err := d.ResponseOwner(ctx, "resp_old"); err != nil || team != "acme" || project != "web" {
+			t.Errorf("after a put: team %q, project %q (%v), want acme/web", team, project, err)
 		}
 	})
 }
@@ -92,7 +146,7 @@ func TestResponseOwnersPurge(t *testing.T) {
 
 		later := time.Now().Add(time.Hour)
 		for i, wantExpired := range []int{150, 50, 0, 0} {
-			if err := d.PutResponseOwner(ctx, fmt.Sprint("new-", i), "b", later); err != nil {
+			if err := d.PutResponseOwner(ctx, fmt.Sprint("new-", i), "b", "acme", "web", later); err != nil {
 				t.Fatalf("put %d: %v", i, err)
 			}
 			if expired, live := count(); expired != wantExpired || live != i+1 {
@@ -134,7 +188,7 @@ func TestResponseOwnersShared(t *testing.T) {
 				if i%4 == 0 {
 					expires = time.Now().Add(-time.Second)
 				}
-				if err := d.PutResponseOwner(ctx, fmt.Sprintf("resp-%d-%d", r, i), fmt.Sprint("backend-", r), expires); err != nil {
+				if err := d.PutResponseOwner(ctx, fmt.Sprintf("resp-%d-%d", r, i), fmt.Sprint("backend-", r), fmt.Sprint("team-", r), "p", expires); err != nil {
 					errs <- err
 				}
 			}
@@ -148,10 +202,10 @@ func TestResponseOwnersShared(t *testing.T) {
 	for r := range replicas {
 		other := replicas[1-r]
 		for i := range perReplica {
-			backend, found, err := other.ResponseOwner(ctx, fmt.Sprintf("resp-%d-%d", r, i))
+			backend, team, _, found, err := other.ResponseOwner(ctx, fmt.Sprintf("resp-%d-%d", r, i))
 			wantFound := i%4 != 0
-			if err != nil || found != wantFound || (found && backend != fmt.Sprint("backend-", r)) {
-				t.Fatalf("replica %d reads resp-%d-%d = %q, %v, %v; want found %v", 1-r, r, i, backend, found, err, wantFound)
+			if err != nil || found != wantFound || (found && (backend != fmt.Sprint("backend-", r) || team != fmt.Sprint("team-", r))) {
+				t.Fatalf("replica %d reads resp-%d-%d = %q, %q, %v, %v; want found %v", 1-r, r, i, backend, team, found, err, wantFound)
 			}
 		}
 	}
