@@ -29,14 +29,25 @@ type RetryBudget struct {
 
 // NewRetryBudget builds a budget from the retries configuration.
 func NewRetryBudget(cfg config.Retries) *RetryBudget {
-	b := &RetryBudget{
-		perRequest: int64(cfg.BudgetRatio*milli + 0.5),
-		perSecond:  int64(cfg.BudgetMin) * milli,
-		last:       time.Now(),
-	}
-	b.capacity = max(10*b.perSecond, milli)
+	b := &RetryBudget{last: time.Now()}
+	b.configure(cfg)
 	b.tokens = b.capacity
 	return b
+}
+
+// Configure takes a reloaded budget_ratio and budget_min. The budget lives
+// across reloads, so the tokens it holds are kept, up to the new capacity.
+func (b *RetryBudget) Configure(cfg config.Retries) {
+	b.mu.Lock()
+	b.configure(cfg)
+	b.tokens = min(b.tokens, b.capacity)
+	b.mu.Unlock()
+}
+
+func (b *RetryBudget) configure(cfg config.Retries) {
+	b.perRequest = int64(cfg.BudgetRatio*milli + 0.5)
+	b.perSecond = int64(cfg.BudgetMin) * milli
+	b.capacity = max(10*b.perSecond, milli)
 }
 
 // Request counts one request into the budget.

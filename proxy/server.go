@@ -98,8 +98,11 @@ type Server struct {
 	srv      *fasthttp.Server
 	started  time.Time
 	// retryBudget caps retries across all requests; it lives as long as
-	// the server, across reloads.
+	// the server, across reloads, which reconfigure it.
 	retryBudget *backends.RetryBudget
+	// boot is the configuration the server started with: its
+	// restart-only settings hold in every later generation (see Swap).
+	boot *config.Config
 	// streams counts stream slots taken, against server.max_streams.
 	streams atomic.Int64
 	// table is the routing table (see routes).
@@ -121,6 +124,7 @@ func New(opts Options) (*Server, error) {
 		metrics:  newMetrics(opts.Metrics),
 		next:     opts.Next,
 		started:  time.Now(),
+		boot:     opts.Config,
 
 		retryBudget: backends.NewRetryBudget(opts.Config.Retries),
 	}
@@ -179,9 +183,14 @@ type Generation struct {
 // Swap installs a new configuration generation. It returns the previous
 // one, and a wait that returns once no request uses it any more (or ctx
 // ends): requests in flight finish on the generation they started with,
-// and its backends may be closed after the wait.
+// and its backends may be closed after the wait. The generation's
+// restart-only settings (config.RestartOnlySettings) are replaced by those
+// the server started with, which fasthttp holds; the retry budget takes
+// its reloaded settings.
 func (s *Server) Swap(g Generation) (Generation, func(ctx context.Context) error) {
-	st := &state{cfg: g.Config, reg: g.Registry, keys: s.keys, limiter: g.Limiter, models: buildModelList(g.Registry, s.started)}
+	cfg := config.Reloaded(s.boot, g.Config)
+	s.retryBudget.Configure(cfg.Retries)
+	st := &state{cfg: cfg, reg: g.Registry, keys: s.keys, limiter: g.Limiter, models: buildModelList(g.Registry, s.started)}
 	old := s.state.Swap(st)
 	if old == nil {
 		return Generation{}, func(context.Context) error { return nil }
@@ -355,10 +364,10 @@ func (s *Server) serveTransportError(ctx *fasthttp.RequestCtx, err error) {
 		e.Message = "The request was not received within the gateway's read timeout."
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		e.Status = fasthttp.StatusRequestEntityTooLarge
-		e.Message = "The request body exceeds the gateway's limit of " + strconv.Itoa(s.state.Load().cfg.Server.MaxBodyBytes) + " bytes."
+		e.Message = "The request body exceeds the gateway's limit of " + strconv.Itoa(s.srv.MaxRequestBodySize) + " bytes."
 	case errors.As(err, &small), errors.Is(err, fasthttp.ErrSmallReadBuffer):
 		e.Status = fasthttp.StatusRequestHeaderFieldsTooLarge
-		e.Message = "The request headers exceed the gateway's limit of " + strconv.Itoa(s.state.Load().cfg.Server.MaxHeaderBytes) + " bytes."
+		e.Message = "The request headers exceed the gateway's limit of " + strconv.Itoa(s.srv.ReadBufferSize) + " bytes."
 	}
 	writeError(ctx, e)
 }
