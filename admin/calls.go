@@ -587,9 +587,10 @@ func (s *Service) callUpdate(ctx context.Context, rc *fasthttp.RequestCtx, key *
 	return nil
 }
 
-// callsDelete serves POST /calls/delete {"project_id","call_ids"} → {}: the
-// calls and all their descendants go, as in Weave. Unknown ids are not an
-// error (deleting twice is harmless).
+// callsDelete serves POST /calls/delete {"project_id","call_ids"} →
+// {"num_deleted"}: the calls and all their descendants go, as in Weave, and
+// num_deleted counts them all (Weave's newer CallsDeleteRes; older clients
+// ignore it). Unknown ids are not an error (deleting twice is harmless).
 func (s *Service) callsDelete(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, _ pathParams) *apiError {
 	body, e := bodyObject(rc.PostBody(), true)
 	if e != nil {
@@ -610,12 +611,14 @@ func (s *Service) callsDelete(ctx context.Context, rc *fasthttp.RequestCtx, key 
 	if e != nil {
 		return e
 	}
+	n := 0
 	if found && len(ids) > 0 {
-		if _, err := s.store.DeleteCalls(ctx, p.ID, ids); err != nil {
+		var err error
+		if n, err = s.store.DeleteCalls(ctx, p.ID, ids); err != nil {
 			return internalError(err)
 		}
 	}
-	writeJSON(rc, fasthttp.StatusOK, struct{}{})
+	writeJSON(rc, fasthttp.StatusOK, map[string]int{"num_deleted": n})
 	return nil
 }
 

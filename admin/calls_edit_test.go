@@ -97,7 +97,7 @@ func TestCallsDelete(t *testing.T) {
 		t.Fatal("a refused delete deleted")
 	}
 	// Deleting the child takes the grandchild, not the parent.
-	if r := e.ok("POST", "/calls/delete", bearer(aliceKey), `{"project_id":"team-a/p","call_ids":["c","ghost","early"]}`); string(r.body) != "{}\n" {
+	if r := e.ok("POST", "/calls/delete", bearer(aliceKey), `{"project_id":"team-a/p","call_ids":["c","ghost","early"]}`); string(r.body) != `{"num_deleted":2}`+"\n" {
 		t.Fatalf("delete = %s", r.body)
 	}
 	for id, want := range map[string]bool{"r": true, "c": false, "g": false, "o": true} {
