@@ -8,8 +8,9 @@ import "bytes"
 const maxProjectPart = 128
 
 // ProjectError reports a malformed Compat-Project header. The proxy answers
-// it with 400 invalid_request_error; Message is safe to show the client (it
-// never echoes the header value back).
+// it with 400 invalid_request_error and Message as it is: a whole sentence
+// naming the header, safe to show the client (it never echoes the header
+// value back).
 type ProjectError struct {
 	Message string
 }
@@ -34,7 +35,7 @@ func ParseProject(header []byte, defaultTeam, defaultProject string) (team, proj
 	if i := bytes.IndexByte(header, '/'); i >= 0 {
 		teamPart, projectPart = header[:i], header[i+1:]
 		if bytes.IndexByte(projectPart, '/') >= 0 {
-			return "", "", &ProjectError{Message: "invalid Compat-Project header: want <team>/<project>, with at most one slash"}
+			return "", "", &ProjectError{Message: "Invalid Compat-Project header: want <team>/<project>, with at most one slash."}
 		}
 	}
 	if err := checkProjectPart("team", teamPart); err != nil {
@@ -57,11 +58,11 @@ func ParseProject(header []byte, defaultTeam, defaultProject string) (team, proj
 // part is valid (it means "the default").
 func checkProjectPart(what string, part []byte) error {
 	if len(part) > maxProjectPart {
-		return &ProjectError{Message: "invalid Compat-Project header: the " + what + " name is longer than 128 characters"}
+		return &ProjectError{Message: "Invalid Compat-Project header: the " + what + " name is longer than 128 characters."}
 	}
 	for _, c := range part {
 		if !isNameByte(c) {
-			return &ProjectError{Message: "invalid Compat-Project header: the " + what + " name may contain only letters, digits, '.', '_' and '-'"}
+			return &ProjectError{Message: "Invalid Compat-Project header: the " + what + " name may contain only letters, digits, '.', '_' and '-'."}
 		}
 	}
 	return nil

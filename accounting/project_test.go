@@ -75,3 +75,26 @@ func TestParseProjectAbsentDoesNotAllocate(t *testing.T) {
 		t.Errorf("allocs = %v, want 0", allocs)
 	}
 }
+
+// TestParseProjectMessages checks the refusals word for word: the proxy
+// answers them to the client as they are.
+func TestParseProjectMessages(t *testing.T) {
+	long := strings.Repeat("a", 128)
+	tests := []struct {
+		header, want string
+	}{
+		{"acme/chat/bot", "Invalid Compat-Project header: want <team>/<project>, with at most one slash."},
+		{long + "a/chatbot", "Invalid Compat-Project header: the team name is longer than 128 characters."},
+		{"acme/" + long + "a", "Invalid Compat-Project header: the project name is longer than 128 characters."},
+		{"ac me/chatbot", "Invalid Compat-Project header: the team name may contain only letters, digits, '.', '_' and '-'."},
+		{"acme/chat*bot", "Invalid Compat-Project header: the project name may contain only letters, digits, '.', '_' and '-'."},
+	}
+	for _, tt := range tests {
+		t.Run(tt.want, func(t *testing.T) {
+			_, _, err := ParseProject([]byte(tt.header), "dflt", "inference")
+			if err == nil || err.Error() != tt.want {
+				t.Errorf("ParseProject(%q) error = %v, want %q", tt.header, err, tt.want)
+			}
+		})
+	}
+}

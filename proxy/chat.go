@@ -112,7 +112,7 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, ep *endpoint) {
 	team, project, err := accounting.ParseProject(ctx.Request.Header.Peek(headerProject), key.DefaultTeam, st.cfg.Usage.DefaultProject)
 	if err != nil {
 		s.reject(ctx, c, &apiError{Status: fasthttp.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_project",
-			Message: "Invalid Compat-Project header: " + err.Error()})
+			Message: err.Error()})
 		return
 	}
 	if !key.AllowsTeam(team) {
