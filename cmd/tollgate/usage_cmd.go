@@ -28,11 +28,11 @@ func runUsage(args []string, stdout io.Writer) error {
 	flags.SetOutput(io.Discard)
 	configPath := flags.String("config", os.Getenv("TOLLGATE_CONFIG"), "configuration `file` (default: the embedded config.example.yaml; env TOLLGATE_CONFIG)")
 	since := flags.Duration("since", 24*time.Hour, "report usage of this `duration` up to now")
-	by := flags.String("by", "project", "group the table by `project|model|key|endpoint`")
+	by := flags.String("by", "project", "group the table by `project|model|key|endpoint|status`; by status, REQUESTS counts refusals too")
 	if err := flags.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			flags.SetOutput(stdout)
-			fmt.Fprintln(stdout, "usage: tollgate usage [-config FILE] [-since 24h] [-by project|model|key|endpoint]")
+			fmt.Fprintln(stdout, "usage: tollgate usage [-config FILE] [-since 24h] [-by project|model|key|endpoint|status]")
 			flags.PrintDefaults()
 		}
 		return fmt.Errorf("usage: %w", err)
@@ -45,7 +45,7 @@ func runUsage(args []string, stdout io.Writer) error {
 	}
 	column, ok := usageColumnFor(*by)
 	if !ok {
-		return fmt.Errorf("usage: -by %q: want project, model, key or endpoint", *by)
+		return fmt.Errorf("usage: -by %q: want project, model, key, endpoint or status", *by)
 	}
 
 	cfg, err := loadConfig(*configPath)
@@ -81,6 +81,10 @@ type usageColumn struct {
 	title string
 	group func(*admin.UsageQuery)
 	name  func(admin.UsageRow) string
+	// allRecords makes REQUESTS count every record, refusals that reached
+	// no backend included, rather than the requests a backend served:
+	// by status, a refusal's row would otherwise read 0.
+	allRecords bool
 }
 
 // usageColumnFor returns the column -by names.
@@ -110,6 +114,15 @@ func usageColumnFor(by string) (usageColumn, bool) {
 			group: func(q *admin.UsageQuery) { q.GroupByEndpoint = true },
 			name:  func(r admin.UsageRow) string { return r.Endpoint },
 		}, true
+	case "status":
+		// The outcomes of admin.UsageStatuses: client_closed and
+		// stream_broken are the incomplete (aborted) requests.
+		return usageColumn{
+			title:      "STATUS",
+			group:      func(q *admin.UsageQuery) { q.GroupByStatus = true },
+			name:       func(r admin.UsageRow) string { return r.Status },
+			allRecords: true,
+		}, true
 	}
 	return usageColumn{}, false
 }
@@ -136,17 +149,24 @@ func printUsage(w io.Writer, rows []admin.UsageRow, column usageColumn, q admin.
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "%-*s\tREQUESTS\tINPUT\tCACHED\tOUTPUT\tTOTAL\t\n", width, column.title)
+	requests := func(r admin.UsageRow) int64 {
+		if column.allRecords {
+			return r.Records
+		}
+		return r.Requests
+	}
 	var sum admin.UsageRow
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%-*s\t%d\t%d\t%d\t%d\t%d\t\n", width, column.name(r),
-			r.Requests, r.InputTokens, r.CachedTokens, r.OutputTokens, total(r))
+			requests(r), r.InputTokens, r.CachedTokens, r.OutputTokens, total(r))
 		sum.Requests += r.Requests
+		sum.Records += r.Records
 		sum.InputTokens = accounting.AddTokens(sum.InputTokens, r.InputTokens)
 		sum.CachedTokens = accounting.AddTokens(sum.CachedTokens, r.CachedTokens)
 		sum.OutputTokens = accounting.AddTokens(sum.OutputTokens, r.OutputTokens)
 	}
 	fmt.Fprintf(tw, "%-*s\t%d\t%d\t%d\t%d\t%d\t\n", width, "TOTAL",
-		sum.Requests, sum.InputTokens, sum.CachedTokens, sum.OutputTokens, total(sum))
+		requests(sum), sum.InputTokens, sum.CachedTokens, sum.OutputTokens, total(sum))
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("usage: write table: %w", err)
 	}

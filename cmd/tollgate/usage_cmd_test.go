@@ -148,3 +148,49 @@ func TestUsageCommandSaturates(t *testing.T) {
 		}
 	})
 }
+
+// TestUsageCommandByStatus prints usage by outcome: aborted streams (by
+// the client or the backend) apart from complete requests and errors, with
+// what they streamed, and refusals counted although no backend served them.
+func TestUsageCommandByStatus(t *testing.T) {
+	storetest.ForEachConfig(t, func(t *testing.T, cfg config.Store) {
+		ctx := context.Background()
+		db, err := store.Open(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := time.Now().Add(-time.Hour)
+		rec := func(call string, status int, errText string, incomplete bool, backend string, in, out int64) accounting.Record {
+			return accounting.Record{
+				RequestID: call, CallID: call, TraceID: call, KeyName: "admin", Team: "acme", Project: "bot",
+				Model: "demo", Backend: backend, Status: status, Error: errText, Stream: incomplete, Incomplete: incomplete,
+				PromptTokens: in, CompletionTokens: out, TotalTokens: in + out, Started: at, Ended: at,
+			}
+		}
+		err = db.InsertRecords(ctx, []accounting.Record{
+			rec("ok-1", 200, "", false, "sim", 10, 20),
+			rec("ok-2", 200, "", false, "sim", 10, 20),
+			rec("aborted", 200, "client closed the stream: broken pipe", true, "sim", 8, 5),
+			rec("broken", 200, "upstream stream broken: unexpected EOF", true, "sim", 8, 2),
+			rec("limited", 429, "rate limit", false, "", 0, 0),
+			rec("failed", 502, "backend sim: status 500", false, "sim", 0, 0),
+		})
+		db.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := usageTable(t, "-config", usageCmdConfig(t, cfg), "-by", "status")
+		want := [][]string{
+			{"STATUS", "REQUESTS", "INPUT", "CACHED", "OUTPUT", "TOTAL"},
+			{"complete", "2", "20", "0", "40", "60"},
+			{"client_closed", "1", "8", "0", "5", "13"},
+			{"stream_broken", "1", "8", "0", "2", "10"},
+			{"client_error", "1", "0", "0", "0", "0"},
+			{"server_error", "1", "0", "0", "0", "0"},
+			{"TOTAL", "6", "36", "0", "47", "83"},
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("table\n%v\nwant\n%v", got, want)
+		}
+	})
+}
