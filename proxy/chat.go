@@ -67,6 +67,10 @@ type completion struct {
 	// go there, where the response lives.
 	previousResponse string
 	owner            string
+	// upstream is the time spent on the request's upstream round trips,
+	// from sending to the last byte (the response headers for a stream),
+	// summed over attempts: the rest of its time is the gateway's own.
+	upstream time.Duration
 }
 
 // serve is the path of every endpoint routed by model, chat completions
@@ -193,6 +197,7 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, ep *endpoint) {
 	}
 	res, err := st.limiter.Reserve(accounting.Subject{Team: team, Project: project, Key: key.Name}, s.estimate(st, ep, &c.req))
 	if err != nil {
+		s.metrics.countRefusal(err)
 		s.finish(ctx, c, limitError(err))
 		return
 	}
@@ -300,6 +305,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *completion, bod
 	var last *apiError
 	route := c.route
 	chain := c.route.Fallbacks
+	counted := c.route // the last route counted as a fallback taken
 	for route != nil && len(tried) < attempts {
 		if !route.Serves(c.ep.upstream) || !toolChoiceServed(&c.req, route) {
 			// A fallback that does not serve the endpoint, or the
@@ -352,6 +358,10 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *completion, bod
 				continue
 			}
 		}
+		if route != counted {
+			s.metrics.fallbacks.WithLabelValues(c.route.Name, route.Name).Inc()
+			counted = route
+		}
 		tried = append(tried, b)
 		res := s.attempt(ctx, c, route, b, body)
 		if res.done {
@@ -360,9 +370,14 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *completion, bod
 		last = res.err
 		// A request pinned to the backend holding its previous response
 		// cannot be served elsewhere, so a failure there is final.
-		if pinned || len(tried) >= attempts || !s.retryBudget.Retry(time.Now()) {
+		if pinned || len(tried) >= attempts {
 			break
 		}
+		if !s.retryBudget.Retry(time.Now()) {
+			s.metrics.retriesRefused.WithLabelValues(route.Name).Inc()
+			break
+		}
+		s.metrics.retries.WithLabelValues(route.Name).Inc()
 		if !c.watch.sleep(retryDelay(backoff, res.retryAfter, retries.MaxBackoff), ctx.Done()) {
 			last = c.watch.waitError()
 			break
@@ -397,7 +412,9 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *completion, route *backend
 
 	resp := fasthttp.AcquireResponse()
 	resp.StreamBody = c.req.Stream
+	sent := time.Now()
 	err := b.DoAbortable(req, resp, &c.watch.abort)
+	c.upstream += time.Since(sent)
 	fasthttp.ReleaseRequest(req)
 	*bufp = upBody[:0]
 	bodyBufs.Put(bufp)
@@ -694,6 +711,9 @@ func (s *Server) finish(ctx *fasthttp.RequestCtx, c *completion, e *apiError) {
 		c.rec.Status = ctx.Response.StatusCode()
 	}
 	c.rec.Ended = time.Now()
+	if e == nil {
+		s.metrics.observeOverhead(c.route.Name, c.rec.Ended.Sub(c.rec.Started)-c.upstream)
+	}
 	s.settle(c)
 }
 

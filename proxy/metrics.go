@@ -1,9 +1,16 @@
 package proxy
 
 import (
+	"errors"
+	"maps"
 	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tollgate-dev/tollgate/accounting"
 )
 
 // metrics are the proxy's Prometheus series.
@@ -14,7 +21,28 @@ type metrics struct {
 	streamsInFlight prometheus.Gauge
 	streamErrors    *prometheus.CounterVec
 	panics          *prometheus.CounterVec
+
+	// Why traffic moved or was refused. Their model labels are configured
+	// model names, so they are bounded by the configuration.
+	retries        *prometheus.CounterVec
+	retriesRefused *prometheus.CounterVec
+	fallbacks      *prometheus.CounterVec
+	streamAborts   *prometheus.CounterVec
+	limitRefusals  map[string]prometheus.Counter // by LimitError.Kind
+
+	// overhead is the gateway's own share of each request's time (see
+	// observeOverhead); its children are resolved once per model into
+	// overheadByModel, copied on write, so that a request pays one map
+	// lookup and one Observe.
+	overhead        *prometheus.HistogramVec
+	overheadByModel atomic.Pointer[map[string]prometheus.Observer]
+	overheadMu      sync.Mutex
 }
+
+// overheadBuckets span the gateway's own time: tens of microseconds when
+// all is well, milliseconds when it is busy, more when it waits (queue,
+// retry backoff).
+var overheadBuckets = []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5}
 
 // latencyBuckets span a cached reply in milliseconds to a long generation.
 var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
@@ -48,11 +76,79 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "tollgate_panics_recovered_total",
 		Help: "Panics recovered at a boundary where foreign bytes are handled (handler, stream): each is a bug, logged with its stack.",
 	}, []string{"where"})
+	m.retries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tollgate_retries_total",
+		Help: "Requests sent again, to another backend or a fallback model, after a failure before any byte reached the client, by the model that failed.",
+	}, []string{"model"})
+	m.retriesRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tollgate_retry_budget_exhausted_total",
+		Help: "Retries not made because the retry budget (retries.budget_ratio, retries.budget_min) was spent, by the model that failed.",
+	}, []string{"model"})
+	m.fallbacks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tollgate_fallbacks_total",
+		Help: "Requests sent to a fallback model after every backend of the requested one failed or was out, by requested and fallback model.",
+	}, []string{"from", "to"})
+	m.streamAborts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tollgate_stream_aborts_total",
+		Help: "Streams cut short after their first byte, by public model and side: client (it closed the connection) or backend (its stream broke off, timed out or was truncated).",
+	}, []string{"model", "side"})
+	refusals := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tollgate_limit_refusals_total",
+		Help: "Requests refused with 429 by a limit, by the cap that refused: rpm, tpm or budget.",
+	}, []string{"kind"})
+	m.limitRefusals = make(map[string]prometheus.Counter, 3)
+	for _, kind := range []string{accounting.RefusedRPM, accounting.RefusedTPM, accounting.RefusedBudget} {
+		m.limitRefusals[kind] = refusals.WithLabelValues(kind)
+	}
+	m.overhead = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "tollgate_gateway_overhead_seconds",
+		Help: "Time the gateway itself added to a request, by public model: for a reply, its total time minus the time from sending each attempt upstream to the upstream's last byte; " +
+			"for a stream, the client's time to first event minus the upstream's. It includes queue waits and retry backoffs.",
+		Buckets: overheadBuckets,
+	}, []string{"model"})
+	m.overheadByModel.Store(&map[string]prometheus.Observer{})
 	if reg != nil {
 		reg.MustRegister(m.panics)
 		reg.MustRegister(m.requests, m.duration, m.timeToFirstTok, m.streamsInFlight, m.streamErrors)
+		reg.MustRegister(m.retries, m.retriesRefused, m.fallbacks, m.streamAborts, refusals, m.overhead)
 	}
 	return m
+}
+
+// countRefusal counts a limiter's refusal by its kind.
+func (m *metrics) countRefusal(err error) {
+	var le *accounting.LimitError
+	if errors.As(err, &le) {
+		if c := m.limitRefusals[le.Kind]; c != nil {
+			c.Inc()
+		}
+	}
+}
+
+// observeOverhead observes d, the gateway's own time on a request to
+// model (a configured model's name).
+func (m *metrics) observeOverhead(model string, d time.Duration) {
+	o, ok := (*m.overheadByModel.Load())[model]
+	if !ok {
+		o = m.overheadFor(model)
+	}
+	o.Observe(max(d, 0).Seconds())
+}
+
+// overheadFor resolves the histogram child of model once and publishes it
+// in a new copy of the map.
+func (m *metrics) overheadFor(model string) prometheus.Observer {
+	m.overheadMu.Lock()
+	defer m.overheadMu.Unlock()
+	old := *m.overheadByModel.Load()
+	if o, ok := old[model]; ok {
+		return o
+	}
+	next := maps.Clone(old)
+	o := m.overhead.WithLabelValues(model)
+	next[model] = o
+	m.overheadByModel.Store(&next)
+	return o
 }
 
 // statusLabel returns the label of a status code without allocating for

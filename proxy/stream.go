@@ -40,6 +40,14 @@ type streamBody struct {
 	ended       bool // the upstream stream is over (cleanly or not)
 	eof         bool // the upstream body was read to its end
 	firstEvent  bool // an event has been sent to the client
+
+	// headersAt is when the upstream's response headers arrived, and
+	// upstreamTTFT the upstream's time to first event: the request's
+	// upstream time up to the headers, plus the wait from them to the
+	// first event, once it came (upstreamFirst).
+	headersAt     time.Time
+	upstreamTTFT  time.Duration
+	upstreamFirst bool
 }
 
 var streamBodies = sync.Pool{New: func() any { return new(streamBody) }}
@@ -65,6 +73,7 @@ func (s *Server) startStream(ctx *fasthttp.RequestCtx, c *completion, b *backend
 	sb.chunk.responses = c.ep.responses
 	sb.out, sb.pos = sb.out[:0], 0
 	sb.upstreamErr, sb.ended, sb.eof, sb.firstEvent = nil, false, false, false
+	sb.headersAt, sb.upstreamTTFT, sb.upstreamFirst = time.Now(), c.upstream, false
 
 	ctx.SetStatusCode(fasthttp.StatusOK)
 	ctx.Response.Header.SetContentTypeBytes(eventStream)
@@ -105,6 +114,11 @@ func (sb *streamBody) Read(p []byte) (n int, err error) {
 		sb.firstEvent = true
 		ttft := time.Since(sb.c.rec.Started)
 		sb.srv.metrics.timeToFirstTok.WithLabelValues(sb.c.rec.Model).Observe(ttft.Seconds())
+		if sb.upstreamFirst {
+			// What the gateway added to the client's wait for the first
+			// token.
+			sb.srv.metrics.observeOverhead(sb.c.rec.Model, ttft-sb.upstreamTTFT)
+		}
 		// For a stream, the first event, not the headers, is what tells a
 		// slow backend from a fast one.
 		sb.backend.ReportSuccess(ttft)
@@ -121,6 +135,10 @@ func (sb *streamBody) fill() {
 	if err != nil {
 		sb.endUpstream(err)
 		return
+	}
+	if !sb.upstreamFirst {
+		sb.upstreamFirst = true
+		sb.upstreamTTFT += time.Since(sb.headersAt)
 	}
 	sb.out = sb.chunk.process(sb.out, ev)
 	if sb.c.rec.CompletionID == "" && !sb.chunk.responses {
@@ -207,6 +225,7 @@ func (sb *streamBody) CloseWithError(clientErr error) error {
 		c.rec.Incomplete = true
 		c.rec.Error = "client closed the stream: " + clientErr.Error()
 		s.metrics.streamErrors.WithLabelValues(c.rec.Model, "abandoned").Inc()
+		s.metrics.streamAborts.WithLabelValues(c.rec.Model, "client").Inc()
 	case sb.chunk.errMessage != "":
 		c.rec.Error = "in-band stream error: " + sb.chunk.errMessage
 		s.metrics.streamErrors.WithLabelValues(c.rec.Model, "inband").Inc()
@@ -226,6 +245,7 @@ func (sb *streamBody) CloseWithError(clientErr error) error {
 		c.rec.Incomplete = true
 		c.rec.Error = "upstream stream broken: " + sb.upstreamErr.Error()
 		s.metrics.streamErrors.WithLabelValues(c.rec.Model, "broken").Inc()
+		s.metrics.streamAborts.WithLabelValues(c.rec.Model, "backend").Inc()
 	}
 	if c.rec.Incomplete && !sb.chunk.usage.reported {
 		// No usage arrived (the backend does not send continuous usage),
