@@ -79,7 +79,8 @@ type Server struct {
 	MaxBodyBytes int `yaml:"max_body_bytes"`
 	// MaxHeaderBytes caps the request header block. Zero means 16 KiB.
 	MaxHeaderBytes int `yaml:"max_header_bytes"`
-	// MaxMessages caps the number of chat messages. Zero means 2048.
+	// MaxMessages caps the number of chat messages, and of Responses API
+	// input items. Zero means 2048.
 	MaxMessages int `yaml:"max_messages"`
 	// MaxJSONDepth caps nesting depth of a request body. Zero means 64.
 	MaxJSONDepth int `yaml:"max_json_depth"`

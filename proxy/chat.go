@@ -145,7 +145,7 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, ep *endpoint) {
 		return
 	}
 	body := ctx.PostBody()
-	if verr := ep.validate(body, c, st.cfg.Server.MaxJSONDepth); verr != nil {
+	if verr := ep.validate(body, c, &st.cfg.Server); verr != nil {
 		s.reject(ctx, c, &apiError{Status: fasthttp.StatusBadRequest, Type: "invalid_request_error", Param: verr.Param, Message: verr.Message})
 		return
 	}

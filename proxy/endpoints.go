@@ -4,6 +4,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/tollgate-dev/tollgate/backends"
+	"github.com/tollgate-dev/tollgate/config"
 )
 
 // endpoint describes one OpenAI endpoint routed by model: how its body is
@@ -19,9 +20,10 @@ type endpoint struct {
 	// config is the endpoint's name in models[].endpoints.
 	config   string
 	upstream backends.Endpoint
-	// validate checks body against the endpoint's rules, within depth
-	// levels of nesting, and fills c.req (and c.previousResponse).
-	validate func(body []byte, c *completion, depth int) *ValidationError
+	// validate checks body against the endpoint's rules, within the
+	// request bounds of srv (nesting depth, stop strings, logit_bias
+	// entries, input items), and fills c.req (and c.previousResponse).
+	validate func(body []byte, c *completion, srv *config.Server) *ValidationError
 	// generates says the endpoint generates tokens, so the most it may
 	// generate is reserved against budgets; embeddings only count input.
 	generates bool
@@ -43,9 +45,14 @@ var (
 		upstream: backends.EndpointResponses, validate: validateResponses, generates: true, responses: true}
 )
 
-func validateChatBody(body []byte, c *completion, depth int) *ValidationError {
-	srv := &c.gen.cfg.Server
-	return ValidateChatLimits(body, &c.req, BodyLimits{MaxDepth: depth, MaxStopStrings: srv.MaxStopStrings, MaxLogitBias: srv.MaxLogitBias})
+func validateChatBody(body []byte, c *completion, srv *config.Server) *ValidationError {
+	return ValidateChatLimits(body, &c.req, bodyLimits(srv))
+}
+
+// bodyLimits are the bounds of srv that the fields shared with chat obey,
+// on every endpoint that has them.
+func bodyLimits(srv *config.Server) BodyLimits {
+	return BodyLimits{MaxDepth: srv.MaxJSONDepth, MaxStopStrings: srv.MaxStopStrings, MaxLogitBias: srv.MaxLogitBias}
 }
 
 // serveEndpoint is the routing table's handler for ep.

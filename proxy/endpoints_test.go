@@ -943,3 +943,28 @@ func TestStoredResponsesTeamIsolation(t *testing.T) {
 		t.Errorf("team rival's records %+v, want two 404s with no backend or tokens", refused)
 	}
 }
+
+// TestEndpointsConfiguredBoundsServed checks that the configured bounds
+// reach the validators of completions and the Responses API through the
+// gateway, as they reach chat's.
+func TestEndpointsConfiguredBoundsServed(t *testing.T) {
+	s := newSurface(t, "server: {max_stop_strings: 2, max_logit_bias: 1, max_messages: 2}")
+	for _, tt := range []struct{ path, body, param string }{
+		{"/v1/chat/completions", `{"model":"demo","messages":[{"role":"user","content":"x"}],"stop":["a","b","c"]}`, "stop"},
+		{"/v1/completions", `{"model":"demo","prompt":"x","stop":["a","b","c"]}`, "stop"},
+		{"/v1/completions", `{"model":"demo","prompt":"x","logit_bias":{"1":1,"2":1}}`, "logit_bias"},
+		{"/v1/responses", `{"model":"demo","input":[{"role":"user","content":"a"},{"role":"user","content":"b"},{"role":"user","content":"c"}]}`, "input"},
+	} {
+		r := s.do(http.MethodPost, tt.path, tt.body)
+		wantOpenAIError(t, r, 400, "")
+		if got := r.json("error.param").String(); got != tt.param {
+			t.Errorf("%s %s: param %q, want %q: %s", tt.path, tt.body, got, tt.param, r.body)
+		}
+	}
+	if n := len(s.upstreamCalls()); n != 0 {
+		t.Errorf("backends received %d requests over the bounds", n)
+	}
+	if r := s.do(http.MethodPost, "/v1/completions", `{"model":"demo","prompt":"x","stop":["a","b"],"logit_bias":{"1":1}}`); r.status != 200 {
+		t.Errorf("a completion within the bounds: %d %s", r.status, r.body)
+	}
+}

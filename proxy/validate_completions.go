@@ -1,6 +1,10 @@
 package proxy
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/tollgate-dev/tollgate/config"
+)
 
 // The completions, embeddings and Responses API validators walk a body with
 // the same primitives as chat (iter, value, field, check): only their field
@@ -127,15 +131,17 @@ var completionFields = []field{
 // validateCompletions checks a POST /v1/completions body and fills c.req:
 // the model and its offsets, stream and stream_options as for chat,
 // max_tokens, the number of sequences generated (the larger of n and
-// best_of) and the size of the prompt.
-func validateCompletions(body []byte, c *completion, depth int) *ValidationError {
+// best_of) and the size of the prompt. stop and logit_bias are held to the
+// bounds chat's are held to.
+func validateCompletions(body []byte, c *completion, srv *config.Server) *ValidationError {
 	req := &c.req
 	*req = ChatRequest{N: 1}
-	s, first, verr := checkDocument(body, depth, `The request body is empty; send a JSON object with a "prompt".`)
+	lim := bodyLimits(srv)
+	s, first, verr := checkDocument(body, lim.MaxDepth, `The request body is empty; send a JSON object with a "prompt".`)
 	if verr != nil {
 		return verr
 	}
-	v := validator{body: body, s: s, req: req}
+	v := validator{body: body, s: s, req: req, limits: lim}
 	var bestOf int64 = 1
 	var promptLogprobs int64
 	seen, verr := v.walkFields(first, completionFields, func(i int, val value, n int64) *ValidationError {

@@ -1,5 +1,7 @@
 package proxy
 
+import "github.com/tollgate-dev/tollgate/config"
+
 // Embedding field indexes in embeddingFields.
 const (
 	emModel = iota
@@ -28,10 +30,10 @@ var embeddingFields = []field{
 // validateEmbeddings checks a POST /v1/embeddings body and fills c.req:
 // the model and its offsets, and the size of the input. Embeddings are
 // never streamed.
-func validateEmbeddings(body []byte, c *completion, depth int) *ValidationError {
+func validateEmbeddings(body []byte, c *completion, srv *config.Server) *ValidationError {
 	req := &c.req
 	*req = ChatRequest{N: 1}
-	s, first, verr := checkDocument(body, depth, `The request body is empty; send a JSON object with an "input".`)
+	s, first, verr := checkDocument(body, srv.MaxJSONDepth, `The request body is empty; send a JSON object with an "input".`)
 	if verr != nil {
 		return verr
 	}

@@ -3,7 +3,13 @@ package proxy
 import (
 	"strings"
 	"testing"
+
+	"github.com/tollgate-dev/tollgate/config"
 )
+
+// unbounded is a server configuration that sets no request bounds: the
+// validators' defaults apply.
+func unbounded() *config.Server { return new(config.Server) }
 
 // endpointCase is one body for an endpoint's validator: valid when param
 // and msg are empty, else refused naming param with a message containing
@@ -13,12 +19,12 @@ type endpointCase struct {
 	param, msg string
 }
 
-func runEndpointCases(t *testing.T, validate func([]byte, *completion, int) *ValidationError, cases []endpointCase) {
+func runEndpointCases(t *testing.T, validate func([]byte, *completion, *config.Server) *ValidationError, cases []endpointCase) {
 	t.Helper()
 	for _, tt := range cases {
 		t.Run(tt.name, func(t *testing.T) {
 			var c completion
-			err := validate([]byte(tt.body), &c, 0)
+			err := validate([]byte(tt.body), &c, unbounded())
 			if tt.msg == "" {
 				if err != nil {
 					t.Fatalf("refused a valid body: %v (param %q)", err, err.Param)
@@ -75,7 +81,7 @@ func TestValidateCompletions(t *testing.T) {
 func TestValidateCompletionsFills(t *testing.T) {
 	var c completion
 	body := `{"model":"demo","prompt":[[1,2,3],[4]],"n":2,"best_of":5,"max_tokens":7,"stream":true}`
-	if err := validateCompletions([]byte(body), &c, 0); err != nil {
+	if err := validateCompletions([]byte(body), &c, unbounded()); err != nil {
 		t.Fatal(err)
 	}
 	if string(c.req.Model) != "demo" || body[c.req.ModelStart:c.req.ModelEnd] != `"demo"` {
@@ -123,10 +129,57 @@ func TestValidateResponses(t *testing.T) {
 		{name: "top_logprobs over 20", body: `{"input":"a","top_logprobs":21}`, param: "top_logprobs", msg: "between 0 and 20"},
 	})
 	var c completion
-	if err := validateResponses([]byte(`{"input":"more","previous_response_id":"resp_abc","max_output_tokens":9}`), &c, 0); err != nil {
+	if err := validateResponses([]byte(`{"input":"more","previous_response_id":"resp_abc","max_output_tokens":9}`), &c, unbounded()); err != nil {
 		t.Fatal(err)
 	}
 	if c.previousResponse != "resp_abc" || c.req.MaxTokens != 9 {
 		t.Errorf("previous response %q, max tokens %d; want resp_abc, 9", c.previousResponse, c.req.MaxTokens)
+	}
+}
+
+// TestEndpointsConfiguredBounds checks that completions, embeddings and the
+// Responses API hold their bodies to the configured bounds as chat does:
+// stop strings and logit_bias entries (server.max_stop_strings and
+// max_logit_bias), nesting (max_json_depth) and Responses API input items
+// (max_messages), and that the defaults apply when nothing is configured.
+func TestEndpointsConfiguredBounds(t *testing.T) {
+	tight := &config.Server{MaxStopStrings: 2, MaxLogitBias: 2, MaxJSONDepth: 4, MaxMessages: 2}
+	type validateFunc = func([]byte, *completion, *config.Server) *ValidationError
+	tests := []struct {
+		name       string
+		validate   validateFunc
+		srv        *config.Server
+		body       string
+		param, msg string // empty: accepted
+	}{
+		{"completions stop within", validateCompletions, tight, `{"prompt":"x","stop":["a","b"]}`, "", ""},
+		{"completions stop over", validateCompletions, tight, `{"prompt":"x","stop":["a","b","c"]}`, "stop", "stop has more than 2 strings"},
+		{"completions stop default", validateCompletions, unbounded(), `{"prompt":"x","stop":["a","b","c"]}`, "", ""},
+		{"completions logit_bias within", validateCompletions, tight, `{"prompt":"x","logit_bias":{"1":1,"2":-1}}`, "", ""},
+		{"completions logit_bias over", validateCompletions, tight, `{"prompt":"x","logit_bias":{"1":1,"2":-1,"3":0}}`, "logit_bias", "logit_bias has more than 2 entries"},
+		{"completions logit_bias default", validateCompletions, unbounded(), `{"prompt":"x","logit_bias":{"1":1,"2":-1,"3":0}}`, "", ""},
+		{"completions depth", validateCompletions, tight, `{"prompt":"x","vendor":{"a":{"b":{"c":{}}}}}`, "", "nest"},
+		{"embeddings depth", validateEmbeddings, tight, `{"input":"x","vendor":{"a":{"b":{"c":{}}}}}`, "", "nest"},
+		{"responses depth", validateResponses, tight, `{"input":"x","metadata":{"a":{"b":{"c":{}}}}}`, "", "nest"},
+		{"responses items within", validateResponses, tight, `{"input":[{"role":"user","content":"a"},{"role":"user","content":"b"}]}`, "", ""},
+		{"responses items over", validateResponses, tight, `{"input":[{"role":"user","content":"a"},{"role":"user","content":"b"},{"role":"user","content":"c"}]}`,
+			"input", "input has more than 2 items; the gateway accepts at most 2."},
+		{"responses items over, not objects", validateResponses, tight, `{"input":[{},{},"x"]}`, "input", "more than 2 items"},
+		{"responses items default", validateResponses, unbounded(), `{"input":[{},{},{}]}`, "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var c completion
+			err := tt.validate([]byte(tt.body), &c, tt.srv)
+			if tt.msg == "" {
+				if err != nil {
+					t.Fatalf("refused: %s (param %q)", err.Message, err.Param)
+				}
+				return
+			}
+			if err == nil || err.Param != tt.param || !strings.Contains(err.Message, tt.msg) {
+				t.Fatalf("got %+v, want param %q and a message containing %q", err, tt.param, tt.msg)
+			}
+		})
 	}
 }

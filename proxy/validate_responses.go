@@ -1,6 +1,11 @@
 package proxy
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+
+	"github.com/tollgate-dev/tollgate/config"
+)
 
 // Responses API field indexes in responseFields.
 const (
@@ -42,11 +47,12 @@ var responseFields = []field{
 
 // validateResponses checks a POST /v1/responses body and fills c.req (the
 // model and its offsets, stream, max_output_tokens, the size of the input
-// and instructions) and c.previousResponse.
-func validateResponses(body []byte, c *completion, depth int) *ValidationError {
+// and instructions) and c.previousResponse. The input items, the
+// conversation as chat's messages are, are bounded by server.max_messages.
+func validateResponses(body []byte, c *completion, srv *config.Server) *ValidationError {
 	req := &c.req
 	*req = ChatRequest{N: 1}
-	s, first, verr := checkDocument(body, depth, `The request body is empty; send a JSON object with an "input".`)
+	s, first, verr := checkDocument(body, srv.MaxJSONDepth, `The request body is empty; send a JSON object with an "input".`)
 	if verr != nil {
 		return verr
 	}
@@ -56,7 +62,7 @@ func validateResponses(body []byte, c *completion, depth int) *ValidationError {
 		case rsModel:
 			v.record(fModel, val, n)
 		case rsInput:
-			return v.responseInput(val)
+			return v.responseInput(val, srv.MaxMessages)
 		case rsInstructions:
 			if val.isString() {
 				req.PromptBytes += len(val.raw) - 2
@@ -98,9 +104,10 @@ func validateResponses(body []byte, c *completion, depth int) *ValidationError {
 }
 
 // responseInput checks the Responses API input: a non-empty string or a
-// non-empty array of input items (objects). Its text counts towards the
-// prompt estimate as it is written, JSON included, which errs high.
-func (v *validator) responseInput(val value) *ValidationError {
+// non-empty array of at most maxItems input items (objects; zero means no
+// bound). Its text counts towards the prompt estimate as it is written,
+// JSON included, which errs high.
+func (v *validator) responseInput(val value, maxItems int) *ValidationError {
 	switch {
 	case val.isString():
 		if len(val.raw) == 2 {
@@ -110,8 +117,20 @@ func (v *validator) responseInput(val value) *ValidationError {
 		if len(val.raw) == 2 || skipSpace(val.raw, 1) == len(val.raw)-1 {
 			return &ValidationError{Param: "input", Message: "input must not be an empty array."}
 		}
-		if err := v.elements("input", kindObject, val); err != nil {
-			return err
+		// Walked here rather than by elements, to stop at the bound.
+		it := v.iter(val)
+		for i := 0; ; i++ {
+			_, e, ok := it.next()
+			if !ok {
+				break
+			}
+			if maxItems > 0 && i == maxItems {
+				return &ValidationError{Param: "input", Message: "input has more than " + strconv.Itoa(maxItems) +
+					" items; the gateway accepts at most " + strconv.Itoa(maxItems) + "."}
+			}
+			if !e.isObject() {
+				return typeError("input["+strconv.Itoa(i)+"]", "an object", e)
+			}
 		}
 	default:
 		return typeError("input", "a string or an array of input items", val)
