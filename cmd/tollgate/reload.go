@@ -35,7 +35,7 @@ func (g *gateway) newGeneration(ctx context.Context, cfg *config.Config) (*gener
 	if err != nil {
 		return nil, err
 	}
-	reg, err := backends.NewRegistry(cfg)
+	reg, err := backends.NewRegistryWith(cfg, backends.RegistryOptions{Metrics: g.backendMetrics})
 	if err != nil {
 		if c, ok := limiter.(interface{ Close() error }); ok {
 			err = errors.Join(err, c.Close())
@@ -112,6 +112,10 @@ func (g *gateway) reload(ctx, stop context.Context) error {
 		return errors.Join(err, gen.close())
 	}
 	_, drained := g.proxy.Swap(proxy.Generation{Config: cfg, Registry: gen.registry, Limiter: gen.limiter})
+	// The metrics follow the new configuration: its backends' and models'
+	// gauges, and the teams and projects it names.
+	g.backendMetrics.Track(gen.registry)
+	g.recorder.SetLabelPolicy(accounting.NewLabelPolicy(cfg))
 	g.mu.Lock()
 	prev := g.gen
 	g.gen = gen
