@@ -6,7 +6,7 @@ import { Charts } from './charts.js';
 import { $, el, fmtInt, fmtPercent, fmtSeconds, fmtTime, setText } from './dom.js';
 import { parsePrometheus, summarize } from './metrics.js';
 import { renderTrace } from './trace.js';
-import { GROUPS, RANGES, aggregate, bucketLabel, rangeStart } from './usage.js';
+import { GROUPS, PAGE_SIZE, RANGES, aggregate, bucketLabel, outcomes, pageRows, rangeStart } from './usage.js';
 
 // KEY_STORAGE is where the key is kept: session storage, so it lives as
 // long as the tab and is never written to disk as a cookie would be.
@@ -46,6 +46,11 @@ class App {
     this.generation = 0;
     this.traceGeneration = 0;
     this.timer = null;
+    // The usage table's groups, its search and its page: paging and
+    // searching redraw the table without fetching again.
+    this.usageGroups = [];
+    this.usageSearch = '';
+    this.usagePage = 0;
   }
 
   start() {
@@ -60,6 +65,19 @@ class App {
     $('refresh-button').addEventListener('click', () => this.refresh());
     $('range-select').addEventListener('change', (e) => this.setParams({ range: e.target.value }));
     $('group-select').addEventListener('change', (e) => this.setParams({ group: e.target.value }));
+    $('usage-search').addEventListener('input', (e) => {
+      this.usageSearch = e.target.value;
+      this.usagePage = 0;
+      this.renderUsageTable();
+    });
+    $('usage-prev').addEventListener('click', () => {
+      this.usagePage--;
+      this.renderUsageTable();
+    });
+    $('usage-next').addEventListener('click', () => {
+      this.usagePage++;
+      this.renderUsageTable();
+    });
     $('trace-form').addEventListener('submit', (e) => {
       e.preventDefault();
       this.showTrace($('trace-project').value.trim(), $('trace-id').value.trim());
@@ -111,6 +129,10 @@ class App {
     this.traceGeneration++;
     clearInterval(this.timer);
     this.charts.destroyAll();
+    this.usageGroups = [];
+    this.usageSearch = '';
+    this.usagePage = 0;
+    $('usage-search').value = '';
     for (const id of ['usage-table', 'model-metrics-table', 'latency-table', 'top-projects', 'top-keys', 'budgets', 'backends-table', 'trace-tree', 'recent-traces']) {
       $(id).replaceChildren();
     }
@@ -120,11 +142,13 @@ class App {
 
   setParams(change) {
     this.params = { ...this.params, ...change };
+    this.usagePage = 0;
     writeParams(this.params);
     this.refresh();
   }
 
-  // refresh reloads every panel: usage (three groupings), /readyz,
+  // refresh reloads every panel: usage (four groupings: the view's, by
+  // project, by key and by outcome), /readyz,
   // /metrics and the selected trace, all fetched at once. Each panel
   // renders as its answer arrives; the dashboard's data-state turns
   // "ready" (or "error") when all are done.
@@ -139,11 +163,13 @@ class App {
     const usage = api.usage(range, group, start);
     const projects = group === 'project' ? usage : api.usage(range, 'project', start);
     const keys = group === 'key' ? usage : api.usage(range, 'key', start);
+    const statuses = group === 'status' ? usage : api.usage(range, 'status', start);
     const current = () => gen === this.generation;
     const panels = [
       usage.then((b) => current() && this.renderUsage(aggregate(b, group), range, group, start)),
       projects.then((b) => current() && this.renderTop('top-projects', 'top-project', aggregate(b, 'project'), true)),
       keys.then((b) => current() && this.renderTop('top-keys', 'top-key', aggregate(b, 'key'), false)),
+      statuses.then((b) => current() && this.renderOutcomes(outcomes(b))),
       api.budgets().then((b) => current() && this.renderBudgets(b)),
       api
         .ready()
@@ -155,7 +181,7 @@ class App {
           if (!current()) return;
           setText('backends-healthy', '?');
           setText('ready-state', '/readyz is not served on this listener');
-          emptyRow($('backends-table'), 3, 'Backend states come from /readyz, which this listener does not serve (admin_listen is set): open /readyz on the client listener.');
+          emptyRow($('backends-table'), 5, 'Backend states come from /readyz, which this listener does not serve (admin_listen is set): open /readyz on the client listener.');
         }),
       api.metrics().then((t) => current() && this.renderMetrics(summarize(parsePrometheus(t)))),
       this.loadTrace(project, trace),
@@ -191,13 +217,33 @@ class App {
     win.dataset.width = RANGES[range].width;
     setText('tokens-chart-title', `stacked by ${GROUPS[group].label}`);
     setText('usage-group-label', GROUPS[group].label);
+    this.usageGroups = agg.groups;
+    this.renderUsageTable();
+  }
+
+  // renderUsageTable shows the page of the usage table's groups that the
+  // search and the page select: every group of the range is fetched (the
+  // API's pages followed), and paged here.
+  renderUsageTable() {
     const tbody = $('usage-table');
-    if (agg.groups.length === 0) {
-      emptyRow(tbody, 6, 'No usage in this range.');
+    const view = pageRows(this.usageGroups, this.usageSearch, this.usagePage, PAGE_SIZE);
+    this.usagePage = view.page;
+    tbody.dataset.page = String(view.page);
+    tbody.dataset.pages = String(view.pages);
+    tbody.dataset.matched = String(view.matched);
+    setText('usage-page', `page ${fmtInt(view.page + 1)} of ${fmtInt(view.pages)}`);
+    setText(
+      'usage-count',
+      this.usageSearch.trim() === '' ? `${fmtInt(this.usageGroups.length)} rows` : `${fmtInt(view.matched)} of ${fmtInt(this.usageGroups.length)} rows match`,
+    );
+    $('usage-prev').disabled = view.page === 0;
+    $('usage-next').disabled = view.page >= view.pages - 1;
+    if (view.rows.length === 0) {
+      emptyRow(tbody, 6, this.usageGroups.length === 0 ? 'No usage in this range.' : 'No row matches the search.');
       return;
     }
     tbody.replaceChildren(
-      ...agg.groups.map((g) =>
+      ...view.rows.map((g) =>
         el(
           'tr',
           { 'data-testid': 'usage-row', 'data-group': g.name },
@@ -210,6 +256,22 @@ class App {
         ),
       ),
     );
+  }
+
+  // renderOutcomes shows the range's requests by outcome (the usage API's
+  // group_by=status): the error rate split into client errors (4xx) and
+  // gateway or backend errors (5xx), and the streams clients closed, with
+  // the tokens streamed to them before they left.
+  renderOutcomes(o) {
+    setText('error-rate', fmtPercent(o.errorRate), o.errorRate);
+    setText('error-detail', `${fmtInt(o.errors)} of ${fmtInt(o.requests)} requests in the range failed`);
+    setText('client-errors', fmtInt(o.clientErrors), o.clientErrors);
+    setText('client-error-rate', fmtPercent(o.clientErrorRate), o.clientErrorRate);
+    setText('server-errors', fmtInt(o.serverErrors), o.serverErrors);
+    setText('server-error-rate', fmtPercent(o.serverErrorRate), o.serverErrorRate);
+    setText('streams-broken', fmtInt(o.streamsBroken), o.streamsBroken);
+    setText('client-closed', fmtInt(o.clientClosed), o.clientClosed);
+    setText('client-closed-tokens', fmtInt(o.clientClosedTokens), o.clientClosedTokens);
   }
 
   // renderTop lists the groups with the most tokens, with their share of
@@ -266,9 +328,11 @@ class App {
     );
   }
 
-  // renderBackends shows /readyz. Fields beyond name, healthy and in_flight
-  // are optional: a "state" string wins over healthy, and other plain
-  // fields are listed as they come.
+  // renderBackends shows /readyz: each backend's state, its time to first
+  // token (a moving average, absent before its first request) and its
+  // requests in flight, each in its own column. A "state" string wins over
+  // healthy; other plain fields a newer gateway adds are listed under
+  // details as they come.
   renderBackends(ready) {
     const backends = Array.isArray(ready?.backends) ? ready.backends : [];
     const healthy = backends.filter((b) => b.healthy === true).length;
@@ -276,10 +340,10 @@ class App {
     setText('ready-state', ready?.ready ? 'ready: every model has a healthy backend' : 'NOT ready: a model has no healthy backend');
     const tbody = $('backends-table');
     if (backends.length === 0) {
-      emptyRow(tbody, 3, 'No backends reported.');
+      emptyRow(tbody, 5, 'No backends reported.');
       return;
     }
-    const known = new Set(['name', 'healthy', 'in_flight', 'state']);
+    const known = new Set(['name', 'healthy', 'in_flight', 'state', 'ttft_ms']);
     tbody.replaceChildren(
       ...backends.map((b) => {
         const state = typeof b.state === 'string' && b.state !== '' ? b.state : b.healthy ? 'healthy' : 'ejected';
@@ -287,25 +351,24 @@ class App {
           .filter(([k, v]) => !known.has(k) && v !== null && typeof v !== 'object')
           .map(([k, v]) => `${k.replaceAll('_', ' ')}: ${typeof v === 'number' ? v.toLocaleString('en-US', { maximumFractionDigits: 2 }) : v}`)
           .join(' · ');
+        const ttft = typeof b.ttft_ms === 'number' && b.ttft_ms > 0 ? b.ttft_ms / 1000 : NaN;
         return el(
           'tr',
           { 'data-testid': 'backend-row', 'data-name': String(b.name ?? '') },
           el('td', { text: String(b.name ?? '') }),
-          el(
-            'td',
-            {},
-            el('span', { class: `badge ${state === 'healthy' ? 'ok' : b.healthy ? 'running' : 'error'}`, 'data-testid': 'backend-state', text: state }),
-            extra ? el('span', { class: 'muted', text: ` ${extra}` }) : null,
-          ),
+          el('td', {}, el('span', { class: `badge ${state === 'healthy' ? 'ok' : b.healthy ? 'running' : 'error'}`, 'data-testid': 'backend-state', text: state })),
+          el('td', { class: 'num', 'data-testid': 'backend-ttft', 'data-value': Number.isNaN(ttft) ? null : String(b.ttft_ms), text: fmtSeconds(ttft) }),
           el('td', { class: 'num', 'data-testid': 'backend-in-flight', text: fmtInt(b.in_flight ?? 0) }),
+          el('td', { class: 'muted', 'data-testid': 'backend-details', text: extra }),
         );
       }),
     );
   }
 
+  // renderMetrics shows what only /metrics knows, since the gateway
+  // started: requests by model and status (those refused before a model
+  // was resolved under "(no model)"), and latency percentiles.
   renderMetrics(m) {
-    setText('error-rate', fmtPercent(m.errorRate), m.errorRate);
-    setText('error-detail', `${fmtInt(m.errors)} of ${fmtInt(m.requests)} non-2xx since the gateway started`);
     for (const [prefix, h] of [['latency', m.latency], ['ttft', m.ttft]]) {
       for (const p of ['p50', 'p90', 'p99']) setText(`${prefix}-${p}`, fmtSeconds(h[p]), h[p]);
     }

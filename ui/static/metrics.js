@@ -1,6 +1,8 @@
 // Parsing of the Prometheus text exposition format and the summaries the
 // dashboard shows from GET /metrics. Pure functions: no DOM, no fetch.
 
+import { NO_MODEL } from './usage.js';
+
 // parseValue reads a sample value, including Prometheus' spellings of the
 // special floats.
 function parseValue(s) {
@@ -146,11 +148,18 @@ export function isError(status) {
   return !(code >= 200 && code < 300);
 }
 
+// modelName is the name a model label shows under: requests refused
+// before a model was resolved carry an empty one.
+export function modelName(label) {
+  return label === undefined || label === '' ? NO_MODEL : label;
+}
+
 // summarize works out what the dashboard shows from parsed metrics:
 // request counts by status and model with the error rate (the share of
 // non-2xx answers), latency and time-to-first-token percentiles overall
 // and by model, and the streams in flight. All counts are since the
-// gateway started.
+// gateway started. Requests refused before a model was resolved are
+// counted under NO_MODEL.
 export function summarize(families) {
   const requests = families.get('tollgate_requests_total') ?? [];
   const byStatus = new Map();
@@ -164,7 +173,7 @@ export function summarize(families) {
   for (const s of requests) {
     const status = s.labels.status ?? '';
     byStatus.set(status, (byStatus.get(status) ?? 0) + s.value);
-    const m = model(s.labels.model ?? '');
+    const m = model(modelName(s.labels.model));
     m.requests += s.value;
     total += s.value;
     if (isError(status)) {
@@ -177,11 +186,11 @@ export function summarize(families) {
   }
   const modelNames = new Set(byModel.keys());
   for (const h of ['tollgate_request_duration_seconds_bucket', 'tollgate_time_to_first_token_seconds_bucket']) {
-    for (const s of families.get(h) ?? []) modelNames.add(s.labels.model ?? '');
+    for (const s of families.get(h) ?? []) modelNames.add(modelName(s.labels.model));
   }
   const models = [...modelNames].sort().map((name) => {
     const m = model(name);
-    const only = (labels) => (labels.model ?? '') === name;
+    const only = (labels) => modelName(labels.model) === name;
     return {
       ...m,
       errorRate: m.requests > 0 ? m.errors / m.requests : NaN,

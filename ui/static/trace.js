@@ -33,16 +33,31 @@ function duration(call) {
   return (new Date(call.ended_at) - new Date(call.started_at)) / 1000;
 }
 
-function status(call) {
-  if (call.exception) return ['error', 'error'];
-  if (!call.ended_at) return ['running', 'running'];
-  return ['ok', 'ok'];
+// CLIENT_CLOSED_STATUS is the status a request whose client left before
+// the answer is recorded with (nginx's 499).
+const CLIENT_CLOSED_STATUS = 499;
+
+// callStatus tells what became of a call: { text, cls } for its badge and
+// the error it failed with (empty when none). A gateway call whose client
+// closed its stream, or left before the answer, is "client closed": the
+// client's doing, not a failure; its tokens are what was streamed until
+// then. A stream the backend broke off is "broken off", with its error.
+export function callStatus(call) {
+  const attrs = call.attributes ?? {};
+  const exception = typeof call.exception === 'string' ? call.exception : call.exception ? JSON.stringify(call.exception) : '';
+  if (attrs.status === CLIENT_CLOSED_STATUS || (attrs.incomplete === true && exception.startsWith('client closed'))) {
+    return { text: 'client closed', cls: 'closed', error: '' };
+  }
+  if (attrs.incomplete === true) return { text: 'broken off', cls: 'error', error: exception || 'the stream ended early' };
+  if (exception) return { text: 'error', cls: 'error', error: exception };
+  if (!call.ended_at) return { text: 'running', cls: 'running', error: '' };
+  return { text: 'ok', cls: 'ok', error: '' };
 }
 
 function callRow(node, usage) {
   const c = node.call;
   const u = sumUsage(usage[c.id]);
-  const [statusText, statusClass] = status(c);
+  const st = callStatus(c);
   const d = duration(c);
   // A completion an SDK traced through the gateway carries the gateway's
   // attributes under attributes.gateway (README, "Every token is counted once").
@@ -56,10 +71,14 @@ function callRow(node, usage) {
     el(
       'div',
       { class: 'call-name' },
-      el('span', { class: `badge ${statusClass}`, text: statusText }),
+      el('span', { class: `badge ${st.cls}`, 'data-testid': 'trace-call-status', text: st.text }),
       el('span', { class: 'op', text: c.display_name || c.op_name, title: c.op_name }),
       el('span', { class: 'muted id', text: c.id, title: `started ${fmtTime(c.started_at)}` }),
       detail ? el('span', { class: 'muted', text: detail }) : null,
+      st.error ? el('span', { class: 'error', 'data-testid': 'trace-call-error', text: st.error }) : null,
+      st.text === 'client closed'
+        ? el('span', { class: 'muted', 'data-testid': 'trace-call-streamed', text: `streamed ${fmtInt(u.completion)} completion tokens before the client left` })
+        : null,
     ),
     el('span', { class: 'num', 'data-testid': 'trace-call-requests', text: fmtInt(u.requests) }),
     el('span', { class: 'num', 'data-testid': 'trace-call-prompt', text: fmtInt(u.prompt) }),

@@ -19,7 +19,33 @@ export const GROUPS = {
   model: { param: 'model', field: 'model', label: 'model' },
   key: { param: 'api_key_id', field: 'api_key_id', label: 'API key' },
   endpoint: { param: 'endpoint', field: 'endpoint', label: 'endpoint' },
+  status: { param: 'status', field: 'status', label: 'outcome' },
 };
+
+// NO_MODEL names the group of requests refused before a model was
+// resolved (an unknown model, a body that could not be read): their
+// model is empty.
+export const NO_MODEL = '(no model)';
+
+// STATUS_LABELS are what the page calls each outcome of the usage API's
+// group_by=status.
+export const STATUS_LABELS = {
+  complete: 'complete',
+  client_closed: 'client closed',
+  stream_broken: 'broken off by the backend',
+  client_error: 'client error (4xx)',
+  server_error: 'gateway or backend error (5xx)',
+};
+
+// groupName is the name a usage result shows under in a grouping: never
+// empty, so that no row reads as a blank.
+export function groupName(result, group) {
+  const value = result[GROUPS[group].field];
+  if (group === 'model' && (value === '' || value === null || value === undefined)) return NO_MODEL;
+  if (group === 'status') return STATUS_LABELS[value] ?? String(value ?? '(none)');
+  if (value === null || value === undefined) return '(none)';
+  return value === '' ? '(empty)' : value;
+}
 
 // ENDPOINTS are every endpoint the gateway meters. The page asks the usage
 // API for all of them (its endpoints= parameter), so that embeddings count
@@ -57,14 +83,13 @@ function addResult(t, r) {
 //   - requests: requests per bucket, all groups together;
 //   - totals: the range's totals.
 export function aggregate(buckets, group) {
-  const field = GROUPS[group].field;
   const starts = buckets.map((b) => b.start_time);
   const groups = new Map();
   const requests = new Array(buckets.length).fill(0);
   const totals = emptyTotals();
   buckets.forEach((b, i) => {
     for (const r of b.results ?? []) {
-      const name = r[field] ?? '(none)';
+      const name = groupName(r, group);
       if (!groups.has(name)) groups.set(name, { name, ...emptyTotals(), series: new Array(buckets.length).fill(0) });
       const g = groups.get(name);
       addResult(g, r);
@@ -91,4 +116,72 @@ export function bucketLabel(startSeconds, range) {
     default:
       return d.toLocaleDateString('en-US', { month: 'short', day: 'numeric' });
   }
+}
+
+// outcomes sums the buckets of a usage-API answer grouped by status
+// (group_by=status) over the range: every request by outcome (num_requests
+// counts refusals that reached no model too), the error rates, and the
+// tokens of the streams cut short, which are what was streamed before the
+// client left or the backend broke off. Gateway or backend errors (5xx)
+// include the streams a backend broke off.
+export function outcomes(buckets) {
+  const o = {
+    requests: 0,
+    complete: 0,
+    clientErrors: 0,
+    serverErrors: 0,
+    streamsBroken: 0,
+    clientClosed: 0,
+    clientClosedTokens: 0,
+    streamsBrokenTokens: 0,
+  };
+  for (const b of buckets) {
+    for (const r of b.results ?? []) {
+      const n = r.num_requests ?? r.num_model_requests ?? 0;
+      const tokens = (r.input_tokens ?? 0) + (r.output_tokens ?? 0);
+      o.requests += n;
+      switch (r.status) {
+        case 'complete':
+          o.complete += n;
+          break;
+        case 'client_error':
+          o.clientErrors += n;
+          break;
+        case 'client_closed':
+          o.clientClosed += n;
+          o.clientClosedTokens += tokens;
+          break;
+        case 'stream_broken':
+          o.streamsBroken += n;
+          o.serverErrors += n;
+          o.streamsBrokenTokens += tokens;
+          break;
+        default:
+          // server_error, and any outcome a newer gateway adds: counted
+          // as a failure rather than hidden.
+          o.serverErrors += n;
+      }
+    }
+  }
+  const rate = (n) => (o.requests > 0 ? n / o.requests : NaN);
+  o.errors = o.clientErrors + o.serverErrors;
+  o.errorRate = rate(o.errors);
+  o.clientErrorRate = rate(o.clientErrors);
+  o.serverErrorRate = rate(o.serverErrors);
+  return o;
+}
+
+// PAGE_SIZE is how many rows a page of the usage table shows.
+export const PAGE_SIZE = 20;
+
+// pageRows keeps the groups whose name contains query (ignoring case and
+// surrounding spaces; an empty query keeps all) and returns the page-th
+// page (from 0, clamped to the pages there are) of size rows:
+// { rows, page, pages, matched }. There is always at least one page.
+export function pageRows(groups, query, page, size = PAGE_SIZE) {
+  const q = String(query ?? '').trim().toLowerCase();
+  const matched = q === '' ? groups : groups.filter((g) => g.name.toLowerCase().includes(q));
+  const pages = Math.max(1, Math.ceil(matched.length / size));
+  const p = Math.min(Math.max(0, Math.trunc(Number(page) || 0)), pages - 1);
+  return { rows: matched.slice(p * size, (p + 1) * size), page: p, pages, matched: matched.length };
 }

@@ -3,9 +3,9 @@
 import assert from 'node:assert/strict';
 import test from 'node:test';
 
-import { histogramBuckets, histogramQuantile, parsePrometheus, summarize } from '../static/metrics.js';
-import { buildTree, sumUsage } from '../static/trace.js';
-import { ENDPOINTS, aggregate, rangeStart } from '../static/usage.js';
+import { histogramBuckets, histogramQuantile, modelName, parsePrometheus, summarize } from '../static/metrics.js';
+import { buildTree, callStatus, sumUsage } from '../static/trace.js';
+import { ENDPOINTS, NO_MODEL, aggregate, groupName, outcomes, pageRows, rangeStart } from '../static/usage.js';
 
 const exposition = `# HELP tollgate_requests_total Chat completion requests.
 # TYPE tollgate_requests_total counter
@@ -119,4 +119,93 @@ test('buildTree and sumUsage', () => {
   assert.equal(roots[0].children[0].children[0].call.id, 'c2');
   const u = sumUsage({ a: { requests: 1, prompt_tokens: 2, completion_tokens: 3, total_tokens: 5 }, b: { requests: 1, prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } });
   assert.deepEqual(u, { requests: 2, prompt: 3, completion: 4, total: 7, models: ['a', 'b'] });
+});
+
+test('requests refused before a model was resolved are named, never empty', () => {
+  const s = summarize(parsePrometheus(exposition + 'tollgate_requests_total{backend="",model="",status="401"} 4\n'));
+  const none = s.models.find((m) => m.model === NO_MODEL);
+  assert.ok(none, `models ${JSON.stringify(s.models.map((m) => m.model))}`);
+  assert.equal(none.requests, 4);
+  assert.equal(none.client, 4);
+  assert.ok(s.models.every((m) => m.model !== ''));
+  assert.equal(modelName(''), NO_MODEL);
+  assert.equal(modelName('demo'), 'demo');
+  assert.equal(groupName({ model: '' }, 'model'), NO_MODEL);
+  assert.equal(groupName({ model: null }, 'model'), NO_MODEL);
+  assert.equal(groupName({ project_id: 'a/x' }, 'project'), 'a/x');
+  assert.equal(groupName({ status: 'client_closed' }, 'status'), 'client closed');
+  const a = aggregate([{ start_time: 0, results: [{ input_tokens: 0, num_model_requests: 0, model: '' }] }], 'model');
+  assert.deepEqual(a.groups.map((g) => g.name), [NO_MODEL]);
+});
+
+test('outcomes split errors into 4xx and 5xx and count client-closed streams with their tokens', () => {
+  const buckets = [
+    {
+      start_time: 0,
+      results: [
+        { status: 'complete', num_requests: 6, num_model_requests: 6, input_tokens: 60, output_tokens: 30 },
+        { status: 'client_error', num_requests: 2, num_model_requests: 0, input_tokens: 0, output_tokens: 0 },
+        { status: 'client_closed', num_requests: 1, num_model_requests: 1, input_tokens: 8, output_tokens: 3 },
+      ],
+    },
+    {
+      start_time: 60,
+      results: [
+        { status: 'server_error', num_requests: 1, num_model_requests: 1, input_tokens: 0, output_tokens: 0 },
+        { status: 'stream_broken', num_requests: 1, num_model_requests: 1, input_tokens: 5, output_tokens: 2 },
+        { status: 'client_closed', num_requests: 1, num_model_requests: 1, input_tokens: 4, output_tokens: 1 },
+      ],
+    },
+  ];
+  const o = outcomes(buckets);
+  assert.equal(o.requests, 12);
+  assert.equal(o.complete, 6);
+  assert.equal(o.clientErrors, 2);
+  assert.equal(o.serverErrors, 2); // the 5xx and the stream the backend broke off
+  assert.equal(o.streamsBroken, 1);
+  assert.equal(o.clientClosed, 2);
+  assert.equal(o.clientClosedTokens, 16);
+  assert.equal(o.errors, 4);
+  assert.equal(o.errorRate, 4 / 12);
+  assert.equal(o.clientErrorRate, 2 / 12);
+  assert.equal(o.serverErrorRate, 2 / 12);
+  const none = outcomes([{ start_time: 0, results: [] }]);
+  assert.equal(none.requests, 0);
+  assert.equal(none.errors, 0);
+  assert.ok(Number.isNaN(none.errorRate));
+});
+
+test('pageRows searches and pages', () => {
+  const groups = Array.from({ length: 45 }, (_, i) => ({ name: `team${i % 3}/project-${String(i).padStart(2, '0')}` }));
+  const first = pageRows(groups, '', 0, 20);
+  assert.deepEqual([first.page, first.pages, first.matched, first.rows.length], [0, 3, 45, 20]);
+  assert.equal(first.rows[0].name, 'team0/project-00');
+  const last = pageRows(groups, '', 2, 20);
+  assert.deepEqual(last.rows.map((g) => g.name), ['team1/project-40', 'team2/project-41', 'team0/project-42', 'team1/project-43', 'team2/project-44']);
+  // Out-of-range pages clamp; an empty result still has one page.
+  assert.equal(pageRows(groups, '', 99, 20).page, 2);
+  assert.equal(pageRows(groups, '', -3, 20).page, 0);
+  const team1 = pageRows(groups, '  TEAM1/ ', 0, 20);
+  assert.equal(team1.matched, 15);
+  assert.ok(team1.rows.every((g) => g.name.startsWith('team1/')));
+  const nothing = pageRows(groups, 'nope', 4, 20);
+  assert.deepEqual([nothing.page, nothing.pages, nothing.matched, nothing.rows.length], [0, 1, 0, 0]);
+});
+
+test('callStatus tells client-closed streams from errors', () => {
+  const ended = { ended_at: '2025-01-01T00:00:01Z' };
+  const cases = [
+    [{ ...ended, exception: null, attributes: { status: 200 } }, 'ok', ''],
+    [{ ...ended, exception: 'client closed the stream: broken pipe', attributes: { status: 200, incomplete: true } }, 'client closed', ''],
+    [{ ...ended, exception: 'The client closed the connection', attributes: { status: 499 } }, 'client closed', ''],
+    [{ ...ended, exception: 'upstream stream broken: EOF', attributes: { status: 200, incomplete: true } }, 'broken off', 'upstream stream broken: EOF'],
+    [{ ...ended, exception: null, attributes: { status: 200, incomplete: true } }, 'broken off', 'the stream ended early'],
+    [{ ...ended, exception: 'backend sim: status 500', attributes: { status: 502 } }, 'error', 'backend sim: status 500'],
+    [{ exception: null, attributes: {} }, 'running', ''],
+  ];
+  for (const [call, text, error] of cases) {
+    const st = callStatus(call);
+    assert.equal(st.text, text, JSON.stringify(call));
+    assert.equal(st.error, error, JSON.stringify(call));
+  }
 });
