@@ -170,6 +170,9 @@ type Options struct {
 	// Pricing holds the per-model prices /trace/usage uses with
 	// include_costs, by public model id.
 	Pricing map[string]config.Pricing
+	// CurrentPricing, when set, is asked for those prices at each request
+	// instead of Pricing, so that a configuration reload changes them.
+	CurrentPricing func() map[string]config.Pricing
 	// Log receives server errors; nil means no logging.
 	Log *zap.Logger
 	// MaxJSONDepth bounds the nesting of request bodies, as
@@ -187,7 +190,7 @@ type Options struct {
 type Service struct {
 	keys    *auth.Keyring
 	store   Store
-	pricing map[string]config.Pricing
+	pricing func() map[string]config.Pricing
 	log     *zap.Logger
 	bounds  bodyBounds
 
@@ -211,7 +214,11 @@ func New(opts Options) *Service {
 	if maxFile <= 0 {
 		maxFile = defaultMaxFileBytes
 	}
-	return &Service{keys: opts.Keys, store: opts.Store, pricing: opts.Pricing, log: log,
+	pricing := opts.CurrentPricing
+	if pricing == nil {
+		pricing = func() map[string]config.Pricing { return opts.Pricing }
+	}
+	return &Service{keys: opts.Keys, store: opts.Store, pricing: pricing, log: log,
 		bounds: newBodyBounds(opts.MaxJSONDepth), weave: ws, maxFileBytes: maxFile}
 }
 

@@ -474,7 +474,7 @@ func (s *Service) serveTraceUsage(ctx context.Context, rc *fasthttp.RequestCtx, 
 		return e
 	}
 	var calls []TraceUsageCall
-	pricing := s.pricing
+	pricing := s.pricing()
 	if found && limit > 0 {
 		var err error
 		if calls, err = s.store.TraceUsageCalls(ctx, p.ID, filter, query, limit); err != nil {
@@ -499,15 +499,16 @@ func (s *Service) serveTraceUsage(ctx context.Context, rc *fasthttp.RequestCtx, 
 // price has no cached-prompt price, so cached prompt tokens cost what the
 // others do.
 func (s *Service) projectPricing(ctx context.Context, projectID int64) (map[string]config.Pricing, error) {
+	configured := s.pricing()
 	if s.weave == nil {
-		return s.pricing, nil
+		return configured, nil
 	}
 	own, err := s.weave.ProjectPrices(ctx, projectID, time.Now())
 	if err != nil || len(own) == 0 {
-		return s.pricing, err
+		return configured, err
 	}
-	merged := make(map[string]config.Pricing, len(s.pricing)+len(own))
-	for m, p := range s.pricing {
+	merged := make(map[string]config.Pricing, len(configured)+len(own))
+	for m, p := range configured {
 		merged[m] = p
 	}
 	for m, p := range own {
@@ -550,7 +551,7 @@ func (s *Service) serveCallsUsage(ctx context.Context, rc *fasthttp.RequestCtx, 
 		return e
 	}
 	var calls []TraceUsageCall
-	pricing := s.pricing
+	pricing := s.pricing()
 	if found && limit > 0 && len(ids) > 0 {
 		var err error
 		if calls, err = s.store.CallsUsageCalls(ctx, p.ID, ids, limit); err != nil {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"reflect"
 	"syscall"
 	"time"
 
@@ -19,13 +18,14 @@ import (
 )
 
 // generation is the part of a running gateway that a reload replaces:
-// backends and their health checks, and the limiter built from the
-// configured limits.
+// backends and their health checks, the limiter built from the configured
+// limits, and the models' prices the trace service costs calls with.
 type generation struct {
 	cfg      *config.Config
 	registry *backends.Registry
 	health   *backends.HealthChecker
 	limiter  proxy.Limiter
+	pricing  map[string]config.Pricing
 }
 
 // newGeneration builds backends and the limiter for cfg, with budgets
@@ -35,14 +35,18 @@ func (g *gateway) newGeneration(ctx context.Context, cfg *config.Config) (*gener
 	if err != nil {
 		return nil, err
 	}
-	reg, err := backends.NewRegistryWith(cfg, backends.RegistryOptions{Metrics: g.backendMetrics})
+	reg, err := backends.NewRegistry(cfg)
 	if err != nil {
 		if c, ok := limiter.(interface{ Close() error }); ok {
 			err = errors.Join(err, c.Close())
 		}
 		return nil, err
 	}
-	return &generation{cfg: cfg, registry: reg, health: reg.StartHealthChecks(), limiter: limiter}, nil
+	pricing := make(map[string]config.Pricing, len(cfg.Models))
+	for _, m := range cfg.Models {
+		pricing[m.Name] = m.Pricing
+	}
+	return &generation{cfg: cfg, registry: reg, health: reg.StartHealthChecks(), limiter: limiter, pricing: pricing}, nil
 }
 
 // restorer is a limiter that loads the current windows' spend from the
@@ -89,33 +93,32 @@ func (gen *generation) close() error {
 
 // reload reads the configuration file again and, if it is valid, swaps in
 // a new generation: new requests use the new configuration, requests in
-// flight finish on the old one. An invalid file changes nothing.
-func (g *gateway) reload(ctx, stop context.Context) error {
+// flight finish on the old one. Restart-only settings keep the values the
+// process started with (config.Reloaded). It returns what the file changed,
+// applied or needing a restart. An invalid file changes nothing.
+func (g *gateway) reload(ctx, stop context.Context) (config.ReloadChanges, error) {
 	if g.cfgPath == "" {
-		return errors.New("the embedded configuration has no file to reload")
+		return config.ReloadChanges{}, errors.New("the embedded configuration has no file to reload")
 	}
-	cfg, err := config.Load(g.cfgPath)
+	loaded, err := config.Load(g.cfgPath)
 	if err != nil {
-		return err
+		return config.ReloadChanges{}, err
 	}
 	g.mu.Lock()
 	current := g.gen.cfg
 	g.mu.Unlock()
-	for _, what := range restartOnly(current, cfg) {
-		g.log.Warn("configuration change needs a restart to take effect", zap.String("section", what))
-	}
+	// current holds the restart-only values the process started with, so
+	// a change to one is reported at every reload until a restart.
+	changes := config.DiffReload(current, loaded)
+	cfg := config.Reloaded(current, loaded)
 	gen, err := g.newGeneration(ctx, cfg)
 	if err != nil {
-		return err
+		return config.ReloadChanges{}, err
 	}
 	if err := g.keys.Replace(cfg.Auth); err != nil {
-		return errors.Join(err, gen.close())
+		return config.ReloadChanges{}, errors.Join(err, gen.close())
 	}
 	_, drained := g.proxy.Swap(proxy.Generation{Config: cfg, Registry: gen.registry, Limiter: gen.limiter})
-	// The metrics follow the new configuration: its backends' and models'
-	// gauges, and the teams and projects it names.
-	g.backendMetrics.Track(gen.registry)
-	g.recorder.SetLabelPolicy(accounting.NewLabelPolicy(cfg))
 	g.mu.Lock()
 	prev := g.gen
 	g.gen = gen
@@ -133,33 +136,7 @@ func (g *gateway) reload(ctx, stop context.Context) error {
 			g.log.Error("closing the previous configuration's backends", zap.Error(err))
 		}
 	}()
-	return nil
-}
-
-// restartOnly names the sections that changed between old and cfg but
-// take effect only at start: listeners, the store, the usage queue, logging
-// and server limits.
-func restartOnly(old, cfg *config.Config) []string {
-	var changed []string
-	for _, s := range []struct {
-		name     string
-		old, new any
-	}{
-		{"listen", old.Listen, cfg.Listen},
-		{"admin_listen", old.AdminListen, cfg.AdminListen},
-		{"log", old.Log, cfg.Log},
-		{"server", old.Server, cfg.Server},
-		{"store", old.Store, cfg.Store},
-		{"usage", old.Usage, cfg.Usage},
-		{"limits_backend", old.LimitsBackend, cfg.LimitsBackend},
-		{"retries", old.Retries, cfg.Retries},
-		{"traces", old.Traces, cfg.Traces},
-	} {
-		if !reflect.DeepEqual(s.old, s.new) {
-			changed = append(changed, s.name)
-		}
-	}
-	return changed
+	return changes, nil
 }
 
 // watchReloads reloads on SIGHUP and, when reload.watch is on, when the
@@ -187,11 +164,12 @@ func (g *gateway) watchReloads(ctx context.Context, cfg *config.Config) {
 			}
 			last = stamp
 		}
-		if err := g.reload(ctx, ctx); err != nil {
+		changes, err := g.reload(ctx, ctx)
+		if err != nil {
 			g.log.Error("configuration reload refused; the previous configuration keeps serving", zap.Error(err))
 			continue
 		}
-		g.log.Info("configuration reloaded", zap.String("path", g.cfgPath))
+		logReload(g.log, g.cfgPath, changes)
 	}
 }
 
@@ -207,4 +185,16 @@ func fileStamp(path string) stamp {
 		return stamp{}
 	}
 	return stamp{fi.ModTime(), fi.Size()}
+}
+
+// logReload logs one line per reload: the settings it applied, and those
+// that changed in the file but keep their running values until a restart
+// (a warning then, since the file and the process disagree).
+func logReload(log *zap.Logger, path string, ch config.ReloadChanges) {
+	fields := []zap.Field{zap.String("path", path), zap.Strings("applied", ch.Applied), zap.Strings("needs_restart", ch.NeedsRestart)}
+	if len(ch.NeedsRestart) > 0 {
+		log.Warn("configuration reloaded; some changes need a restart to take effect", fields...)
+		return
+	}
+	log.Info("configuration reloaded", fields...)
 }

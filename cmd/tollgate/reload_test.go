@@ -2,8 +2,10 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -149,6 +151,114 @@ func TestHotReloadUnderLoad(t *testing.T) {
 
 	if failed.Load() != 0 {
 		t.Fatalf("%d of %d requests failed during reloads; first: %v", failed.Load(), failed.Load()+ok.Load(), firstFailure.Load())
+	}
+	g.stop(t)
+}
+
+// TestReloadAppliesOrNeedsRestart reloads a file that changes a setting a
+// reload applies (server.max_messages) and one fasthttp holds
+// (server.max_body_bytes): the first takes effect for new requests, the
+// second keeps its running value everywhere, the 413's message included,
+// and the reload's log line names each.
+func TestReloadAppliesOrNeedsRestart(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "tollgate.yaml")
+	render := func(maxMessages, maxBody int) string {
+		return fmt.Sprintf(`listen: "127.0.0.1:0"
+log: {level: info}
+reload: {watch: true, interval: 50ms}
+store: {path: %q}
+usage: {flush_interval: 50ms}
+server: {max_messages: %d, max_body_bytes: %d}
+auth:
+  keys:
+    - {name: admin, key: %q, teams: ["*"], default_team: acme, admin: true}
+backends:
+  - name: sim
+    simulated: {tokens: 2}
+models:
+  - name: demo
+    backends: [sim]
+`, filepath.Join(dir, "tollgate.db"), maxMessages, maxBody, adminKey)
+	}
+	write := func(content string) {
+		t.Helper()
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(render(4, 4096))
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &lockedBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	g := &running{base: "http://" + ln.Addr().String(), cfg: cfg, cancel: cancel, done: make(chan error, 1)}
+	go func() { g.done <- serveListener(ctx, cfg, ln, logs) }()
+	t.Cleanup(func() {
+		cancel()
+		<-g.done
+	})
+
+	threeMessages := `{"model":"demo","max_tokens":1,"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"},{"role":"user","content":"c"}]}`
+	if code, body := g.do(t, "POST", "/v1/chat/completions", adminKey, threeMessages); code != 200 {
+		t.Fatalf("three messages under max_messages 4: %d %s", code, body)
+	}
+	// Over the running 4096-byte limit, under the 1 MiB the file will ask for.
+	big := `{"model":"demo","max_tokens":1,"messages":[{"role":"user","content":"` + strings.Repeat("x", 8000) + `"}]}`
+
+	write(render(2, 1<<20))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, body := g.do(t, "POST", "/v1/chat/completions", adminKey, threeMessages)
+		if code == 400 {
+			if msg := gjson.Get(body, "error.message").String(); msg != "messages has 3 entries; the gateway accepts at most 2." {
+				t.Fatalf("after the reload, three messages: %s", body)
+			}
+			break
+		}
+		if code != 200 || time.Now().After(deadline) {
+			t.Fatalf("max_messages 2 not applied within 10s: %d %s", code, body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	code, body := g.do(t, "POST", "/v1/chat/completions", adminKey, big)
+	if code != 413 || gjson.Get(body, "error.message").String() != "The request body exceeds the gateway's limit of 4096 bytes." {
+		t.Fatalf("a body over the running max_body_bytes after a reload that raised it: %d %s", code, body)
+	}
+
+	// The log is flushed every second; wait for the reload's line.
+	var line string
+	for deadline := time.Now().Add(10 * time.Second); line == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		for _, l := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(l, "configuration reloaded") {
+				line = l
+			}
+		}
+	}
+	if line == "" {
+		t.Fatalf("no reload line logged:\n%s", logs.String())
+	}
+	if got := gjson.Get(line, "level").String(); got != "warn" {
+		t.Errorf("a reload leaving a change for a restart logged at %q, want warn: %s", got, line)
+	}
+	if got := gjson.Get(line, "applied").Raw; got != `["server.max_messages"]` {
+		t.Errorf("applied = %s, want [\"server.max_messages\"]: %s", got, line)
+	}
+	if got := gjson.Get(line, "needs_restart").Raw; got != `["server.max_body_bytes"]` {
+		t.Errorf("needs_restart = %s, want [\"server.max_body_bytes\"]: %s", got, line)
+	}
+	if n := strings.Count(logs.String(), "configuration reloaded"); n != 1 {
+		t.Errorf("one reload logged %d lines:\n%s", n, logs.String())
 	}
 	g.stop(t)
 }
