@@ -60,6 +60,9 @@ type completion struct {
 	gen *state
 	// watch sees the client leave while forward waits on backends.
 	watch *clientWatch
+	// closed is set once the completion is settled, rejected or handed
+	// to a stream body: nothing is left for abandon to release.
+	closed bool
 	// ep is the endpoint called.
 	ep *endpoint
 	// previousResponse is the Responses API's previous_response_id, and
@@ -84,6 +87,12 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, ep *endpoint) {
 	// interface calls it is passed to.
 	c := completions.Get().(*completion)
 	defer func() {
+		if r := recover(); r != nil {
+			// Settle what the panic left open, then let Handler's
+			// recoverHandler count, log and answer it.
+			s.abandon(c)
+			panic(r)
+		}
 		*c = completion{}
 		completions.Put(c)
 	}()
@@ -688,6 +697,7 @@ func (c *completion) setUsage(u *usageCounts, completion int64) {
 // it is counted in metrics and logged, but makes no usage record, since it
 // used no model.
 func (s *Server) reject(ctx *fasthttp.RequestCtx, c *completion, e *apiError) {
+	c.closed = true
 	c.gen.release()
 	writeError(ctx, e)
 	s.metrics.requests.WithLabelValues("", "", statusLabel(e.Status), c.ep.name).Inc()
@@ -720,6 +730,7 @@ func (s *Server) finish(ctx *fasthttp.RequestCtx, c *completion, e *apiError) {
 // settle releases the reservation and the stream slot, and records a
 // finished completion.
 func (s *Server) settle(c *completion) {
+	c.closed = true
 	c.gen.release()
 	if c.streamSlot {
 		s.streams.Add(-1)

@@ -3,6 +3,7 @@ package proxy
 import (
 	"fmt"
 	"runtime/debug"
+	"time"
 
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
@@ -31,4 +32,19 @@ func (s *Server) countPanic(where string, r any) {
 	s.metrics.panics.WithLabelValues(where).Inc()
 	s.log.Error("recovered from a panic", zap.String("where", where),
 		zap.String("panic", fmt.Sprint(r)), zap.ByteString("stack", debug.Stack()))
+}
+
+// abandon settles a completion a panic left open: the generation, the
+// stream slot and the reservation are released, and the request is
+// recorded as a 500, so that a bug met by hostile input leaks nothing
+// that a reload, max_streams or a budget would wait on. A backend slot
+// taken by an attempt in progress is not known here and stays taken.
+func (s *Server) abandon(c *completion) {
+	if c.closed || c.gen == nil {
+		return
+	}
+	c.rec.Status = fasthttp.StatusInternalServerError
+	c.rec.Error = "the gateway failed while handling the request (a recovered panic)"
+	c.rec.Ended = time.Now()
+	s.settle(c)
 }

@@ -63,6 +63,7 @@ const maxCoalesce = 16 << 10
 func (s *Server) startStream(ctx *fasthttp.RequestCtx, c *completion, b *backends.Backend, resp *fasthttp.Response, replyModel []byte) {
 	sb := streamBodies.Get().(*streamBody)
 	sb.srv, sb.c, sb.backend, sb.resp = s, *c, b, resp
+	c.closed = true // the stream body settles it now
 	// The model bytes point into the client's request body, which fasthttp
 	// reuses once the handler returns.
 	sb.c.req.Model = nil
