@@ -15,7 +15,7 @@ import (
 // a token-id prompt its ids. The text is generated as for chat (generate.go), with the same
 // seed, stop, max_tokens and structured-output rules; echo puts the prompt before it, and
 // logprobs (an integer) adds the text_completion logprobs object with that many alternatives.
-// suffix is accepted and counted as prompt; best_of is accepted and changes nothing.
+// best_of (at least n) is accepted and changes nothing; suffix is refused as vLLM refuses it.
 
 // maxCompletionChoices bounds prompts × n, which are all generated in memory.
 const maxCompletionChoices = 1024
@@ -33,7 +33,6 @@ type completionRequest struct {
 	maxTokens     int
 	echo          bool
 	logprobs      int // -1 when not asked for
-	suffixTokens  int
 	stream        bool
 	streamOptions bool
 	includeUsage  bool
@@ -56,14 +55,14 @@ func (s *Server) completions(ctx *fasthttp.RequestCtx) {
 		s.completed.Add(1)
 		return
 	}
-	prompt := req.suffixTokens
+	prompt := 0
 	for _, p := range req.prompts {
 		prompt += p.tokens
 		tokens := req.maxTokens
 		if tokens == 0 {
 			tokens = s.opts.Tokens
 		}
-		if need := p.tokens + req.suffixTokens + tokens; need > maxModelLen {
+		if need := p.tokens + tokens; need > maxModelLen {
 			writeError(ctx, fasthttp.StatusBadRequest, shapeNested, apiError{
 				typ: "BadRequestError",
 				msg: "This model's maximum context length is " + strconv.Itoa(maxModelLen) +
@@ -77,7 +76,7 @@ func (s *Server) completions(ctx *fasthttp.RequestCtx) {
 	}
 	outs := make([]output, 0, len(req.prompts)*req.n)
 	for _, p := range req.prompts {
-		limit, limitFinish := req.sampling.limit(req.maxTokens, s.opts.Tokens, p.tokens+req.suffixTokens)
+		limit, limitFinish := req.sampling.limit(req.maxTokens, s.opts.Tokens, p.tokens)
 		base := req.sampling.base(p.text)
 		for i := 0; i < req.n; i++ {
 			r := rng{state: mix(base, uint64(i))}
@@ -128,7 +127,7 @@ func (s *Server) parseCompletion(body []byte, r *completionRequest) (e apiError)
 	}
 	r.n, r.logprobs = 1, -1
 	var model gjson.Result
-	havePrompt := false
+	havePrompt, bestOf := false, 0
 	root.ForEach(func(key, v gjson.Result) bool {
 		switch key.Str {
 		case "model":
@@ -158,12 +157,16 @@ func (s *Server) parseCompletion(body []byte, r *completionRequest) (e apiError)
 				r.maxTokens = n
 			case "n":
 				r.n = n
+			case "best_of":
+				bestOf = n
 			}
 		case "echo":
 			r.echo = v.Type == gjson.True
 		case "suffix":
-			if v.Type == gjson.String {
-				r.suffixTokens = countWords(v.Str)
+			// vLLM declares suffix but serves no fill-in-the-middle, and says so.
+			if v.Type != gjson.Null {
+				e = badRequest("suffix", "suffix is not currently supported")
+				return false
 			}
 		case "logprobs":
 			if v.Type == gjson.Null {
@@ -198,6 +201,9 @@ func (s *Server) parseCompletion(body []byte, r *completionRequest) (e apiError)
 	}
 	if r.streamOptions && !r.stream {
 		return badRequest("stream_options", "Stream options can only be defined when `stream=True`.")
+	}
+	if bestOf > 0 && bestOf < r.n {
+		return badRequest("best_of", "best_of must be greater than or equal to n, got n="+strconv.Itoa(r.n)+" and best_of="+strconv.Itoa(bestOf)+".")
 	}
 	if len(r.prompts)*r.n > maxCompletionChoices {
 		return badRequest("n", "prompts × n must be at most "+strconv.Itoa(maxCompletionChoices)+".")

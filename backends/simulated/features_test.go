@@ -405,7 +405,7 @@ func TestCompletions(t *testing.T) {
 		{"echo", `{"prompt":"hi there","echo":true,"max_tokens":1}`, []string{"hi theretok0 "}, 2, "length", false},
 		{"echo token ids", `{"prompt":[4,5],"echo":true,"max_tokens":1}`, []string{"tok4 tok5 tok0 "}, 2, "length", false},
 		{"stop", `{"prompt":"x","stop":["tok2"]}`, []string{"tok0 tok1 "}, 1, "stop", false},
-		{"suffix counts as prompt", `{"prompt":"x","suffix":"y z"}`, []string{content(3)}, 3, "stop", false},
+		{"null suffix", `{"prompt":"x","suffix":null,"best_of":2}`, []string{content(3)}, 1, "stop", false},
 		{"logprobs", `{"prompt":"x","logprobs":2}`, []string{content(3)}, 1, "stop", true},
 	}
 	for _, tt := range tests {
@@ -471,7 +471,8 @@ func TestCompletions(t *testing.T) {
 			t.Errorf("usage chunk %s", data[len(data)-2])
 		}
 	})
-	for _, body := range []string{`{}`, `{"prompt":[]}`, `{"prompt":[1,"a"]}`, `{"prompt":"x","logprobs":true}`, `{"prompt":"x","stream_options":{}}`} {
+	for _, body := range []string{`{}`, `{"prompt":[]}`, `{"prompt":[1,"a"]}`, `{"prompt":"x","logprobs":true}`, `{"prompt":"x","stream_options":{}}`,
+		`{"prompt":"x","suffix":"y"}`, `{"prompt":"x","n":3,"best_of":2}`} {
 		if r := h.do(t, "POST", "/v1/completions", body); r.status != 400 {
 			t.Errorf("%s: status %d, want 400", body, r.status)
 		}
