@@ -152,9 +152,20 @@ func (f *fakeUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		case sub == "cancel":
 			reply(w, 200, fmt.Sprintf(`{"id":%q,"object":"response","status":"cancelled","backend":%q}`, id, f.name))
 		case r.URL.Query().Get("stream") == "true": // a background response's events, replayed
-			f.stream(w, "response.", []string{
-				fmt.Sprintf(`{"type":"response.output_text.delta","sequence_number":1,"item_id":"msg_1","output_index":0,"content_index":0,"delta":"%s"}`, f.name),
-				fmt.Sprintf(`{"type":"response.completed","sequence_number":2,"response":{"id":%q,"object":"response","status":"completed"}}`, id),
+			delta := fmt.Sprintf(`{"type":"response.output_text.delta","sequence_number":1,"item_id":"msg_1","output_index":0,"content_index":0,"delta":"%s"}`, f.name)
+			switch r.URL.Query().Get("starting_after") {
+			case "huge": // an event no SSE stream has: 64 KiB in one delta
+				f.stream(w, "response.", []string{delta,
+					`{"type":"response.output_text.delta","sequence_number":2,"item_id":"msg_1","output_index":0,"content_index":0,"delta":"` + strings.Repeat("x", 64<<10) + `"}`,
+				}, false)
+				return
+			case "cut": // the replay breaks off in the middle of an event
+				f.stream(w, "response.", []string{delta}, false)
+				io.WriteString(w, "event: response.output_text.delta\ndata: {\"type\":") //nolint:errcheck // the client may have left
+				return
+			}
+			f.stream(w, "response.", []string{delta,
+				fmt.Sprintf(`{"type":"response.completed","sequence_number":2,"response":{"id":%q,"object":"response","model":"up/demo","status":"completed"}}`, id),
 			}, false)
 		default:
 			reply(w, 200, fmt.Sprintf(`{"id":%q,"object":"response","status":"completed","model":"up/demo","backend":%q}`, id, f.name))
@@ -849,6 +860,9 @@ func TestStoredResponseStreamReplay(t *testing.T) {
 	if strings.Join(types, ",") != "response.output_text.delta,response.completed" || gjson.Get(data[0], "delta").String() != owner {
 		t.Fatalf("replayed %v %v, want the events of backend %s", types, data, owner)
 	}
+	if m := gjson.Get(data[1], "response.model").String(); m != "demo" {
+		t.Errorf("the replayed response names model %q, want the public demo: %s", m, data[1])
+	}
 	var got upstreamCall
 	for _, c := range s.upstreamCalls() {
 		if c.method == http.MethodGet {
@@ -966,5 +980,53 @@ func TestEndpointsConfiguredBoundsServed(t *testing.T) {
 	}
 	if r := s.do(http.MethodPost, "/v1/completions", `{"model":"demo","prompt":"x","stop":["a","b"],"logit_bias":{"1":1}}`); r.status != 200 {
 		t.Errorf("a completion within the bounds: %d %s", r.status, r.body)
+	}
+}
+
+// TestStoredResponseReplayBounded checks that a replay is held to
+// server.max_event_bytes as streams are: an event over it ends the replay
+// with the Responses API's error event, after the events before it, and
+// is neither buffered nor passed on; a replay cut in the middle of an event
+// ends the same way. Either way the backend's slot and the stream slot are
+// given back.
+func TestStoredResponseReplayBounded(t *testing.T) {
+	s := newSurface(t, "server: {max_event_bytes: 4096}")
+	r := s.do(http.MethodPost, "/v1/responses", `{"model":"demo","input":"hi","background":true}`)
+	if r.status != 200 {
+		t.Fatalf("reply %d %s", r.status, r.body)
+	}
+	id := r.json("id").String()
+	owner := s.recorder.wait(t, 1).Backend
+	for _, tt := range []struct{ startingAfter, wantMessage string }{
+		{"huge", "Backend " + owner + " sent an event over the gateway's limit of 4096 bytes"},
+		{"cut", "Backend " + owner + " ended the replay in the middle of an event"},
+	} {
+		t.Run(tt.startingAfter, func(t *testing.T) {
+			replay := s.do(http.MethodGet, "/v1/responses/"+id+"?stream=true&starting_after="+tt.startingAfter, "")
+			if replay.status != 200 {
+				t.Fatalf("replay %d %s", replay.status, replay.body)
+			}
+			if len(replay.body) > 4096 {
+				t.Fatalf("the replay passed %d bytes on: %.200s…", len(replay.body), replay.body)
+			}
+			types, data := responsesStreamEvents(t, replay.body)
+			if strings.Join(types, ",") != "response.output_text.delta,error" {
+				t.Fatalf("replayed %v, want the first delta and an error", types)
+			}
+			last := data[1]
+			if !strings.Contains(gjson.Get(last, "message").String(), tt.wantMessage) || gjson.Get(last, "sequence_number").Int() != 2 {
+				t.Errorf("closing event %s, want sequence 2 and a message containing %q", last, tt.wantMessage)
+			}
+			pollUntil(t, "the replay to release its backend slot", 5*time.Second, func() bool {
+				ready := s.do(http.MethodGet, "/readyz", "")
+				in := ready.json("backends.#(name==\"" + owner + "\").in_flight")
+				return in.Exists() && in.Int() == 0
+			})
+		})
+	}
+	// The connection of a broken replay was not reused: the next request
+	// to that backend is answered normally.
+	if g := s.do(http.MethodGet, "/v1/responses/"+id, ""); g.status != 200 || g.json("id").String() != id {
+		t.Fatalf("GET after the broken replays: %d %s", g.status, g.body)
 	}
 }

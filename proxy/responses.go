@@ -182,7 +182,9 @@ func (s *Server) storedResponseAttempt(ctx *fasthttp.RequestCtx, st *state, b *b
 	streaming := false
 	defer func() {
 		if !streaming {
-			resp.CloseBodyStream() //nolint:errcheck // released either way
+			// A body asked for as a stream was read to its end, or the
+			// connection is marked to close: either way it can go back.
+			b.CloseStream(resp, false)
 			fasthttp.ReleaseResponse(resp)
 		}
 	}()
@@ -214,7 +216,7 @@ func (s *Server) storedResponseAttempt(ctx *fasthttp.RequestCtx, st *state, b *b
 				Message: "The gateway is at its limit of concurrent streams; retry shortly.", RetryAfter: time.Second}
 		}
 		streaming = true
-		s.startStoredStream(ctx, resp, b)
+		s.startStoredStream(ctx, st, resp, b)
 		return status, true, nil
 	}
 	body, err := replyBody(resp, st.cfg.Server.MaxResponseBytes)
@@ -260,41 +262,182 @@ func replyBody(resp *fasthttp.Response, limit int) ([]byte, error) {
 }
 
 // storedStream passes a stored response's events, replayed by the backend
-// holding it, to the client as they come. It holds the backend's slot and
-// a stream slot until the replay ends. The events are not accounted: the
-// response was metered when it was made.
+// holding it, to the client as they come, event by event: each is held to
+// server.max_event_bytes as a stream's are, and names the public model as
+// the events of the stream that made the response did. It holds the
+// backend's slot and a stream slot until the replay ends. The events are
+// not accounted: the response was metered when it was made.
 type storedStream struct {
 	srv     *Server
 	resp    *fasthttp.Response
 	backend *backends.Backend
-	body    io.Reader
+	aliases []modelAlias
+
+	scan eventScanner
+	out  []byte
+	pos  int
+	// sequence is the sequence_number of the last event passed on, which
+	// an error event closing the replay follows.
+	sequence int64
+	ended    bool // the upstream replay is over (cleanly or not)
+	eof      bool // the upstream body was read to its end
 }
 
-func (s *Server) startStoredStream(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, b *backends.Backend) {
+func (s *Server) startStoredStream(ctx *fasthttp.RequestCtx, st *state, resp *fasthttp.Response, b *backends.Backend) {
+	ss := &storedStream{srv: s, resp: resp, backend: b, aliases: modelAliasesOf(st, b)}
+	ss.scan.reset(resp.BodyStream())
+	ss.scan.limit = st.cfg.Server.MaxEventBytes
 	ctx.SetStatusCode(resp.StatusCode())
 	ctx.Response.Header.SetContentTypeBytes(eventStream)
 	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
 	ctx.Response.ImmediateHeaderFlush = true
-	ctx.Response.SetBodyStream(&storedStream{srv: s, resp: resp, backend: b, body: resp.BodyStream()}, -1)
+	ctx.Response.SetBodyStream(ss, -1)
 	s.metrics.streamsInFlight.Inc()
 }
 
-func (ss *storedStream) Read(p []byte) (int, error) { return ss.body.Read(p) }
+// Read returns the next events for the client. It blocks until at least
+// one event arrived, and returns io.EOF once the replay is over.
+func (ss *storedStream) Read(p []byte) (n int, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			// As for streams (see streamBody.Read): a bug met by hostile
+			// bytes ends this replay, not the process.
+			ss.srv.countPanic("replay", r)
+			ss.ended = true
+			n, err = 0, io.EOF
+		}
+	}()
+	for ss.pos >= len(ss.out) {
+		if ss.ended {
+			return 0, io.EOF
+		}
+		ss.out, ss.pos = ss.out[:0], 0
+		ss.fill()
+	}
+	n = copy(p, ss.out[ss.pos:])
+	ss.pos += n
+	return n, nil
+}
+
+// fill reads one upstream event, plus any others already buffered, into
+// out; at the end of the upstream body it ends the replay.
+func (ss *storedStream) fill() {
+	ev, err := ss.scan.next()
+	if err != nil {
+		ss.end(err, ev)
+		return
+	}
+	ss.appendEvent(ev)
+	for len(ss.out) < maxCoalesce {
+		ev := ss.scan.buffered()
+		if ev == nil {
+			return
+		}
+		ss.appendEvent(ev)
+	}
+}
+
+// appendEvent appends ev to out, with the public model id in place of the
+// upstream one in the response object it may carry.
+func (ss *storedStream) appendEvent(ev []byte) {
+	start, end, ok := responseEventData(ev)
+	if !ok {
+		ss.out = append(ss.out, ev...)
+		return
+	}
+	data := ev[start:end]
+	if seq := gjson.GetBytes(data, "sequence_number"); seq.Type == gjson.Number {
+		ss.sequence = seq.Int()
+	}
+	if len(ss.aliases) == 0 {
+		ss.out = append(ss.out, ev...)
+		return
+	}
+	model := gjson.GetBytes(data, "response.model")
+	public := publicModel(ss.aliases, model)
+	if public == nil || model.Index <= 0 {
+		ss.out = append(ss.out, ev...)
+		return
+	}
+	at := start + model.Index
+	ss.out = append(ss.out, ev[:at]...)
+	ss.out = append(ss.out, public...)
+	ss.out = append(ss.out, ev[at+len(model.Raw):]...)
+}
+
+// end handles the end of the upstream replay: a clean end passes as is;
+// an event over the bound, a break or a cut in the middle of an event ends
+// the replay with the Responses API's error event, since the client
+// already has its 200.
+func (ss *storedStream) end(err error, rest []byte) {
+	ss.ended = true
+	if errors.Is(err, io.EOF) {
+		ss.eof = true
+		if len(bytes.TrimSpace(rest)) == 0 {
+			return
+		}
+		err = errUpstreamTruncated
+	}
+	e := upstreamError(err, ss.backend.Name)
+	switch {
+	case errors.Is(err, errUpstreamTruncated):
+		e.Message = "Backend " + ss.backend.Name + " ended the replay in the middle of an event."
+	case errors.Is(err, errEventTooLarge):
+		e.Message = "Backend " + ss.backend.Name + " sent an event over the gateway's limit of " +
+			strconv.Itoa(ss.scan.maxEvent()) + " bytes; it is not speaking SSE."
+	}
+	if ce := ss.srv.log.Check(zap.WarnLevel, "stored response replay broken"); ce != nil {
+		ce.Write(zap.String("backend", ss.backend.Name), zap.Error(err))
+	}
+	ss.out = appendResponsesError(ss.out, e, ss.sequence+1)
+}
 
 // CloseWithError ends the replay; fasthttp calls it once, with the error
 // that stopped writing to the client (nil at the end of the stream).
 func (ss *storedStream) CloseWithError(clientErr error) error {
-	if clientErr != nil {
-		// The upstream body was not read to its end: the connection
-		// cannot be reused, and closing it stops the replay upstream.
-		ss.resp.SetConnectionClose()
-	}
-	ss.resp.CloseBodyStream() //nolint:errcheck // the connection is closed or released either way
+	// Unless the upstream body was read to its end (the client left, or
+	// the replay broke), the connection cannot be reused, and closing it
+	// stops the replay upstream.
+	ss.backend.CloseStream(ss.resp, clientErr != nil || !ss.eof)
 	fasthttp.ReleaseResponse(ss.resp)
 	ss.backend.Release()
 	ss.srv.streams.Add(-1)
 	ss.srv.metrics.streamsInFlight.Dec()
+	ss.scan.reset(nil)
+	return nil
+}
+
+// modelAlias is a model served by a backend under another upstream id:
+// what the backend names upstream is shown to clients as public (quoted).
+type modelAlias struct {
+	upstream string
+	public   []byte
+}
+
+// modelAliasesOf lists the models b serves through the Responses API under
+// an upstream id other than their public one.
+func modelAliasesOf(st *state, b *backends.Backend) []modelAlias {
+	var out []modelAlias
+	for _, rt := range st.reg.Routes() {
+		if rt.Name != rt.Upstream && rt.Serves(backends.EndpointResponses) && containsBackend(rt.Backends(), b) {
+			out = append(out, modelAlias{upstream: rt.Upstream, public: rt.NameJSON})
+		}
+	}
+	return out
+}
+
+// publicModel is the quoted public id to show in place of model, an
+// upstream id, or nil when it is shown as is.
+func publicModel(aliases []modelAlias, model gjson.Result) []byte {
+	if model.Type != gjson.String {
+		return nil
+	}
+	for _, a := range aliases {
+		if a.upstream == model.Str {
+			return a.public
+		}
+	}
 	return nil
 }
 
@@ -303,17 +446,7 @@ func (ss *storedStream) CloseWithError(clientErr error) error {
 // show it: the model, served by b, whose upstream id that is. It is nil
 // when the reply names no such model or the ids are the same.
 func publicModelOf(st *state, b *backends.Backend, reply []byte) []byte {
-	model := gjson.GetBytes(reply, "model")
-	if model.Type != gjson.String {
-		return nil
-	}
-	for _, rt := range st.reg.Routes() {
-		if rt.Upstream != model.Str || rt.Name == rt.Upstream || !rt.Serves(backends.EndpointResponses) || !containsBackend(rt.Backends(), b) {
-			continue
-		}
-		return rt.NameJSON
-	}
-	return nil
+	return publicModel(modelAliasesOf(st, b), gjson.GetBytes(reply, "model"))
 }
 
 func containsBackend(list []*backends.Backend, b *backends.Backend) bool {
