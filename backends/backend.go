@@ -110,6 +110,7 @@ func newBackend(cfg config.Backend) (*Backend, error) {
 			Tokens:           cfg.Simulated.Tokens,
 			// Zero means the simulator's default, as the config's zero does.
 			EmbeddingDimensions: cfg.Simulated.EmbeddingDimensions,
+			VariedText:          cfg.Simulated.VariedText,
 		})
 		b.simDone = make(chan error, 1)
 		go func() { b.simDone <- b.sim.Serve(ln) }()

@@ -204,6 +204,10 @@ type Simulated struct {
 	// EmbeddingDimensions is the length of the vectors /v1/embeddings
 	// returns when the request asks for no dimensions. Zero means 8.
 	EmbeddingDimensions int `yaml:"embedding_dimensions"`
+	// VariedText makes requests without a seed sample different text each
+	// time, as a real model does. Zero (false) means they get the same
+	// counting text "tok0 tok1 …" every time.
+	VariedText bool `yaml:"varied_text"`
 }
 
 // Model is a public model id and where it is served.

@@ -153,6 +153,7 @@ func (s *Server) parseChat(body []byte, r *chatRequest) (e apiError) {
 		return badRequest("", "The request body must be a JSON object.")
 	}
 	r.n = 1
+	s.vary(&r.sampling)
 	haveMessages := false
 	maxTokens, maxCompletionTokens := 0, 0
 	var tools, toolChoice gjson.Result

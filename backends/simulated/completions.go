@@ -126,6 +126,7 @@ func (s *Server) parseCompletion(body []byte, r *completionRequest) (e apiError)
 		return badRequest("", "The request body must be a JSON object.")
 	}
 	r.n, r.logprobs = 1, -1
+	s.vary(&r.sampling)
 	var model gjson.Result
 	havePrompt, bestOf := false, 0
 	root.ForEach(func(key, v gjson.Result) bool {

@@ -780,3 +780,29 @@ func TestResponsesBackground(t *testing.T) {
 		t.Errorf("background without store: %d", r.status)
 	}
 }
+
+func TestVariedText(t *testing.T) {
+	h := start(t, Options{VariedText: true}, false)
+	text := func(path, body, field string) string {
+		t.Helper()
+		r := h.do(t, "POST", path, body)
+		if r.status != 200 {
+			t.Fatalf("status %d: %s", r.status, r.body)
+		}
+		return gjson.GetBytes(r.body, field).Str
+	}
+	for _, c := range []struct{ path, body, field string }{
+		{"/v1/chat/completions", `{` + hello + `}`, "choices.0.message.content"},
+		{"/v1/completions", `{"prompt":"x"}`, "choices.0.text"},
+		{"/v1/responses", `{"input":"x"}`, "output.0.content.0.text"},
+	} {
+		a, b := text(c.path, c.body, c.field), text(c.path, c.body, c.field)
+		if a == b || strings.HasPrefix(a, "tok") || len(strings.Fields(a)) != defaultTokens {
+			t.Errorf("%s without a seed: %q then %q, want two different samples", c.path, a, b)
+		}
+	}
+	seeded := `{"seed":9,` + hello + `}`
+	if a, b := text("/v1/chat/completions", seeded, "choices.0.message.content"), text("/v1/chat/completions", seeded, "choices.0.message.content"); a != b {
+		t.Errorf("the request's seed does not win: %q, %q", a, b)
+	}
+}

@@ -43,6 +43,11 @@ type Options struct {
 	// EmbeddingDimensions is the length of the vectors /v1/embeddings returns when the request
 	// asks for no dimensions; zero means 8.
 	EmbeddingDimensions int
+	// VariedText makes a request without a seed sample its text like a seeded one, from a seed
+	// of its own, so that repeated requests differ as sampled text does; false (zero) gives
+	// such requests the counting text "tok0 tok1 …", the same every time, which tests assert.
+	// A request's own seed always wins.
+	VariedText bool
 	// StoredResponses is how many Responses API responses the server keeps for GET, DELETE,
 	// cancel and previous_response_id, oldest first out; zero means 1024.
 	StoredResponses int

@@ -306,6 +306,7 @@ func (s *Server) parseResponse(body []byte) (r *response, stream bool, maxTokens
 	if !root.IsObject() {
 		return nil, false, 0, sp, badRequest("", "The request body must be a JSON object.")
 	}
+	s.vary(&sp)
 	r = &response{instructions: "null", maxOutput: "null", previous: "null", metadata: "{}",
 		textFormat: `{"format":{"type":"text"}}`, store: true, tools: "[]", toolChoice: `"auto"`}
 	if e = s.checkModel(root.Get("model"), &r.modelRaw); e.status != 0 {

@@ -2,6 +2,7 @@ package simulated
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/tidwall/gjson"
 )
@@ -184,6 +185,14 @@ func (sp *sampling) structuredOutputs(v gjson.Result) apiError {
 		sp.format = outputFormat{kind: formatRegex, regex: v.Get("regex").Str}
 	}
 	return apiError{}
+}
+
+// vary gives sp a seed of its own when Options.VariedText asks for sampled text; the request's
+// own seed, parsed after, replaces it.
+func (s *Server) vary(sp *sampling) {
+	if s.opts.VariedText {
+		sp.seed, sp.hasSeed = int64(mix(uint64(s.varied.Add(1)), uint64(time.Now().UnixNano()))), true
+	}
 }
 
 // rich reports whether the request needs more than the plain counting text.

@@ -98,8 +98,9 @@ type Server struct {
 	completed atomic.Int64
 	cancelled atomic.Int64
 
-	ctl    control      // run-time knobs and routing counters; see control.go
-	prefix *prefixCache // nil unless Options.PrefixCache is set; see prefixcache.go
+	ctl    control       // run-time knobs and routing counters; see control.go
+	varied atomic.Uint64 // seeds of requests without one, with Options.VariedText
+	prefix *prefixCache  // nil unless Options.PrefixCache is set; see prefixcache.go
 
 	responses *responseStore // Responses API responses; see responses.go
 

@@ -53,6 +53,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	failStatus := fs.Int("fail-status", 0, "answer every request with this status (0: never)")
 	dims := fs.Int("embedding-dims", 8, "length of /v1/embeddings vectors when the request sets no dimensions")
 	prefixCache := fs.Int("prefix-cache", 0, "prompt prefixes remembered for cached_tokens (0: no cache)")
+	varied := fs.Bool("varied", false, "requests without a seed sample different text each time (default: the same tok0 tok1 … text)")
 	stored := fs.Int("stored-responses", 1024, "Responses API responses kept for GET, DELETE and previous_response_id")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
@@ -75,6 +76,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		EmbeddingDimensions: *dims,
 		PrefixCache:         *prefixCache,
 		StoredResponses:     *stored,
+		VariedText:          *varied,
 	}}, nil
 }
 

@@ -31,11 +31,11 @@ func TestParseFlags(t *testing.T) {
 			return c.listen == "127.0.0.1:8000" && c.opts.Tokens == 16 && c.opts.EmbeddingDimensions == 8 && c.opts.StoredResponses == 1024 && c.opts.Models == nil
 		}, false},
 		{"every flag", []string{"-listen", ":9", "-ttft", "20ms", "-itl", "5ms", "-tokens", "4", "-model", "a, b,", "-fail-status", "503",
-			"-embedding-dims", "32", "-prefix-cache", "10", "-stored-responses", "5"}, func(c config) bool {
+			"-embedding-dims", "32", "-prefix-cache", "10", "-stored-responses", "5", "-varied"}, func(c config) bool {
 			o := c.opts
 			return c.listen == ":9" && o.TimeToFirstToken == 20*time.Millisecond && o.InterTokenDelay == 5*time.Millisecond &&
 				o.Tokens == 4 && fmt.Sprint(o.Models) == "[a b]" && o.FailStatus == 503 && o.EmbeddingDimensions == 32 &&
-				o.PrefixCache == 10 && o.StoredResponses == 5
+				o.PrefixCache == 10 && o.StoredResponses == 5 && o.VariedText
 		}, false},
 		{"stray argument", []string{"extra"}, nil, true},
 		{"bad duration", []string{"-ttft", "soon"}, nil, true},
