@@ -73,9 +73,19 @@ func validResponseID(id []byte) bool {
 // serveStoredResponse is the handler of the requests about one stored
 // response: GET and DELETE /v1/responses/{id}, and GET or POST on its
 // sub-resource suffix (/cancel, /input_items). They go to the backend that
-// made the response; when the gateway does not know it (made through
+// made the response, for keys of the team it was made for (see
+// responseOwners.ownerFor); when the gateway does not know it (made through
 // another replica without a shared store, or forgotten), each backend
-// serving the Responses API is asked in turn until one knows the response.
+// serving the Responses API is asked in turn until one knows the response,
+// for keys of every team only.
+//
+// These requests are counted in tollgate_requests_total (endpoint
+// "responses", no model) and logged, but make no usage record, by design:
+// a usage record stands for a model call, which the usage API and
+// `tollgate usage` count as a request, budgets and limits charge, and the
+// trace service shows as a call. Reading, deleting or cancelling a stored
+// response runs no model and uses no tokens; the request that made the
+// response is the model call, and has its record.
 func (s *Server) serveStoredResponse(suffix string) func(*fasthttp.RequestCtx, []byte) {
 	return func(ctx *fasthttp.RequestCtx, rawID []byte) {
 		st := s.acquire()
