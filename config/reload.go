@@ -44,6 +44,7 @@ func ReloadableSettings() []string {
 		"backends[].name", "backends[].url", "backends[].api_key",
 		"backends[].simulated.ttft", "backends[].simulated.inter_token",
 		"backends[].simulated.tokens", "backends[].simulated.embedding_dimensions",
+		"backends[].simulated.varied_text",
 		"backends[].weight", "backends[].max_concurrency", "backends[].max_conns",
 		"backends[].continuous_usage",
 		"backends[].timeouts.connect", "backends[].timeouts.first_byte",
