@@ -29,9 +29,9 @@ import (
 // one row and needs no join against another project's calls, and a
 // project's roll-up cannot count the completion twice whatever it selects.
 // Either writer may come first, so each one does the fold when it finds
-// the other's link in call_completions: the gateway's batch skips its row
-// and patches the SDK call's attributes; the SDK's end deletes the
-// gateway's row and patches its own. Both orders leave the same SDK call
+// the other's link in call_completions: the gateway's batch deletes the
+// row it has just inserted and patches the SDK call's attributes; the
+// SDK's end deletes the gateway's row and patches its own. Both orders leave the same SDK call
 // (the merged attributes are the same JSON merge patch) and no gateway
 // row. The link's primary key (entity, completion_id) serializes the two:
 // on PostgreSQL the second INSERT waits for the first transaction and then
