@@ -44,9 +44,12 @@ export function fmtShort(n) {
   return Number(n).toLocaleString('en-US', { notation: 'compact', maximumFractionDigits: 1 });
 }
 
-// fmtSeconds formats a duration given in seconds, or "–" for NaN.
+// fmtSeconds formats a duration given in seconds, or "–" for NaN. Under
+// 10 ms it keeps two decimals, so that a fast backend's time to first
+// token does not read as 0.0 ms.
 export function fmtSeconds(s) {
   if (!Number.isFinite(s)) return '–';
+  if (s < 0.01) return `${(s * 1000).toFixed(2)} ms`;
   if (s < 1) return `${(s * 1000).toFixed(1)} ms`;
   return `${s.toFixed(2)} s`;
 }
