@@ -222,3 +222,26 @@ func nodeDetectsModules(version string) bool {
 	}
 	return major > 22 || (major == 22 && minor >= 7) || (major == 20 && minor >= 19)
 }
+
+// TestScriptsFindTheirElements checks that every element app.js looks up
+// by data-testid ($('…') and setText('…')) is in index.html, so that a
+// renamed element fails here rather than leave a tile blank.
+func TestScriptsFindTheirElements(t *testing.T) {
+	index, err := fs.ReadFile(static, "static/index.html")
+	if err != nil {
+		t.Fatal(err)
+	}
+	app, err := fs.ReadFile(static, "static/app.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lookups := regexp.MustCompile(`(?:\$|setText)\('([a-z0-9-]+)'`).FindAllSubmatch(app, -1)
+	if len(lookups) < 20 {
+		t.Fatalf("found %d lookups in app.js; has the helper been renamed?", len(lookups))
+	}
+	for _, m := range lookups {
+		if !bytes.Contains(index, []byte(`data-testid="`+string(m[1])+`"`)) {
+			t.Errorf("app.js looks up %q, which index.html does not have", m[1])
+		}
+	}
+}
