@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -265,6 +266,88 @@ func TestMetricsAfterFaults(t *testing.T) {
 	}
 	for _, p := range problems {
 		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+	g.stop(t)
+}
+
+// TestMetricsLabelsFollowReload names a project in metrics.projects by a
+// reload: its tokens get a series of their own from then on, what was
+// counted under "other" stays, and the gauges drop the backend and model
+// the new file removed.
+func TestMetricsLabelsFollowReload(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "tollgate.yaml")
+	render := func(tail string) string {
+		return fmt.Sprintf(`listen: "127.0.0.1:0"
+log: {level: error}
+reload: {watch: true, interval: 20ms}
+store: {path: %q}
+usage: {flush_interval: 20ms}
+auth:
+  keys:
+    - {name: admin, key: %q, teams: ["*"], default_team: acme, admin: true}
+backends:
+  - name: sim
+    simulated: {tokens: 4}
+%s`, filepath.Join(dir, "tollgate.db"), adminKey, tail)
+	}
+	write := func(content string) {
+		t.Helper()
+		// Beside and renamed, so the watcher never reads half a file.
+		if err := os.WriteFile(path+".tmp", []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(path+".tmp", path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(render(`  - name: sim2
+    simulated: {tokens: 4}
+models:
+  - name: demo
+    backends: [sim]
+  - name: demo2
+    backends: [sim2]
+`))
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := start(t, cfg)
+	chat := func() {
+		t.Helper()
+		if code, out := g.do(t, "POST", "/v1/chat/completions", adminKey,
+			`{"model":"demo","messages":[{"role":"user","content":"say hello to me"}]}`, "Compat-Project: acme/launch"); code != http.StatusOK {
+			t.Fatalf("chat: %d %s", code, out)
+		}
+	}
+	chat()
+	waitSeries(t, g, `tollgate_prompt_tokens_total{model="demo",project="other",team="acme"}`, promptTokens)
+
+	write(render(`models:
+  - name: demo
+    backends: [sim]
+metrics: {projects: [launch]}
+`))
+	// The gauges follow the new configuration once it is in place.
+	for {
+		_, got := scrape(t, g)
+		if _, ok := got[`tollgate_backend_state{backend="sim2",state="healthy"}`]; !ok {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	chat()
+	waitSeries(t, g, `tollgate_prompt_tokens_total{model="demo",project="launch",team="acme"}`, promptTokens)
+	text, got := scrape(t, g)
+	if v := got[`tollgate_prompt_tokens_total{model="demo",project="other",team="acme"}`]; v != promptTokens {
+		t.Errorf("tokens counted under other before the reload: %v, want %d", v, promptTokens)
+	}
+	if strings.Contains(text, `tollgate_queue_depth{model="demo2"}`) {
+		t.Error("the queue gauge still reports demo2, which the reload removed")
+	}
+	if got[`tollgate_backend_state{backend="sim",state="healthy"}`] != 1 {
+		t.Error("sim is not reported healthy after the reload")
 	}
 	g.stop(t)
 }
