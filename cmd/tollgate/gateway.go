@@ -21,7 +21,6 @@ import (
 	"github.com/tollgate-dev/tollgate/accounting"
 	"github.com/tollgate-dev/tollgate/admin"
 	"github.com/tollgate-dev/tollgate/auth"
-	"github.com/tollgate-dev/tollgate/backends"
 	"github.com/tollgate-dev/tollgate/config"
 	"github.com/tollgate-dev/tollgate/proxy"
 	"github.com/tollgate-dev/tollgate/store"
@@ -32,6 +31,7 @@ import (
 // can stop them in order.
 type gateway struct {
 	cfgPath  string // the file reloads read; empty for the embedded config
+	cfgStamp stamp  // the file's version at build, so a change before the watcher starts is seen
 	log      *zap.Logger
 	logSync  *zapcore.BufferedWriteSyncer
 	store    *store.DB
@@ -41,10 +41,6 @@ type gateway struct {
 	proxy    *proxy.Server
 	admin    *fasthttp.Server // nil unless admin_listen is set
 
-	// backendMetrics live across reloads; each generation's registry
-	// counts into them.
-	backendMetrics *backends.Metrics
-
 	// gen is the generation serving new requests; reload replaces it and
 	// retires the old one in the background, tracked by retiring.
 	mu       sync.Mutex
@@ -52,11 +48,11 @@ type gateway struct {
 	retiring sync.WaitGroup
 }
 
-// serve runs the gateway until ctx ends, then shuts it down: stop
+// serve runs the gateway on addr until ctx ends, then shuts it down: stop
 // accepting, let in-flight requests and streams finish up to the shutdown
 // timeout, drain the usage queue, close the store.
-func serve(ctx context.Context, cfg *config.Config, stderr io.Writer) error {
-	ln, err := net.Listen("tcp", cfg.Listen)
+func serve(ctx context.Context, cfg *config.Config, addr string, stderr io.Writer) error {
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
@@ -148,6 +144,7 @@ func build(ctx context.Context, cfg *config.Config, stderr io.Writer) (*gateway,
 
 	g.metrics = reg
 	g.cfgPath = cfg.Path
+	g.cfgStamp = fileStamp(cfg.Path)
 	keys, err := auth.NewKeyring(cfg.Auth)
 	if err != nil {
 		return fail(err)
@@ -157,14 +154,11 @@ func build(ctx context.Context, cfg *config.Config, stderr io.Writer) (*gateway,
 		QueueSize:     cfg.Usage.QueueSize,
 		BatchSize:     cfg.Usage.BatchSize,
 		FlushInterval: cfg.Usage.FlushInterval,
-		Labels:        accounting.NewLabelPolicy(cfg),
 	}, g.log, reg)
-	g.backendMetrics = backends.NewMetrics(reg)
 	g.gen, err = g.newGeneration(ctx, cfg)
 	if err != nil {
 		return fail(err)
 	}
-	g.backendMetrics.Track(g.gen.registry)
 
 	svc := admin.New(admin.Options{Keys: keys, Store: g.store, Log: g.log,
 		CurrentPricing: func() map[string]config.Pricing {

@@ -58,15 +58,19 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// -listen replaces the address, not the configuration's listen: a
+	// reload compares the file with the configuration, and the file did
+	// not change.
+	addr := cfg.Listen
 	if *listen != "" {
 		if _, _, err := net.SplitHostPort(*listen); err != nil {
 			return fmt.Errorf("-listen %q: %w", *listen, err)
 		}
-		cfg.Listen = *listen
+		addr = *listen
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return serve(ctx, cfg, stderr)
+	return serve(ctx, cfg, addr, stderr)
 }
 
 // loadConfig loads path, or the embedded example when path is empty.
