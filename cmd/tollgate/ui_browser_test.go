@@ -437,6 +437,42 @@ func checkOutcomes(ctx context.Context, t *testing.T, g *running, p *page, key s
 	if wantRate := float64(clientErrors+serverErrors) / float64(all); err != nil || math.Abs(rate-wantRate) > 1e-12 {
 		t.Errorf("error rate shown %q, the usage API gives %v", dom.ErrorRate, wantRate)
 	}
+
+	// The same per model, in the range.
+	q.Set("group_by", "model,status")
+	code, body = g.do(t, "GET", "/v1/organization/usage/completions?"+q.Encode(), key, "")
+	if code != http.StatusOK {
+		t.Fatalf("usage API by model and status: %d %s", code, body)
+	}
+	type modelOutcomes struct{ Requests, ClientErrors, ServerErrors, ClientClosed int64 }
+	wantByModel := map[string]modelOutcomes{}
+	for _, r := range gjson.Get(body, "data.#.results|@flatten").Array() {
+		m := wantByModel[r.Get("model").String()]
+		n := r.Get("num_requests").Int()
+		m.Requests += n
+		switch r.Get("status").String() {
+		case "client_error":
+			m.ClientErrors += n
+		case "server_error", "stream_broken":
+			m.ServerErrors += n
+		case "client_closed":
+			m.ClientClosed += n
+		}
+		wantByModel[r.Get("model").String()] = m
+	}
+	var rows []struct{ Name, Requests, Client, Server, Closed string }
+	p.evalJSON(ctx, t, `[...document.querySelectorAll('[data-testid="model-outcome-row"]')].map((r) => {
+		const text = (s) => r.querySelector('[data-testid="' + s + '"]').textContent;
+		return { name: r.dataset.name, requests: text('model-outcome-requests'), client: text('model-outcome-4xx'),
+			server: text('model-outcome-5xx'), closed: text('model-outcome-closed') };
+	})`, &rows)
+	gotByModel := map[string]modelOutcomes{}
+	for _, r := range rows {
+		gotByModel[r.Name] = modelOutcomes{shownInt(t, r.Requests), shownInt(t, r.Client), shownInt(t, r.Server), shownInt(t, r.Closed)}
+	}
+	if !reflect.DeepEqual(gotByModel, wantByModel) || len(wantByModel) == 0 {
+		t.Errorf("by model in the range: the page shows %+v, the usage API %+v", gotByModel, wantByModel)
+	}
 }
 
 // checkPagingAndSearch pages through the usage table (more projects than

@@ -58,9 +58,10 @@ export class Api {
   }
 
   // usage reads GET /v1/organization/usage/completions for a range and a
-  // grouping, every endpoint counted, following next_page, and returns
-  // every bucket.
+  // grouping (a GROUPS key, or a list of them), every endpoint counted,
+  // following next_page, and returns every bucket.
   async usage(range, group, start) {
+    const groupBy = [group].flat().map((g) => GROUPS[g].param).join(',');
     const r = RANGES[range];
     const buckets = [];
     let page = null;
@@ -69,7 +70,7 @@ export class Api {
         start_time: String(start),
         bucket_width: r.width,
         limit: String(r.limit),
-        group_by: GROUPS[group].param,
+        group_by: groupBy,
         endpoints: ENDPOINTS.join(','),
       });
       if (page) q.set('page', page);

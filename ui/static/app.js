@@ -6,7 +6,7 @@ import { Charts } from './charts.js';
 import { $, el, fmtInt, fmtPercent, fmtSeconds, fmtTime, setText } from './dom.js';
 import { parsePrometheus, summarize } from './metrics.js';
 import { renderTrace } from './trace.js';
-import { GROUPS, PAGE_SIZE, RANGES, aggregate, bucketLabel, outcomes, pageRows, rangeStart } from './usage.js';
+import { GROUPS, PAGE_SIZE, RANGES, aggregate, bucketLabel, outcomes, outcomesByModel, pageRows, rangeStart } from './usage.js';
 
 // KEY_STORAGE is where the key is kept: session storage, so it lives as
 // long as the tab and is never written to disk as a cookie would be.
@@ -133,7 +133,7 @@ class App {
     this.usageSearch = '';
     this.usagePage = 0;
     $('usage-search').value = '';
-    for (const id of ['usage-table', 'model-metrics-table', 'latency-table', 'top-projects', 'top-keys', 'budgets', 'backends-table', 'trace-tree', 'recent-traces']) {
+    for (const id of ['usage-table', 'model-outcomes-table', 'model-metrics-table', 'latency-table', 'top-projects', 'top-keys', 'budgets', 'backends-table', 'trace-tree', 'recent-traces']) {
       $(id).replaceChildren();
     }
     $('dashboard').dataset.state = 'idle';
@@ -164,12 +164,14 @@ class App {
     const projects = group === 'project' ? usage : api.usage(range, 'project', start);
     const keys = group === 'key' ? usage : api.usage(range, 'key', start);
     const statuses = group === 'status' ? usage : api.usage(range, 'status', start);
+    const modelStatuses = api.usage(range, ['model', 'status'], start);
     const current = () => gen === this.generation;
     const panels = [
       usage.then((b) => current() && this.renderUsage(aggregate(b, group), range, group, start)),
       projects.then((b) => current() && this.renderTop('top-projects', 'top-project', aggregate(b, 'project'), true)),
       keys.then((b) => current() && this.renderTop('top-keys', 'top-key', aggregate(b, 'key'), false)),
       statuses.then((b) => current() && this.renderOutcomes(outcomes(b))),
+      modelStatuses.then((b) => current() && this.renderModelOutcomes(outcomesByModel(b))),
       api.budgets().then((b) => current() && this.renderBudgets(b)),
       api
         .ready()
@@ -272,6 +274,29 @@ class App {
     setText('streams-broken', fmtInt(o.streamsBroken), o.streamsBroken);
     setText('client-closed', fmtInt(o.clientClosed), o.clientClosed);
     setText('client-closed-tokens', fmtInt(o.clientClosedTokens), o.clientClosedTokens);
+  }
+
+  // renderModelOutcomes shows the range's requests per model by outcome.
+  renderModelOutcomes(models) {
+    const tbody = $('model-outcomes-table');
+    if (models.length === 0) {
+      emptyRow(tbody, 6, 'No requests in this range.');
+      return;
+    }
+    tbody.replaceChildren(
+      ...models.map((m) =>
+        el(
+          'tr',
+          { 'data-testid': 'model-outcome-row', 'data-name': m.model },
+          el('td', { text: m.model }),
+          el('td', { class: 'num', 'data-testid': 'model-outcome-requests', text: fmtInt(m.requests) }),
+          el('td', { class: 'num', 'data-testid': 'model-outcome-4xx', text: fmtInt(m.clientErrors) }),
+          el('td', { class: 'num', 'data-testid': 'model-outcome-5xx', text: fmtInt(m.serverErrors) }),
+          el('td', { class: 'num', 'data-testid': 'model-outcome-closed', text: fmtInt(m.clientClosed) }),
+          el('td', { class: 'num', 'data-testid': 'model-outcome-error-rate', 'data-value': m.errorRate, text: fmtPercent(m.errorRate) }),
+        ),
+      ),
+    );
   }
 
   // renderTop lists the groups with the most tokens, with their share of

@@ -171,6 +171,23 @@ export function outcomes(buckets) {
   return o;
 }
 
+// outcomesByModel sums the buckets of a usage-API answer grouped by model
+// and status (group_by=model,status) into outcomes per model, sorted by
+// name: { model, ...outcomes }.
+export function outcomesByModel(buckets) {
+  const byModel = new Map();
+  for (const b of buckets) {
+    for (const r of b.results ?? []) {
+      const name = groupName(r, 'model');
+      if (!byModel.has(name)) byModel.set(name, []);
+      byModel.get(name).push(r);
+    }
+  }
+  return [...byModel.entries()]
+    .sort((a, b) => a[0].localeCompare(b[0]))
+    .map(([model, results]) => ({ model, ...outcomes([{ results }]) }));
+}
+
 // PAGE_SIZE is how many rows a page of the usage table shows.
 export const PAGE_SIZE = 20;
 

@@ -5,7 +5,7 @@ import test from 'node:test';
 
 import { histogramBuckets, histogramQuantile, modelName, parsePrometheus, summarize } from '../static/metrics.js';
 import { buildTree, callStatus, sumUsage } from '../static/trace.js';
-import { ENDPOINTS, NO_MODEL, aggregate, groupName, outcomes, pageRows, rangeStart } from '../static/usage.js';
+import { ENDPOINTS, NO_MODEL, aggregate, groupName, outcomes, outcomesByModel, pageRows, rangeStart } from '../static/usage.js';
 
 const exposition = `# HELP tollgate_requests_total Chat completion requests.
 # TYPE tollgate_requests_total counter
@@ -208,4 +208,24 @@ test('callStatus tells client-closed streams from errors', () => {
     assert.equal(st.text, text, JSON.stringify(call));
     assert.equal(st.error, error, JSON.stringify(call));
   }
+});
+
+test('outcomesByModel splits outcomes per model, the unresolved one named', () => {
+  const buckets = [
+    {
+      start_time: 0,
+      results: [
+        { model: 'demo', status: 'complete', num_requests: 3, input_tokens: 30, output_tokens: 3 },
+        { model: 'demo', status: 'server_error', num_requests: 1, input_tokens: 0, output_tokens: 0 },
+        { model: 'alpha', status: 'client_error', num_requests: 2, input_tokens: 0, output_tokens: 0 },
+      ],
+    },
+    { start_time: 60, results: [{ model: 'demo', status: 'client_closed', num_requests: 1, input_tokens: 5, output_tokens: 2 }] },
+  ];
+  const got = outcomesByModel(buckets).map((m) => [m.model, m.requests, m.clientErrors, m.serverErrors, m.clientClosed, m.clientClosedTokens]);
+  assert.deepEqual(got, [
+    ['alpha', 2, 2, 0, 0, 0],
+    ['demo', 5, 0, 1, 1, 7],
+  ]);
+  assert.equal(outcomesByModel([{ start_time: 0, results: [{ model: '', status: 'client_error', num_requests: 1 }] }])[0].model, NO_MODEL);
 });
