@@ -21,6 +21,7 @@ import (
 	"github.com/tollgate-dev/tollgate/accounting"
 	"github.com/tollgate-dev/tollgate/admin"
 	"github.com/tollgate-dev/tollgate/auth"
+	"github.com/tollgate-dev/tollgate/backends"
 	"github.com/tollgate-dev/tollgate/config"
 	"github.com/tollgate-dev/tollgate/proxy"
 	"github.com/tollgate-dev/tollgate/store"
@@ -40,6 +41,10 @@ type gateway struct {
 	recorder *accounting.Recorder
 	proxy    *proxy.Server
 	admin    *fasthttp.Server // nil unless admin_listen is set
+
+	// backendMetrics live across reloads; each generation's registry
+	// counts into them.
+	backendMetrics *backends.Metrics
 
 	// gen is the generation serving new requests; reload replaces it and
 	// retires the old one in the background, tracked by retiring.
@@ -154,11 +159,14 @@ func build(ctx context.Context, cfg *config.Config, stderr io.Writer) (*gateway,
 		QueueSize:     cfg.Usage.QueueSize,
 		BatchSize:     cfg.Usage.BatchSize,
 		FlushInterval: cfg.Usage.FlushInterval,
+		Labels:        accounting.NewLabelPolicy(cfg),
 	}, g.log, reg)
+	g.backendMetrics = backends.NewMetrics(reg)
 	g.gen, err = g.newGeneration(ctx, cfg)
 	if err != nil {
 		return fail(err)
 	}
+	g.backendMetrics.Track(g.gen.registry)
 
 	svc := admin.New(admin.Options{Keys: keys, Store: g.store, Log: g.log,
 		CurrentPricing: func() map[string]config.Pricing {

@@ -35,7 +35,7 @@ func (g *gateway) newGeneration(ctx context.Context, cfg *config.Config) (*gener
 	if err != nil {
 		return nil, err
 	}
-	reg, err := backends.NewRegistry(cfg)
+	reg, err := backends.NewRegistryWith(cfg, backends.RegistryOptions{Metrics: g.backendMetrics})
 	if err != nil {
 		if c, ok := limiter.(interface{ Close() error }); ok {
 			err = errors.Join(err, c.Close())
@@ -119,6 +119,10 @@ func (g *gateway) reload(ctx, stop context.Context) (config.ReloadChanges, error
 		return config.ReloadChanges{}, errors.Join(err, gen.close())
 	}
 	_, drained := g.proxy.Swap(proxy.Generation{Config: cfg, Registry: gen.registry, Limiter: gen.limiter})
+	// The metrics follow the new configuration: the teams and projects it
+	// names, and its backends' and models' gauges.
+	g.recorder.SetLabelPolicy(accounting.NewLabelPolicy(cfg))
+	g.backendMetrics.Track(gen.registry)
 	g.mu.Lock()
 	prev := g.gen
 	g.gen = gen
