@@ -421,8 +421,9 @@ func TestRecorderStoresImpossibleCountsAsErrors(t *testing.T) {
 			if n := testutil.ToFloat64(r.metrics.invalid); n != 1 {
 				t.Errorf("invalid records counted %v, want 1", n)
 			}
-			// The token counters hold the two valid records only.
-			if n := testutil.ToFloat64(r.metrics.promptTokens.WithLabelValues("acme", "chatbot", "m")); n != 20 {
+			// The token counters hold the two valid records only (with no
+			// label policy, under "other").
+			if n := testutil.ToFloat64(r.metrics.promptTokens.WithLabelValues(OtherLabel, OtherLabel, OtherLabel)); n != 20 {
 				t.Errorf("prompt tokens counter = %v, want 20", n)
 			}
 			if logs.FilterMessageSnippet("impossible token count").FilterField(zap.String("call_id", bad.CallID)).Len() != 1 {
