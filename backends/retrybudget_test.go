@@ -7,6 +7,94 @@ import (
 	"github.com/tollgate-dev/tollgate/config"
 )
 
+func TestRetryBudget(t *testing.T) {
+	t.Run("starts full, then only the ratio refills it", func(t *testing.T) {
+		// A ratio exact in binary, so that the sums below are exact.
+		b := NewRetryBudget(config.Retries{BudgetRatio: 0.25, BudgetMin: 10})
+		now := b.last // no time passes: no refill by time
+		if n := drain(b, now); n != 100 {
+			t.Fatalf("a fresh budget allowed %d retries, want ten seconds of budget_min = 100", n)
+		}
+		for range 8 {
+			b.Request()
+		}
+		if n := drain(b, now); n != 2 {
+			t.Fatalf("8 requests at ratio 0.25 allowed %d retries, want 2", n)
+		}
+		for range 3 {
+			b.Request()
+		}
+		if n := drain(b, now); n != 0 {
+			t.Fatalf("0.75 of a token allowed %d retries", n)
+		}
+		b.Request()
+		if n := drain(b, now); n != 1 {
+			t.Fatalf("the fourth request completed a token, yet %d retries", n)
+		}
+	})
+	t.Run("a decimal ratio adds up", func(t *testing.T) {
+		b := NewRetryBudget(config.Retries{BudgetRatio: 0.2, BudgetMin: 10})
+		now := b.last
+		drain(b, now)
+		for range 10 {
+			b.Request()
+		}
+		if n := drain(b, now); n != 2 {
+			t.Errorf("10 requests at ratio 0.2 allowed %d retries, want 2", n)
+		}
+	})
+	t.Run("time refills budget_min a second", func(t *testing.T) {
+		b := NewRetryBudget(config.Retries{BudgetRatio: 0.2, BudgetMin: 10})
+		now := b.last
+		drain(b, now)
+		now = now.Add(time.Second)
+		if n := drain(b, now); n != 10 {
+			t.Fatalf("one second refilled %d retries, want 10", n)
+		}
+		// A clock going backwards refills nothing.
+		if n := drain(b, now.Add(-time.Minute)); n != 0 {
+			t.Fatalf("a clock going backwards refilled %d", n)
+		}
+	})
+	t.Run("capped at ten seconds' worth", func(t *testing.T) {
+		b := NewRetryBudget(config.Retries{BudgetRatio: 1, BudgetMin: 10})
+		now := b.last
+		for range 1000 {
+			b.Request()
+		}
+		if n := drain(b, now); n != 100 {
+			t.Fatalf("1000 requests at ratio 1 allowed %d retries, want the cap of 100", n)
+		}
+		if n := drain(b, now.Add(time.Hour)); n != 100 {
+			t.Fatalf("an hour allowed %d retries, want the cap of 100", n)
+		}
+	})
+	t.Run("no minimum", func(t *testing.T) {
+		b := NewRetryBudget(config.Retries{BudgetRatio: 0.5, BudgetMin: 0})
+		now := b.last
+		if n := drain(b, now.Add(time.Hour)); n != 1 {
+			t.Fatalf("budget_min 0 allowed %d retries, want a bucket of 1", n)
+		}
+		b.Request()
+		b.Request()
+		if n := drain(b, now.Add(time.Hour)); n != 1 {
+			t.Fatalf("two requests at ratio 0.5 allowed %d retries, want 1", n)
+		}
+	})
+}
+
+// drain takes retries from b at now until it refuses, and returns how many it allowed.
+func drain(b *RetryBudget, now time.Time) int {
+	n := 0
+	for b.Retry(now) {
+		n++
+		if n > 1e6 {
+			panic("the retry budget never runs out")
+		}
+	}
+	return n
+}
+
 func TestRetryBudgetConfigure(t *testing.T) {
 	t.Run("a smaller capacity caps the tokens held", func(t *testing.T) {
 		b := NewRetryBudget(config.Retries{BudgetRatio: 0.25, BudgetMin: 10})

@@ -1,0 +1,50 @@
+package backends
+
+import (
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/tollgate-dev/tollgate/config"
+)
+
+// TestMain checks that no test leaves a goroutine behind: health checkers must be stopped and
+// in-process simulated backends shut down. fasthttp's client connection cleaner and its global
+// date ticker are not ours and are ignored.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.init.func1"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+	)
+}
+
+// testHealth is the health configuration of the backends built by newTestBackend.
+var testHealth = config.Health{FailuresToEject: 3, Cooldown: time.Second, MaxCooldown: 5 * time.Second, Interval: time.Hour}
+
+// newTestBackend returns a backend with no connection to anything, enough for the selection,
+// health and queue logic, which never send a request.
+func newTestBackend(name string, weight, maxConcurrency int) *Backend {
+	b := &Backend{Name: name, weight: int64(max(weight, 1)), maxConcurrency: int64(maxConcurrency), seed: nameSeed(name)}
+	b.health.init(testHealth)
+	return b
+}
+
+// newTestRoute puts backends in a route that shares one slot signal with them, as NewRegistry
+// wires them.
+func newTestRoute(q config.Queue, bs ...*Backend) *Route {
+	r := &Route{Name: "m", Upstream: "m", backends: bs, queue: q, slots: newSlotSignal()}
+	for _, b := range bs {
+		r.totalWeight += b.weight
+		b.slots = r.slots
+	}
+	return r
+}
+
+// eject takes b out as passive ejection does, with enough failures.
+func eject(b *Backend) {
+	for range b.health.cfg.FailuresToEject {
+		b.ReportFailure()
+	}
+}
