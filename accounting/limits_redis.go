@@ -35,6 +35,8 @@ var (
 -- budgets: they must be seeded from the usage store first), else
 -- {check, count}: the first check that refused it (from 1) and what its
 -- counter held.
+-- Counters saturate at 2^53 (redisCountBound): Lua numbers are doubles,
+-- and INCRBY refuses to overflow.
 local m = tonumber(ARGV[1])
 local n = #KEYS - m
 for i = n + 1, #KEYS do
@@ -54,7 +56,11 @@ for j = 2 * n + 2, #ARGV, 2 do
   end
 end
 for i = 1, n do
-  redis.call('INCRBY', KEYS[i], ARGV[2 * i])
+  if counts[i] + tonumber(ARGV[2 * i]) >= 9007199254740992 then
+    redis.call('SET', KEYS[i], '9007199254740992', 'KEEPTTL')
+  else
+    redis.call('INCRBY', KEYS[i], ARGV[2 * i])
+  end
   if not raw[i] then
     redis.call('PEXPIRE', KEYS[i], ARGV[2 * i + 1])
   end
@@ -70,13 +76,15 @@ return {0, 0}
 -- counters there are; then, for each counter, the spend to raise it to
 -- and its time to live in milliseconds; then, for each marker, its time to
 -- live. A counter already higher keeps its count: it holds what the store
--- has plus reservations in flight and records not yet written.
+-- has plus reservations in flight and records not yet written. The
+-- spend is an integer no higher than 2^53, and is set as given: a Lua
+-- number this large would be written as a float, which INCRBY refuses.
 local n = tonumber(ARGV[1])
 for i = 1, n do
   local want = tonumber(ARGV[2 * i])
   local cur = tonumber(redis.call('GET', KEYS[i]) or '-1')
   if cur < want then
-    redis.call('SET', KEYS[i], want, 'PX', ARGV[2 * i + 1])
+    redis.call('SET', KEYS[i], ARGV[2 * i], 'PX', ARGV[2 * i + 1])
   end
 end
 for i = n + 1, #KEYS do
@@ -91,11 +99,20 @@ return 0
 -- KEYS are the token counters of one reservation, ARGV[1] the correction:
 -- the tokens used minus the estimate reserved. A counter that is gone
 -- expired with its window, which no correction can change any more, so it
--- is not made again; and no count goes below zero, as in the local limiter.
+-- is not made again; no count goes below zero, as in the local limiter,
+-- nor above 2^53, where the counters saturate.
 local d = tonumber(ARGV[1])
 for i = 1, #KEYS do
-  if redis.call('EXISTS', KEYS[i]) == 1 and redis.call('INCRBY', KEYS[i], d) < 0 then
-    redis.call('SET', KEYS[i], 0, 'KEEPTTL')
+  local cur = redis.call('GET', KEYS[i])
+  if cur then
+    local v = tonumber(cur) + d
+    if v >= 9007199254740992 then
+      redis.call('SET', KEYS[i], '9007199254740992', 'KEEPTTL')
+    elseif v < 0 then
+      redis.call('SET', KEYS[i], '0', 'KEEPTTL')
+    else
+      redis.call('INCRBY', KEYS[i], ARGV[1])
+    end
   end
 end
 return 0
@@ -103,6 +120,12 @@ return 0
 )
 
 const (
+	// redisCountBound is where the Redis counters saturate: 2^53, the
+	// largest integer every Lua number (a double) holds exactly, and far
+	// enough below 2^63 that adding one request's tokens cannot overflow
+	// INCRBY. A counter this high refuses every request of its budget.
+	redisCountBound = 1 << 53
+
 	// minuteKeyMargin and budgetKeyMargin keep counters past the end of
 	// their window, so that a replica whose clock lags a little still finds
 	// the counter the others count in.
@@ -378,7 +401,7 @@ func (l *RedisLimiter) writeSeeds(ctx context.Context, seeds redisSeeds) error {
 	for _, sd := range seeds.counters {
 		if sd.tokens > 0 && sd.end > now {
 			keys = append(keys, sd.key)
-			args = append(args, sd.tokens, (time.Duration(sd.end-now) + budgetKeyMargin).Milliseconds())
+			args = append(args, min(sd.tokens, redisCountBound), (time.Duration(sd.end-now) + budgetKeyMargin).Milliseconds())
 		}
 	}
 	args[0] = len(keys)

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1332,5 +1334,68 @@ func TestRedisLimiterReplicasFallingBackStayWithinWhatRemained(t *testing.T) {
 	}
 	if want := replicas * (1000 - 800); admitted != want {
 		t.Errorf("replicas admitted %d tokens, want %d: %d × the 200 that remained", admitted, want, replicas)
+	}
+}
+
+// TestRedisLimiterHugeSpendStaysAnInteger restores a spend near 2^63, as a
+// store may hold after a backend reported absurd counts, while a
+// reservation is in flight. The seeded counter must stay an integer that
+// the settle and later reservations can add to: Redis refuses INCRBY on a
+// float string, which would make the limiter fall back to local counters.
+func TestRedisLimiterHugeSpendStaysAnInteger(t *testing.T) {
+	addr := redisTestAddr(t)
+	rdb := redisTestClient(t, addr)
+	ctx := context.Background()
+	clock := newClock(time.Date(2025, 3, 14, 12, 0, 0, 0, time.UTC))
+	cfg := redisTestBackend(addr, redisTestPrefix(t, addr))
+	limits := []config.Limit{
+		{Team: "acme", TokenBudget: 1000, BudgetWindow: "day"},
+		// A budget no spend can exhaust: its counter is added to at the bound.
+		{Team: "beta", TokenBudget: math.MaxInt64, BudgetWindow: "day"},
+	}
+	core, logs := observer.New(zapcore.WarnLevel)
+	l := newRedisTestLimiter(t, limits, cfg, clock.Now, zap.New(core), nil)
+	if err := l.Restore(ctx, &fakeLimitsStore{}); err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	held := mustReserveRedis(t, l, acme, 10)
+	heldBeta := mustReserveRedis(t, l, beta, 10)
+	rows := []SpentRow{
+		{Subject: acme, Tokens: math.MaxInt64},
+		{Subject: beta, Tokens: math.MaxInt64 - 5},
+	}
+	if err := l.Restore(ctx, &fakeLimitsStore{rows: rows}); err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	for _, k := range []string{`tokens:2025-03-14:team="acme"`, `tokens:2025-03-14:team="beta"`} {
+		raw, err := rdb.Get(ctx, cfg.Prefix+k).Result()
+		if err != nil {
+			t.Fatalf("GET %s: %v", k, err)
+		}
+		if _, err := strconv.ParseInt(raw, 10, 64); err != nil {
+			t.Errorf("%s = %q after seeding, want an integer", k, raw)
+		}
+	}
+
+	// The settles add to the seeded counters, huge usage included.
+	l.Settle(held, 20)
+	l.Settle(heldBeta, math.MaxInt64)
+	r := mustReserveRedis(t, l, beta, math.MaxInt64/2)
+	l.Settle(r, math.MaxInt64)
+	if l.down.Load() {
+		t.Fatalf("the limiter fell back to local counters: %v", logs.All())
+	}
+	for _, k := range []string{`tokens:2025-03-14:team="acme"`, `tokens:2025-03-14:team="beta"`} {
+		got, err := rdb.Get(ctx, cfg.Prefix+k).Int64()
+		if err != nil {
+			t.Fatalf("GET %s: %v", k, err)
+		}
+		if got != redisCountBound {
+			t.Errorf("%s = %d, want it saturated at %d", k, got, int64(redisCountBound))
+		}
+	}
+	wantRefusedRedis(t, l, acme, 1, CodeInsufficientQuota)
+	if n := logs.Len(); n != 0 {
+		t.Errorf("%d warnings logged, want none: %v", n, logs.All())
 	}
 }
