@@ -28,7 +28,7 @@ func TestBackendKilledUnderLoad(t *testing.T) {
 	nodes := newNodes(t, simulated.Options{TimeToFirstToken: 10 * time.Millisecond}, "b1", "b2", "b3")
 	// The regular probe is rare (10s), so that it is passive ejection that takes b1 out, and the
 	// probe at the end of each cooldown that brings it back.
-	c := newCluster(t, clusterOptions{
+	c := newHarness(t, harnessOptions{healthChecks: true,
 		backends: sameSpecs("health: {interval: 10s, cooldown: 200ms, max_cooldown: 1s, failures_to_eject: 2}", nodes...),
 		models:   "  - name: m\n    backends: [b1, b2, b3]\n",
 		extra:    "retries: {backoff: 5ms, max_backoff: 20ms}",
@@ -79,7 +79,7 @@ func TestBackendKilledUnderLoad(t *testing.T) {
 			t.Errorf("%s is %q, want healthy", n.name, st)
 		}
 	}
-	for _, rec := range c.rec.snapshot() {
+	for _, rec := range c.recorder.snapshot() {
 		if rec.Status != http.StatusOK || rec.Backend == "" {
 			t.Errorf("record: status %d backend %q error %q", rec.Status, rec.Backend, rec.Error)
 		}
@@ -102,7 +102,7 @@ func TestBackendKilledUnderLoad(t *testing.T) {
 // is probed back in after its cooldown and takes traffic again.
 func TestBackendFailingThenRecovering(t *testing.T) {
 	nodes := newNodes(t, simulated.Options{}, "b1", "b2")
-	c := newCluster(t, clusterOptions{
+	c := newHarness(t, harnessOptions{healthChecks: true,
 		backends: sameSpecs("health: {interval: 100ms, timeout: 1s, cooldown: 200ms, max_cooldown: 1s, failures_to_eject: 2}", nodes...),
 		models:   "  - name: m\n    backends: [b1, b2]\n",
 		extra:    "retries: {backoff: 1ms, max_backoff: 5ms}",
@@ -159,7 +159,7 @@ func TestBackendFailingThenRecovering(t *testing.T) {
 func TestSlowBackend(t *testing.T) {
 	t.Run("first byte timeout with one backend is a 504", func(t *testing.T) {
 		slow := newNode(t, "slow", simulated.Options{TimeToFirstToken: 2 * time.Second})
-		c := newCluster(t, clusterOptions{
+		c := newHarness(t, harnessOptions{healthChecks: true,
 			backends: sameSpecs("timeouts: {first_byte: 600ms}", slow),
 			models:   "  - name: m\n    backends: [slow]\n",
 		})
@@ -172,7 +172,7 @@ func TestSlowBackend(t *testing.T) {
 		slow := newNode(t, "slow", simulated.Options{TimeToFirstToken: 2 * time.Second})
 		fast := newNode(t, "fast", simulated.Options{})
 		// The slow backend's weight makes it the first choice all but surely.
-		c := newCluster(t, clusterOptions{
+		c := newHarness(t, harnessOptions{healthChecks: true,
 			backends: []backendSpec{
 				{slow, "weight: 100\ntimeouts: {first_byte: 600ms}"},
 				{fast, "timeouts: {first_byte: 600ms}"},
@@ -186,7 +186,7 @@ func TestSlowBackend(t *testing.T) {
 		if slow.requests() != 1 || fast.requests() != 1 {
 			t.Errorf("requests: slow %d, fast %d; want the slow backend tried once, then the fast one", slow.requests(), fast.requests())
 		}
-		if rec := c.rec.wait(t, 1); rec.Backend != "fast" {
+		if rec := c.recorder.wait(t, 1); rec.Backend != "fast" {
 			t.Errorf("record backend %q, want fast", rec.Backend)
 		}
 	})
@@ -225,7 +225,7 @@ func TestSlowBackend(t *testing.T) {
 	for _, tt := range streams {
 		t.Run(tt.name, func(t *testing.T) {
 			sim := newNode(t, "sim", simulated.Options{InterTokenDelay: tt.interToken})
-			c := newCluster(t, clusterOptions{
+			c := newHarness(t, harnessOptions{healthChecks: true,
 				backends: sameSpecs("timeouts: "+tt.timeouts, sim),
 				models:   "  - name: m\n    backends: [sim]\n",
 			})
@@ -234,7 +234,7 @@ func TestSlowBackend(t *testing.T) {
 				t.Fatalf("status %d", status)
 			}
 			got := countTokenEvents(t, events)
-			rec := c.rec.wait(t, 1)
+			rec := c.recorder.wait(t, 1)
 			if tt.wantCode == "" {
 				for _, ev := range events {
 					if gjson.Get(ev, "error").Exists() {
@@ -288,7 +288,7 @@ func TestSaturatedModel(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			sim := newNode(t, "sim", simulated.Options{TimeToFirstToken: tt.ttft})
-			c := newCluster(t, clusterOptions{
+			c := newHarness(t, harnessOptions{healthChecks: true,
 				backends: sameSpecs("max_concurrency: 1", sim),
 				models:   "  - name: m\n    backends: [sim]\n    queue: {depth: 2, wait: " + tt.wait + "}\n",
 			})
@@ -348,7 +348,7 @@ func TestFallbackChain(t *testing.T) {
 		t.Run(fmt.Sprintf("keeps_model=%v stream=%v", tt.keeps, tt.stream), func(t *testing.T) {
 			deadA, deadB := newNode(t, "deadA", simulated.Options{}), newNode(t, "deadB", simulated.Options{})
 			alive := newNode(t, "alive", simulated.Options{})
-			c := newCluster(t, clusterOptions{
+			c := newHarness(t, harnessOptions{healthChecks: true,
 				backends: sameSpecs("", deadA, deadB, alive),
 				models: fmt.Sprintf(`  - name: A
     backends: [deadA]
@@ -383,7 +383,7 @@ func TestFallbackChain(t *testing.T) {
 				}
 				models = append(models, r.json("model").String())
 			}
-			rec := c.rec.wait(t, 1)
+			rec := c.recorder.wait(t, 1)
 			if rec.Model != "A" || rec.ServedModel != "C" || rec.Backend != "alive" || rec.Status != http.StatusOK {
 				t.Errorf("record: model %q served %q backend %q status %d", rec.Model, rec.ServedModel, rec.Backend, rec.Status)
 			}
@@ -410,7 +410,7 @@ func TestFallbackChain(t *testing.T) {
 func TestNoRetryAfterFirstByte(t *testing.T) {
 	t.Run("a stream broken mid-way is not retried", func(t *testing.T) {
 		nodes := newNodes(t, simulated.Options{}, "b1", "b2")
-		c := newCluster(t, clusterOptions{backends: sameSpecs("", nodes...), models: "  - name: m\n    backends: [b1, b2]\n"})
+		c := newHarness(t, harnessOptions{healthChecks: true, backends: sameSpecs("", nodes...), models: "  - name: m\n    backends: [b1, b2]\n"})
 		status, events := c.stream(routeStreamBody("m", 10), "X-Mock-Break-After: 3")
 		if status != http.StatusOK {
 			t.Fatalf("status %d", status)
@@ -428,7 +428,7 @@ func TestNoRetryAfterFirstByte(t *testing.T) {
 		if roles != 1 {
 			t.Errorf("%d role events: a second reply was spliced in: %v", roles, events)
 		}
-		rec := c.rec.wait(t, 1)
+		rec := c.recorder.wait(t, 1)
 		if got := nodes[0].requests() + nodes[1].requests(); got != 1 {
 			t.Errorf("the backends saw %d requests, want exactly one", got)
 		}
@@ -457,7 +457,7 @@ func TestNoRetryAfterFirstByte(t *testing.T) {
 		t.Run(fmt.Sprintf("upstream %d", tt.fail), func(t *testing.T) {
 			failing := newNode(t, "failing", simulated.Options{})
 			good := newNode(t, "good", simulated.Options{})
-			c := newCluster(t, clusterOptions{
+			c := newHarness(t, harnessOptions{healthChecks: true,
 				backends: []backendSpec{{failing, "weight: 100\nhealth: {interval: 10s}"}, {good, "health: {interval: 10s}"}},
 				models:   "  - name: m\n    backends: [failing, good]\n",
 				extra:    "retries: {backoff: 1ms, max_backoff: 5ms}",
@@ -496,7 +496,7 @@ func TestWeightedSelection(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			nodes := newNodes(t, simulated.Options{TimeToFirstToken: 10 * time.Millisecond}, "w1", "w2", "w3")
-			c := newCluster(t, clusterOptions{
+			c := newHarness(t, harnessOptions{healthChecks: true,
 				backends: []backendSpec{{nodes[0], "weight: 1"}, {nodes[1], "weight: 2"}, {nodes[2], "weight: 3"}},
 				models:   "  - name: m\n    backends: [w1, w2, w3]\n",
 			})
@@ -521,7 +521,7 @@ func TestWeightedSelection(t *testing.T) {
 
 	t.Run("a full backend is skipped", func(t *testing.T) {
 		nodes := newNodes(t, simulated.Options{TimeToFirstToken: 20 * time.Millisecond}, "w1", "w2", "w3")
-		c := newCluster(t, clusterOptions{
+		c := newHarness(t, harnessOptions{healthChecks: true,
 			backends: []backendSpec{{nodes[0], "weight: 1"}, {nodes[1], "weight: 2"}, {nodes[2], "weight: 3\nmax_concurrency: 1"}},
 			models:   "  - name: m\n    backends: [w1, w2, w3]\n",
 		})
@@ -542,7 +542,7 @@ func TestWeightedSelection(t *testing.T) {
 }
 
 // sendConcurrently sends total requests from workers concurrent clients, and describes the first failure.
-func sendConcurrently(c *cluster, workers, total int, body string) string {
+func sendConcurrently(c *harness, workers, total int, body string) string {
 	var (
 		wg     sync.WaitGroup
 		mu     sync.Mutex
@@ -583,7 +583,7 @@ func TestPrefixAffinityCacheHits(t *testing.T) {
 			if affinity {
 				model += "    affinity: prefix\n"
 			}
-			c := newCluster(t, clusterOptions{backends: sameSpecs("", nodes...), models: model})
+			c := newHarness(t, harnessOptions{healthChecks: true, backends: sameSpecs("", nodes...), models: model})
 
 			order := make([]int, 0, conversations*turns)
 			for conv := range conversations {
@@ -613,7 +613,7 @@ func TestPrefixAffinityCacheHits(t *testing.T) {
 				affinity, rate, hits, len(order), strings.Join(spread, ", "))
 			// Usage records carry the cached tokens too.
 			cached := 0
-			for _, rec := range c.rec.snapshot() {
+			for _, rec := range c.recorder.snapshot() {
 				if rec.CachedTokens > 0 {
 					cached++
 				}
@@ -648,7 +648,7 @@ func conversationBody(conv, t int) string {
 // error, since nothing may be retried once bytes reached the client.
 func TestOneKilledOneFailingUnderLoad(t *testing.T) {
 	nodes := newNodes(t, simulated.Options{TimeToFirstToken: 5 * time.Millisecond}, "b1", "b2", "b3")
-	c := newCluster(t, clusterOptions{
+	c := newHarness(t, harnessOptions{healthChecks: true,
 		backends: sameSpecs("health: {interval: 10s, cooldown: 5s, max_cooldown: 10s, failures_to_eject: 2}", nodes...),
 		models:   "  - name: m\n    backends: [b1, b2, b3]\n",
 		extra:    "retries: {backoff: 5ms, max_backoff: 20ms}",

@@ -153,7 +153,7 @@ server:
 // model's own backend gone it goes on to the next fallback that is.
 func TestToolChoiceSkipsFallbacksWithoutToolCalling(t *testing.T) {
 	dead, plain, agent := newNode(t, "dead", simulated.Options{}), newNode(t, "plain", simulated.Options{}), newNode(t, "agent", simulated.Options{})
-	c := newCluster(t, clusterOptions{
+	c := newHarness(t, harnessOptions{healthChecks: true,
 		backends: sameSpecs("", dead, plain, agent),
 		models: `  - name: A
     backends: [dead]
