@@ -112,8 +112,11 @@ type harnessOptions struct {
 type harness struct {
 	t *testing.T
 	// sim is the default backend's server; nil when options name backends.
-	sim      *simulated.Server
-	gw       *proxy.Server
+	sim *simulated.Server
+	gw  *proxy.Server
+	// cfg and reg are the configuration and registry in use; reload
+	// replaces them.
+	cfg      *config.Config
 	reg      *backends.Registry
 	base     string // http://127.0.0.1:port
 	recorder *recorder
@@ -181,6 +184,7 @@ backends:
 		t.Fatalf("config: %v\n%s", err, yaml)
 	}
 	cfg.Limits = append(cfg.Limits, o.limits...)
+	h.cfg = cfg
 	h.reg, err = backends.NewRegistry(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -436,6 +440,26 @@ type response struct {
 }
 
 func (r response) json(path string) gjson.Result { return gjson.GetBytes(r.body, path) }
+
+// reload swaps in a generation built from cfg, as a configuration reload
+// does, and closes the previous one's backends once no request uses them.
+func (h *harness) reload(cfg *config.Config) {
+	h.t.Helper()
+	reg, err := backends.NewRegistry(cfg)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	old, wait := h.gw.Swap(proxy.Generation{Config: cfg, Registry: reg, Limiter: accounting.NewLimiter(cfg.Limits, time.Now)})
+	h.cfg, h.reg = cfg, reg
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := wait(ctx); err != nil {
+		h.t.Fatal(err)
+	}
+	if err := old.Registry.Close(); err != nil {
+		h.t.Fatal(err)
+	}
+}
 
 // post sends a chat completion with the test key and extra headers
 // ("Name: value" strings; "Authorization:" with no value sends none) and
