@@ -262,3 +262,78 @@ models:
 	}
 	g.stop(t)
 }
+
+// TestReloadPricesTraceUsage reloads a model's prices: the trace service
+// costs the calls already recorded at the new prices, as it costs them at
+// the configured prices whenever it is asked.
+func TestReloadPricesTraceUsage(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "tollgate.yaml")
+	render := func(prompt, completion int) string {
+		return fmt.Sprintf(`listen: "127.0.0.1:0"
+log: {level: error}
+reload: {watch: true, interval: 50ms}
+store: {path: %q}
+usage: {flush_interval: 50ms}
+auth:
+  keys:
+    - {name: admin, key: %q, teams: ["*"], default_team: acme, admin: true}
+backends:
+  - name: sim
+    simulated: {tokens: 3}
+models:
+  - name: demo
+    backends: [sim]
+    pricing: {prompt_per_mtok: %d, completion_per_mtok: %d}
+`, filepath.Join(dir, "tollgate.db"), adminKey, prompt, completion)
+	}
+	write := func(content string) {
+		t.Helper()
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(render(1_000_000, 2_000_000)) // 1 and 2 per token
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := start(t, cfg)
+
+	code, body := g.do(t, "POST", "/v1/chat/completions", adminKey, chatBody(3, ""), "Compat-Project: acme/prices")
+	if code != 200 {
+		t.Fatalf("completion: %d %s", code, body)
+	}
+	prompt, completion := gjson.Get(body, "usage.prompt_tokens").Float(), gjson.Get(body, "usage.completion_tokens").Float()
+	// costs waits, up to 10s, for the call's costs to be these.
+	costs := func(what string, wantPrompt, wantCompletion float64) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			code, usage := g.do(t, "POST", "/trace/usage", adminKey, `{"project_id":"acme/prices","include_costs":true}`)
+			if code != 200 {
+				t.Fatalf("trace usage: %d %s", code, usage)
+			}
+			var got gjson.Result
+			gjson.Get(usage, "call_usage").ForEach(func(_, byModel gjson.Result) bool {
+				got = byModel.Get("demo")
+				return false
+			})
+			if got.Get("prompt_tokens_total_cost").Float() == wantPrompt && got.Get("completion_tokens_total_cost").Float() == wantCompletion {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: costs %s, want %v prompt and %v completion", what, usage, wantPrompt, wantCompletion)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	costs("at the first prices", prompt, 2*completion)
+	write(render(3_000_000, 5_000_000))
+	costs("after the reload", 3*prompt, 5*completion)
+	g.stop(t)
+}
