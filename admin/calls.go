@@ -14,6 +14,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/auth"
 	"github.com/tollgate-dev/tollgate/config"
+	"github.com/tollgate-dev/tollgate/trace"
 )
 
 // callJSON is a call on the wire. Timestamps are Weave-style RFC 3339
@@ -42,26 +43,7 @@ type callJSON struct {
 	WbRunID  *string `json:"wb_run_id"`
 }
 
-// CallStore edits, counts and deletes stored calls; it is part of Store.
-type CallStore interface {
-	// UpdateCall renames a call; an unknown call is an error wrapping
-	// ErrNotFound.
-	UpdateCall(ctx context.Context, projectID int64, id string, displayName string) error
-	// DeleteCalls deletes the calls and all their descendants, and
-	// returns how many calls it deleted.
-	DeleteCalls(ctx context.Context, projectID int64, ids []string) (int, error)
-	// CountCalls counts the calls filter and query select, at most limit
-	// of them when limit >= 0.
-	CountCalls(ctx context.Context, projectID int64, filter *CallsFilter, query *Query, limit int) (int, error)
-	// CallsUsageCalls selects, for the usage roll-up, at most limit calls
-	// of the traces the calls ids belong to, by started_at then id.
-	CallsUsageCalls(ctx context.Context, projectID int64, ids []string, limit int) ([]TraceUsageCall, error)
-	// SetCallOutput replaces a call's output; an unknown call is an error
-	// wrapping ErrNotFound.
-	SetCallOutput(ctx context.Context, projectID int64, id string, output json.RawMessage) error
-}
-
-func renderCall(p Project, c *Call) callJSON {
+func renderCall(p trace.Project, c *trace.Call) callJSON {
 	out := callJSON{
 		ID: c.ID, ProjectID: p.Entity + "/" + p.Name, OpName: c.OpName, DisplayName: c.DisplayName,
 		TraceID: c.TraceID, ParentID: c.ParentID, ThreadID: c.ThreadID, TurnID: c.TurnID,
@@ -87,7 +69,7 @@ func orEmptyObject(m json.RawMessage) json.RawMessage {
 // startReq is a validated call start whose project is not resolved yet.
 type startReq struct {
 	projectID string
-	start     CallStart
+	start     trace.CallStart
 }
 
 // parseCallStart validates a Weave StartedCallSchemaForInsert. Unknown keys
@@ -109,7 +91,7 @@ func parseCallStart(v *validation, key *auth.Key, raw any, loc []any) (startReq,
 		v.add(at(loc, "started_at"), "missing", "Field required", obj)
 	}
 	id := v.optString(obj, "id", loc)
-	trace := v.optString(obj, "trace_id", loc)
+	traceID := v.optString(obj, "trace_id", loc)
 	r.start.ParentID = nonEmpty(v.optString(obj, "parent_id", loc))
 	r.start.DisplayName = v.optString(obj, "display_name", loc)
 	r.start.ThreadID = v.optString(obj, "thread_id", loc)
@@ -132,8 +114,8 @@ func parseCallStart(v *validation, key *auth.Key, raw any, loc []any) (startReq,
 		r.start.ID = u.String()
 	}
 	switch {
-	case trace != nil && *trace != "":
-		r.start.TraceID = *trace
+	case traceID != nil && *traceID != "":
+		r.start.TraceID = *traceID
 	case r.start.ParentID == nil:
 		u, err := uuid.NewV7()
 		if err != nil {
@@ -148,7 +130,7 @@ func parseCallStart(v *validation, key *auth.Key, raw any, loc []any) (startReq,
 // endReq is a validated call end whose project is not resolved yet.
 type endReq struct {
 	projectID string
-	end       CallEnd
+	end       trace.CallEnd
 }
 
 // parseCallEnd validates a Weave EndedCallSchemaForInsert.
@@ -244,19 +226,19 @@ type projectCache struct {
 	s   *Service
 	ctx context.Context
 	key *auth.Key
-	m   map[string]Project
+	m   map[string]trace.Project
 }
 
-func (c *projectCache) forWrite(raw string, loc []any) (Project, *apiError) {
+func (c *projectCache) forWrite(raw string, loc []any) (trace.Project, *apiError) {
 	if p, ok := c.m[raw]; ok {
 		return p, nil
 	}
 	p, _, e := c.s.resolveProject(c.ctx, c.key, raw, loc, forWrite)
 	if e != nil {
-		return Project{}, e
+		return trace.Project{}, e
 	}
 	if c.m == nil {
-		c.m = make(map[string]Project)
+		c.m = make(map[string]trace.Project)
 	}
 	c.m[raw] = p
 	return p, nil
@@ -264,17 +246,17 @@ func (c *projectCache) forWrite(raw string, loc []any) (Project, *apiError) {
 
 // writeCalls stores the writes and maps store failures to the item they
 // concern; locs[i] is the location of write i in the request.
-func (s *Service) writeCalls(ctx context.Context, writes []CallWrite, locs [][]any) ([]string, *apiError) {
+func (s *Service) writeCalls(ctx context.Context, writes []trace.CallWrite, locs [][]any) ([]string, *apiError) {
 	traces, err := s.store.WriteCalls(ctx, writes)
 	if err == nil {
 		return traces, nil
 	}
-	var we *CallWriteError
+	var we *trace.CallWriteError
 	if !errors.As(err, &we) || we.Index < 0 || we.Index >= len(writes) {
 		return nil, internalError(err)
 	}
 	switch {
-	case errors.Is(err, ErrParentNotFound):
+	case errors.Is(err, trace.ErrParentNotFound):
 		return nil, invalid([]fieldError{{
 			Loc: at(locs[we.Index], "trace_id"), Type: "missing", Input: nil,
 			Msg: "Field required: parent_id names no known call, so trace_id must be sent",
@@ -326,7 +308,7 @@ func (s *Service) callStart(ctx context.Context, rc *fasthttp.RequestCtx, key *a
 		return e
 	}
 	r.start.ProjectID = p.ID
-	traces, e := s.writeCalls(ctx, []CallWrite{{Start: &r.start}}, [][]any{loc})
+	traces, e := s.writeCalls(ctx, []trace.CallWrite{{Start: &r.start}}, [][]any{loc})
 	if e != nil {
 		return e
 	}
@@ -351,7 +333,7 @@ func (s *Service) callEnd(ctx context.Context, rc *fasthttp.RequestCtx, key *aut
 		return e
 	}
 	r.end.ProjectID = p.ID
-	if _, e := s.writeCalls(ctx, []CallWrite{{End: &r.end}}, [][]any{loc}); e != nil {
+	if _, e := s.writeCalls(ctx, []trace.CallWrite{{End: &r.end}}, [][]any{loc}); e != nil {
 		return e
 	}
 	writeJSON(rc, fasthttp.StatusOK, struct{}{})
@@ -379,7 +361,7 @@ func (s *Service) callUpsertBatch(ctx context.Context, rc *fasthttp.RequestCtx, 
 	}
 	type item struct {
 		projectID string
-		write     CallWrite
+		write     trace.CallWrite
 		loc       []any
 	}
 	items := make([]item, 0, len(list))
@@ -418,17 +400,17 @@ func (s *Service) callUpsertBatch(ctx context.Context, rc *fasthttp.RequestCtx, 
 			if err != nil {
 				return internalError(err)
 			}
-			items = append(items, item{projectID: r.projectID, write: CallWrite{Start: &r.start}, loc: loc})
+			items = append(items, item{projectID: r.projectID, write: trace.CallWrite{Start: &r.start}, loc: loc})
 		} else {
 			r := parseCallEnd(&v, inner, loc)
-			items = append(items, item{projectID: r.projectID, write: CallWrite{End: &r.end}, loc: loc})
+			items = append(items, item{projectID: r.projectID, write: trace.CallWrite{End: &r.end}, loc: loc})
 		}
 	}
 	if v.failed() {
 		return v.err()
 	}
 	pc := projectCache{s: s, ctx: ctx, key: key}
-	writes := make([]CallWrite, len(items))
+	writes := make([]trace.CallWrite, len(items))
 	locs := make([][]any, len(items))
 	for i, it := range items {
 		p, e := pc.forWrite(it.projectID, at(it.loc, "project_id"))
@@ -480,7 +462,7 @@ func (s *Service) callRead(ctx context.Context, rc *fasthttp.RequestCtx, key *au
 		return nil
 	}
 	c, err := s.store.ReadCall(ctx, p.ID, id)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, trace.ErrNotFound) {
 		writeJSON(rc, fasthttp.StatusOK, map[string]*callJSON{"call": nil})
 		return nil
 	}
@@ -503,7 +485,7 @@ func (s *Service) callsStreamQuery(ctx context.Context, rc *fasthttp.RequestCtx,
 	}
 	var v validation
 	projectID, _ := v.reqString(body, "project_id", bodyLoc)
-	q := CallsQuery{
+	q := trace.CallsQuery{
 		Filter: parseFilter(&v, body["filter"], at(bodyLoc, "filter")),
 		Query:  parseQuery(&v, body["query"], at(bodyLoc, "query")),
 		SortBy: parseSortBy(&v, body["sort_by"], at(bodyLoc, "sort_by")),
@@ -532,7 +514,7 @@ func (s *Service) callsStreamQuery(ctx context.Context, rc *fasthttp.RequestCtx,
 	}
 	enc := json.NewEncoder(rc)
 	enc.SetEscapeHTML(false)
-	err := s.store.QueryCalls(ctx, p.ID, q, func(c *Call) error {
+	err := s.store.QueryCalls(ctx, p.ID, q, func(c *trace.Call) error {
 		out := renderCall(p, c)
 		if includeCosts {
 			out.Summary = summaryWithCosts(out.Summary, pricing)
@@ -577,7 +559,7 @@ func (s *Service) callUpdate(ctx context.Context, rc *fasthttp.RequestCtx, key *
 		return notFound("Call " + strconv.Quote(id))
 	}
 	err := s.store.UpdateCall(ctx, p.ID, id, *name)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, trace.ErrNotFound) {
 		return notFound("Call " + strconv.Quote(id))
 	}
 	if err != nil {

@@ -19,28 +19,6 @@ import (
 	"github.com/tollgate-dev/tollgate/auth"
 )
 
-// ErrNotFound is returned by a Store when the project, call or run asked for
-// does not exist.
-var ErrNotFound = errors.New("not found")
-
-// ErrParentNotFound is returned by Store.WriteCalls when a call start names a
-// parent but no trace id, and the parent is unknown, so the trace id cannot
-// be taken from it.
-var ErrParentNotFound = errors.New("parent call not found")
-
-// CallWriteError tells which write of a WriteCalls batch failed, so that the
-// error can point at that item of the request.
-type CallWriteError struct {
-	Index int
-	Err   error
-}
-
-func (e *CallWriteError) Error() string {
-	return "write " + strconv.Itoa(e.Index) + ": " + e.Err.Error()
-}
-
-func (e *CallWriteError) Unwrap() error { return e.Err }
-
 // fieldError is one entry of a FastAPI validation error body. Clients (the
 // Weave SDK, FastAPI-generated clients) read loc, msg and type; input and
 // ctx are there for people reading the body.

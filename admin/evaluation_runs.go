@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/tollgate-dev/tollgate/auth"
+	"github.com/tollgate-dev/tollgate/trace"
 )
 
 // EvaluationOpName is the op of an evaluation run's root call.
@@ -26,7 +27,7 @@ func evaluationOpNames(p pathParams) []string {
 
 // isEvaluationRun reports whether a call of the project p is an
 // evaluation run's root.
-func isEvaluationRun(c *Call, p pathParams) bool {
+func isEvaluationRun(c *trace.Call, p pathParams) bool {
 	if c.OpName == EvaluationOpName {
 		return true
 	}
@@ -60,7 +61,7 @@ type runAttributes struct {
 
 // renderRun reads a run from its root call. Calls ingested by a Weave SDK
 // (without the run attributes) read from their inputs.
-func renderRun(c *Call) evaluationRunJSON {
+func renderRun(c *trace.Call) evaluationRunJSON {
 	out := evaluationRunJSON{
 		EvaluationRunID: c.ID,
 		Evaluation:      jsonValue(c.Attributes, "evaluation_run.evaluation", c.Inputs, "self"),
@@ -126,13 +127,13 @@ func (s *Service) createEvaluationRun(ctx context.Context, rc *fasthttp.RequestC
 	attrs.EvaluationRun.Model = model
 	attrs.EvaluationRun.SourceEvaluationRunID = source
 	user := key.Name
-	start := CallStart{
+	start := trace.CallStart{
 		ProjectID: proj.ID, ID: id, TraceID: id, OpName: EvaluationOpName, StartedAt: time.Now(),
 		Attributes: mustJSON(attrs),
 		Inputs:     mustJSON(map[string]string{"self": evaluation, "model": model}),
 		SvcUserID:  &user,
 	}
-	if _, e := s.writeCalls(ctx, []CallWrite{{Start: &start}}, [][]any{bodyLoc}); e != nil {
+	if _, e := s.writeCalls(ctx, []trace.CallWrite{{Start: &start}}, [][]any{bodyLoc}); e != nil {
 		return e
 	}
 	writeJSON(rc, fasthttp.StatusOK, map[string]string{"evaluation_run_id": id})
@@ -149,7 +150,7 @@ func (s *Service) readEvaluationRun(ctx context.Context, rc *fasthttp.RequestCtx
 		return notFound("Evaluation run")
 	}
 	c, err := s.store.ReadCall(ctx, proj.ID, p.id)
-	if errors.Is(err, ErrNotFound) || (err == nil && !isEvaluationRun(&c, p)) {
+	if errors.Is(err, trace.ErrNotFound) || (err == nil && !isEvaluationRun(&c, p)) {
 		return notFound("Evaluation run")
 	}
 	if err != nil {
@@ -172,12 +173,12 @@ func (s *Service) listEvaluationRuns(ctx context.Context, rc *fasthttp.RequestCt
 	}
 	var runs []evaluationRunJSON
 	if found {
-		q := CallsQuery{
-			Filter: &CallsFilter{OpNames: evaluationOpNames(p)},
-			SortBy: []SortBy{{Field: GetField{Column: "started_at"}, Desc: true}, {Field: GetField{Column: "id"}, Desc: true}},
+		q := trace.CallsQuery{
+			Filter: &trace.CallsFilter{OpNames: evaluationOpNames(p)},
+			SortBy: []trace.SortBy{{Field: trace.GetField{Column: "started_at"}, Desc: true}, {Field: trace.GetField{Column: "id"}, Desc: true}},
 			Limit:  limit, Offset: offset,
 		}
-		err := s.store.QueryCalls(ctx, proj.ID, q, func(c *Call) error {
+		err := s.store.QueryCalls(ctx, proj.ID, q, func(c *trace.Call) error {
 			runs = append(runs, renderRun(c))
 			return nil
 		})
@@ -218,7 +219,7 @@ func (s *Service) finishEvaluationRun(ctx context.Context, rc *fasthttp.RequestC
 		return notFound("Evaluation run")
 	}
 	run, err := s.store.ReadCall(ctx, proj.ID, p.id)
-	if errors.Is(err, ErrNotFound) || (err == nil && !isEvaluationRun(&run, p)) {
+	if errors.Is(err, trace.ErrNotFound) || (err == nil && !isEvaluationRun(&run, p)) {
 		return notFound("Evaluation run")
 	}
 	if err != nil {
@@ -226,7 +227,7 @@ func (s *Service) finishEvaluationRun(ctx context.Context, rc *fasthttp.RequestC
 	}
 	now := time.Now()
 	if err := s.store.FinishCall(ctx, proj.ID, p.id, run.OpName, now, summary, exception); err != nil {
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, trace.ErrNotFound) {
 			return notFound("Evaluation run")
 		}
 		return internalError(err)
@@ -247,14 +248,14 @@ func (s *Service) finishEvaluationRun(ctx context.Context, rc *fasthttp.RequestC
 		return internalError(err)
 	}
 	user, parent := key.Name, p.id
-	start := CallStart{
+	start := trace.CallStart{
 		ProjectID: proj.ID, ID: u.String(), TraceID: run.TraceID, ParentID: &parent, OpName: SummarizeOpName,
 		StartedAt: now, Attributes: json.RawMessage("{}"),
 		Inputs:    mustJSON(map[string]json.RawMessage{"self": jsonValue(run.Attributes, "evaluation_run.evaluation", run.Inputs, "self")}),
 		SvcUserID: &user,
 	}
-	end := CallEnd{ProjectID: proj.ID, ID: start.ID, EndedAt: now, Output: output}
-	if _, e := s.writeCalls(ctx, []CallWrite{{Start: &start}, {End: &end}}, [][]any{bodyLoc, bodyLoc}); e != nil {
+	end := trace.CallEnd{ProjectID: proj.ID, ID: start.ID, EndedAt: now, Output: output}
+	if _, e := s.writeCalls(ctx, []trace.CallWrite{{Start: &start}, {End: &end}}, [][]any{bodyLoc, bodyLoc}); e != nil {
 		return e
 	}
 	writeJSON(rc, fasthttp.StatusOK, map[string]bool{"success": true})
@@ -290,8 +291,8 @@ func (s *Service) deleteEvaluationRuns(ctx context.Context, rc *fasthttp.Request
 	}
 	var runs []string
 	if found {
-		q := CallsQuery{Filter: &CallsFilter{CallIDs: ids, OpNames: evaluationOpNames(p)}, Limit: -1}
-		if err := s.store.QueryCalls(ctx, proj.ID, q, func(c *Call) error {
+		q := trace.CallsQuery{Filter: &trace.CallsFilter{CallIDs: ids, OpNames: evaluationOpNames(p)}, Limit: -1}
+		if err := s.store.QueryCalls(ctx, proj.ID, q, func(c *trace.Call) error {
 			runs = append(runs, c.ID)
 			return nil
 		}); err != nil {

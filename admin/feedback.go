@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/tollgate-dev/tollgate/auth"
+	"github.com/tollgate-dev/tollgate/trace"
 	"github.com/tollgate-dev/tollgate/weave"
 )
 
@@ -91,7 +92,7 @@ func checkFeedbackType(v *validation, f *weave.Feedback, payload map[string]any)
 }
 
 // refInProject refuses feedback on a ref of another project.
-func refInProject(v *validation, f *weave.Feedback, p Project) {
+func refInProject(v *validation, f *weave.Feedback, p trace.Project) {
 	r, err := weave.ParseRef(f.WeaveRef)
 	if err == nil && (r.Entity != p.Entity || r.Project != p.Name) {
 		v.add(at(bodyLoc, "weave_ref"), "value_error", "Value error, weave_ref must be a ref in the request's project", f.WeaveRef)

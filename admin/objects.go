@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/tollgate-dev/tollgate/auth"
+	"github.com/tollgate-dev/tollgate/trace"
 	"github.com/tollgate-dev/tollgate/weave"
 )
 
@@ -57,10 +58,10 @@ func renderObject(projectID string, o *weave.Object) objJSON {
 // projectOf reads a body's required project_id and resolves it for the
 // key. found is false, with no error, for a read of a project that does
 // not exist yet.
-func (s *Service) projectOf(ctx context.Context, v *validation, key *auth.Key, obj map[string]any, loc []any, access projectAccess) (raw string, p Project, found bool, e *apiError) {
+func (s *Service) projectOf(ctx context.Context, v *validation, key *auth.Key, obj map[string]any, loc []any, access projectAccess) (raw string, p trace.Project, found bool, e *apiError) {
 	raw, ok := v.reqString(obj, "project_id", loc)
 	if !ok || v.failed() {
-		return "", Project{}, false, v.err()
+		return "", trace.Project{}, false, v.err()
 	}
 	p, found, e = s.resolveProject(ctx, key, raw, at(loc, "project_id"), access)
 	return raw, p, found, e

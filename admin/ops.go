@@ -8,6 +8,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/tollgate-dev/tollgate/auth"
+	"github.com/tollgate-dev/tollgate/trace"
 )
 
 // maxObjectIDLen bounds an op name, as Weave does.
@@ -110,7 +111,7 @@ func (s *Service) deleteOp(ctx context.Context, rc *fasthttp.RequestCtx, _ *auth
 		return notFound("Op")
 	}
 	n, err := s.store.DeleteOp(ctx, proj.ID, p.id, time.Now())
-	if err != nil && !errors.Is(err, ErrNotFound) {
+	if err != nil && !errors.Is(err, trace.ErrNotFound) {
 		return internalError(err)
 	}
 	if n == 0 {

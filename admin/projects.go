@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/tollgate-dev/tollgate/auth"
+	"github.com/tollgate-dev/tollgate/trace"
 )
 
 const internalIDPrefix = "ProjectInternalId:"
@@ -62,51 +63,51 @@ const (
 // id, into a project the key may use. For reads of a project that does not
 // exist it returns found=false and no error; for writes it creates a
 // project named entity/project, and refuses an unknown internal id with 404.
-func (s *Service) resolveProject(ctx context.Context, key *auth.Key, raw string, loc []any, access projectAccess) (p Project, found bool, e *apiError) {
+func (s *Service) resolveProject(ctx context.Context, key *auth.Key, raw string, loc []any, access projectAccess) (p trace.Project, found bool, e *apiError) {
 	if entity, name, ok := splitProjectID(raw); ok {
 		if !key.AllowsTeam(entity) {
-			return Project{}, false, forbidden(entity)
+			return trace.Project{}, false, forbidden(entity)
 		}
 		return s.namedProject(ctx, entity, name, access)
 	}
 	id, ok := parseInternalProjectID(raw)
 	if !ok {
-		return Project{}, false, invalid([]fieldError{{
+		return trace.Project{}, false, invalid([]fieldError{{
 			Loc: loc, Type: "value_error", Input: raw,
 			Msg: "Value error, project_id must be entity/project or an internal project id",
 		}})
 	}
 	p, err := s.store.ProjectByID(ctx, id)
 	switch {
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, trace.ErrNotFound):
 		if access == forWrite {
-			return Project{}, false, notFound("Project")
+			return trace.Project{}, false, notFound("Project")
 		}
-		return Project{}, false, nil
+		return trace.Project{}, false, nil
 	case err != nil:
-		return Project{}, false, internalError(err)
+		return trace.Project{}, false, internalError(err)
 	case !key.AllowsTeam(p.Entity):
-		return Project{}, false, forbidden(p.Entity)
+		return trace.Project{}, false, forbidden(p.Entity)
 	}
 	return p, true, nil
 }
 
 // namedProject finds (reads) or ensures (writes) the project entity/name,
 // whose entity is already authorized.
-func (s *Service) namedProject(ctx context.Context, entity, name string, access projectAccess) (Project, bool, *apiError) {
+func (s *Service) namedProject(ctx context.Context, entity, name string, access projectAccess) (trace.Project, bool, *apiError) {
 	if access == forWrite {
 		p, err := s.store.EnsureProject(ctx, entity, name)
 		if err != nil {
-			return Project{}, false, internalError(err)
+			return trace.Project{}, false, internalError(err)
 		}
 		return p, true, nil
 	}
 	p, err := s.store.FindProject(ctx, entity, name)
 	switch {
-	case errors.Is(err, ErrNotFound):
-		return Project{}, false, nil
+	case errors.Is(err, trace.ErrNotFound):
+		return trace.Project{}, false, nil
 	case err != nil:
-		return Project{}, false, internalError(err)
+		return trace.Project{}, false, internalError(err)
 	}
 	return p, true, nil
 }
@@ -159,7 +160,7 @@ func (s *Service) projectsInfo(ctx context.Context, rc *fasthttp.RequestCtx, key
 		}
 		seen[r.raw] = true
 		p, err := s.store.FindProject(ctx, r.entity, r.name)
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, trace.ErrNotFound) {
 			continue
 		}
 		if err != nil {

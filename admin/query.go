@@ -2,149 +2,12 @@ package admin
 
 import (
 	"encoding/json"
+	"github.com/tollgate-dev/tollgate/trace"
 	"math"
 	"strconv"
 	"strings"
 )
 
-// CallsFilter selects calls by membership, as Weave's CallsFilter does.
-// Every set field narrows the selection (they are ANDed); within a list the
-// values are alternatives. An empty list, like an absent one, sets no
-// condition, because Weave tests the lists for truthiness.
-type CallsFilter struct {
-	// OpNames match op_name exactly; an entry ending in ":*" matches every
-	// op_name with that prefix (Weave's "any version" op ref).
-	OpNames []string
-	// InputRefs and OutputRefs match calls whose inputs (output) hold one of
-	// the refs as a JSON string value anywhere in the document, at any depth.
-	InputRefs  []string
-	OutputRefs []string
-	ParentIDs  []string
-	TraceIDs   []string
-	CallIDs    []string
-	ThreadIDs  []string
-	TurnIDs    []string
-	// TraceRootsOnly keeps only calls without a parent.
-	TraceRootsOnly bool
-	SvcUserIDs     []string
-	SvcRunIDs      []string
-}
-
-// Query is the "query" field of a calls request: {"$expr": operation}.
-type Query struct {
-	Expr Operand
-}
-
-// Operand is a node of a query expression: an operation (which yields a
-// boolean) or a value ($literal, $getField, $convert).
-type Operand interface{ operand() }
-
-// AndOp is {"$and": [...]}; an empty list is true.
-type AndOp struct{ Operands []Operand }
-
-// OrOp is {"$or": [...]}; an empty list is false.
-type OrOp struct{ Operands []Operand }
-
-// NotOp is {"$not": [x]}. A missing field makes the inner comparison
-// unknown, and NOT of unknown is taken as true, so that
-// {"$not":[{"$eq":[field, "x"]}]} also selects calls without the field.
-type NotOp struct{ Operand Operand }
-
-// Comparison names a binary comparison operator.
-type Comparison string
-
-// The comparison operators of the query language.
-const (
-	OpEq  Comparison = "$eq"
-	OpGt  Comparison = "$gt"
-	OpGte Comparison = "$gte"
-	OpLt  Comparison = "$lt"
-	OpLte Comparison = "$lte"
-)
-
-// CompareOp is {"$eq": [a, b]} and its ordering siblings. $eq with a null
-// literal tests for null (a missing field included). The ordering operators
-// compare a value with a number or string literal only when the value is of
-// the same kind, as Mongo's type bracketing does; $convert compares across
-// kinds. A literal compared with started_at or ended_at may be an RFC 3339
-// string or Unix seconds.
-type CompareOp struct {
-	Op          Comparison
-	Left, Right Operand
-}
-
-// InOp is {"$in": [a, [b, ...]]}.
-type InOp struct {
-	Left   Operand
-	Values []Operand
-}
-
-// ContainsOp is {"$contains": {"input": a, "substr": b, "case_insensitive": bool}}:
-// substring containment of the operands' text.
-type ContainsOp struct {
-	Input, Substr   Operand
-	CaseInsensitive bool
-}
-
-// Literal is {"$literal": value}. Value is nil, bool, string, int64,
-// float64, or json.RawMessage for an array or object (compared as its
-// compact JSON text).
-type Literal struct{ Value any }
-
-// GetField is {"$getField": "dotted.path"} resolved against the call
-// columns: Column is a call field (see isCallField), Path the keys inside
-// a JSON column (attributes, inputs, output, summary), empty for the column
-// itself.
-type GetField struct {
-	Column string
-	Path   []string
-}
-
-// ConvertTo names the target type of a $convert.
-type ConvertTo string
-
-// The targets of $convert.
-const (
-	ToDouble ConvertTo = "double"
-	ToString ConvertTo = "string"
-	ToInt    ConvertTo = "int"
-	ToBool   ConvertTo = "bool"
-	ToExists ConvertTo = "exists"
-)
-
-// Convert is {"$convert": {"input": a, "to": "double|string|int|bool|exists"}}.
-type Convert struct {
-	Input Operand
-	To    ConvertTo
-}
-
-func (AndOp) operand()      {}
-func (OrOp) operand()       {}
-func (NotOp) operand()      {}
-func (CompareOp) operand()  {}
-func (InOp) operand()       {}
-func (ContainsOp) operand() {}
-func (Literal) operand()    {}
-func (GetField) operand()   {}
-func (Convert) operand()    {}
-
-// SortBy orders a calls query by a field.
-type SortBy struct {
-	Field GetField
-	Desc  bool
-}
-
-// CallsQuery is a calls selection with its order and page. Limit < 0 means
-// no limit.
-type CallsQuery struct {
-	Filter *CallsFilter
-	Query  *Query
-	SortBy []SortBy
-	Limit  int
-	Offset int
-}
-
-// isCallField reports whether name is a call field a query may read.
 func isCallField(name string) bool {
 	switch name {
 	case "id", "op_name", "display_name", "trace_id", "parent_id", "thread_id", "turn_id",
@@ -166,7 +29,7 @@ func isJSONField(name string) bool {
 const operatorsList = "$and, $or, $not, $eq, $gt, $gte, $lt, $lte, $in, $contains"
 
 // parseFilter validates a CallsFilter; null gives nil.
-func parseFilter(v *validation, raw any, loc []any) *CallsFilter {
+func parseFilter(v *validation, raw any, loc []any) *trace.CallsFilter {
 	if raw == nil {
 		return nil
 	}
@@ -176,7 +39,7 @@ func parseFilter(v *validation, raw any, loc []any) *CallsFilter {
 	}
 	v.strict(obj, loc, "op_names", "input_refs", "output_refs", "parent_ids", "trace_ids", "call_ids",
 		"thread_ids", "turn_ids", "trace_roots_only", "svc_user_ids", "svc_run_ids", "wb_user_ids", "wb_run_ids")
-	f := &CallsFilter{
+	f := &trace.CallsFilter{
 		OpNames:        v.optStringList(obj, "op_names", loc),
 		InputRefs:      v.optStringList(obj, "input_refs", loc),
 		OutputRefs:     v.optStringList(obj, "output_refs", loc),
@@ -206,7 +69,7 @@ func parseFilter(v *validation, raw any, loc []any) *CallsFilter {
 
 // parseQuery validates a query object; null gives nil. Its $expr must be
 // an operation, not a bare value, as in Weave.
-func parseQuery(v *validation, raw any, loc []any) *Query {
+func parseQuery(v *validation, raw any, loc []any) *trace.Query {
 	if raw == nil {
 		return nil
 	}
@@ -228,16 +91,16 @@ func parseQuery(v *validation, raw any, loc []any) *Query {
 		return nil
 	}
 	switch op.(type) {
-	case Literal, GetField, Convert:
+	case trace.Literal, trace.GetField, trace.Convert:
 		v.add(at(loc, "$expr"), "value_error", "Value error, $expr must be an operation, one of "+operatorsList, expr)
 		return nil
 	}
-	return &Query{Expr: op}
+	return &trace.Query{Expr: op}
 }
 
 // parseOperand validates one operand: an object with exactly one operator
 // key. It returns nil after reporting an error.
-func parseOperand(v *validation, raw any, loc []any) Operand {
+func parseOperand(v *validation, raw any, loc []any) trace.Operand {
 	obj, ok := raw.(map[string]any)
 	if !ok {
 		v.add(loc, "dict_type", "Input should be a valid dictionary", raw)
@@ -283,7 +146,7 @@ func parseOperand(v *validation, raw any, loc []any) Operand {
 			v.add(loc, "list_type", "Input should be a valid list", arg)
 			return nil
 		}
-		ops := make([]Operand, 0, len(list))
+		ops := make([]trace.Operand, 0, len(list))
 		for i, item := range list {
 			ops = append(ops, parseOperand(v, item, at(loc, i)))
 		}
@@ -291,9 +154,9 @@ func parseOperand(v *validation, raw any, loc []any) Operand {
 			return nil
 		}
 		if key == "$and" {
-			return AndOp{Operands: ops}
+			return trace.AndOp{Operands: ops}
 		}
-		return OrOp{Operands: ops}
+		return trace.OrOp{Operands: ops}
 	case "$not":
 		items, ok := tuple(v, arg, loc, 1)
 		if !ok {
@@ -303,7 +166,7 @@ func parseOperand(v *validation, raw any, loc []any) Operand {
 		if x == nil {
 			return nil
 		}
-		return NotOp{Operand: x}
+		return trace.NotOp{Operand: x}
 	case "$eq", "$gt", "$gte", "$lt", "$lte":
 		items, ok := tuple(v, arg, loc, 2)
 		if !ok {
@@ -313,7 +176,7 @@ func parseOperand(v *validation, raw any, loc []any) Operand {
 		if l == nil || r == nil {
 			return nil
 		}
-		return CompareOp{Op: Comparison(key), Left: l, Right: r}
+		return trace.CompareOp{Op: trace.Comparison(key), Left: l, Right: r}
 	case "$in":
 		items, ok := tuple(v, arg, loc, 2)
 		if !ok {
@@ -325,14 +188,14 @@ func parseOperand(v *validation, raw any, loc []any) Operand {
 			v.add(at(loc, 1), "list_type", "Input should be a valid list", items[1])
 			return nil
 		}
-		values := make([]Operand, 0, len(list))
+		values := make([]trace.Operand, 0, len(list))
 		for i, item := range list {
 			values = append(values, parseOperand(v, item, at(loc, 1, i)))
 		}
 		if l == nil || len(v.errs) > n {
 			return nil
 		}
-		return InOp{Left: l, Values: values}
+		return trace.InOp{Left: l, Values: values}
 	case "$contains":
 		return parseContains(v, arg, loc)
 	}
@@ -378,33 +241,33 @@ func plural(n int) string {
 	return "s"
 }
 
-func parseLiteral(raw any) Literal {
+func parseLiteral(raw any) trace.Literal {
 	switch x := raw.(type) {
 	case json.Number:
 		if i, err := x.Int64(); err == nil {
-			return Literal{Value: i}
+			return trace.Literal{Value: i}
 		}
 		f, err := x.Float64()
 		if err != nil || math.IsInf(f, 0) {
 			// An integer beyond int64: keep its digits, compared as text.
-			return Literal{Value: x.String()}
+			return trace.Literal{Value: x.String()}
 		}
-		return Literal{Value: f}
+		return trace.Literal{Value: f}
 	case map[string]any, []any:
-		return Literal{Value: mustJSON(x)}
+		return trace.Literal{Value: mustJSON(x)}
 	}
 	// nil, bool, string.
-	return Literal{Value: raw}
+	return trace.Literal{Value: raw}
 }
 
-func parseConvert(v *validation, raw any, loc []any) Operand {
+func parseConvert(v *validation, raw any, loc []any) trace.Operand {
 	obj, ok := v.object(raw, loc, "ConvertSpec")
 	if !ok {
 		return nil
 	}
 	n := len(v.errs)
 	v.strict(obj, loc, "input", "to")
-	var in Operand
+	var in trace.Operand
 	if x, ok := obj["input"]; ok {
 		in = parseOperand(v, x, at(loc, "input"))
 	} else {
@@ -416,8 +279,8 @@ func parseConvert(v *validation, raw any, loc []any) Operand {
 		return nil
 	}
 	t, _ := to.(string)
-	switch ConvertTo(t) {
-	case ToDouble, ToString, ToInt, ToBool, ToExists:
+	switch trace.ConvertTo(t) {
+	case trace.ToDouble, trace.ToString, trace.ToInt, trace.ToBool, trace.ToExists:
 	default:
 		v.addCtx(at(loc, "to"), "literal_error", "Input should be 'double', 'string', 'int', 'bool' or 'exists'", to,
 			map[string]any{"expected": "'double', 'string', 'int', 'bool' or 'exists'"})
@@ -426,17 +289,17 @@ func parseConvert(v *validation, raw any, loc []any) Operand {
 	if in == nil || len(v.errs) > n {
 		return nil
 	}
-	return Convert{Input: in, To: ConvertTo(t)}
+	return trace.Convert{Input: in, To: trace.ConvertTo(t)}
 }
 
-func parseContains(v *validation, raw any, loc []any) Operand {
+func parseContains(v *validation, raw any, loc []any) trace.Operand {
 	obj, ok := v.object(raw, loc, "ContainsSpec")
 	if !ok {
 		return nil
 	}
 	n := len(v.errs)
 	v.strict(obj, loc, "input", "substr", "case_insensitive")
-	var in, sub Operand
+	var in, sub trace.Operand
 	if x, ok := obj["input"]; ok {
 		in = parseOperand(v, x, at(loc, "input"))
 	} else {
@@ -451,23 +314,23 @@ func parseContains(v *validation, raw any, loc []any) Operand {
 	if in == nil || sub == nil || len(v.errs) > n {
 		return nil
 	}
-	return ContainsOp{Input: in, Substr: sub, CaseInsensitive: ci}
+	return trace.ContainsOp{Input: in, Substr: sub, CaseInsensitive: ci}
 }
 
 // parseFieldPath resolves a $getField path. Segments are separated by dots;
 // "\." is a literal dot and "\\" a backslash. Because model names often
 // hold dots ("gpt-4.1"), summary.usage.<model>.<count> without escapes takes
 // everything between "usage" and the last segment as the model name.
-func parseFieldPath(v *validation, path string, loc []any) (GetField, bool) {
+func parseFieldPath(v *validation, path string, loc []any) (trace.GetField, bool) {
 	segs, escaped, ok := splitPath(path)
 	if !ok {
 		v.add(loc, "value_error", "Value error, malformed field path "+strconv.Quote(path), path)
-		return GetField{}, false
+		return trace.GetField{}, false
 	}
 	col := segs[0]
 	if !isCallField(col) || (len(segs) > 1 && !isJSONField(col)) {
 		v.add(loc, "value_error", "Value error, unknown call field "+strconv.Quote(path), path)
-		return GetField{}, false
+		return trace.GetField{}, false
 	}
 	rest := segs[1:]
 	if col == "summary" && !escaped && len(rest) >= 4 && rest[0] == "usage" {
@@ -476,7 +339,7 @@ func parseFieldPath(v *validation, path string, loc []any) (GetField, bool) {
 	if len(rest) == 0 {
 		rest = nil
 	}
-	return GetField{Column: col, Path: rest}, true
+	return trace.GetField{Column: col, Path: rest}, true
 }
 
 func splitPath(path string) (segs []string, escaped, ok bool) {
@@ -505,7 +368,7 @@ func splitPath(path string) (segs []string, escaped, ok bool) {
 }
 
 // parseSortBy validates a sort_by list of {"field", "direction"}.
-func parseSortBy(v *validation, raw any, loc []any) []SortBy {
+func parseSortBy(v *validation, raw any, loc []any) []trace.SortBy {
 	if raw == nil {
 		return nil
 	}
@@ -518,7 +381,7 @@ func parseSortBy(v *validation, raw any, loc []any) []SortBy {
 		v.tooLongList(loc, len(list), maxSortFields)
 		return nil
 	}
-	out := make([]SortBy, 0, len(list))
+	out := make([]trace.SortBy, 0, len(list))
 	for i, item := range list {
 		iloc := at(loc, i)
 		obj, ok := v.object(item, iloc, "SortBy")
@@ -539,7 +402,7 @@ func parseSortBy(v *validation, raw any, loc []any) []SortBy {
 		if !ok {
 			continue
 		}
-		out = append(out, SortBy{Field: f, Desc: dir == "desc"})
+		out = append(out, trace.SortBy{Field: f, Desc: dir == "desc"})
 	}
 	return out
 }

@@ -3,6 +3,7 @@ package admin
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/tollgate-dev/tollgate/trace"
 	"testing"
 )
 
@@ -62,7 +63,7 @@ func FuzzParseQuery(f *testing.F) {
 				t.Fatalf("%s refused without an error", data)
 			default:
 				switch q.Expr.(type) {
-				case AndOp, OrOp, NotOp, CompareOp, InOp, ContainsOp:
+				case trace.AndOp, trace.OrOp, trace.NotOp, trace.CompareOp, trace.InOp, trace.ContainsOp:
 				default:
 					t.Fatalf("accepted %s with a bare value %#v as $expr", data, q.Expr)
 				}

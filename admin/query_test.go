@@ -3,6 +3,7 @@ package admin
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/tollgate-dev/tollgate/trace"
 	"reflect"
 	"testing"
 )
@@ -19,37 +20,37 @@ func decodeAny(t *testing.T, s string) any {
 }
 
 func TestParseQueryOperators(t *testing.T) {
-	op := GetField{Column: "op_name"}
+	op := trace.GetField{Column: "op_name"}
 	tests := []struct {
 		name  string
 		query string
-		want  Operand
+		want  trace.Operand
 	}{
 		{"spec example: $and of string literals", `{"$expr":{"$and":[{"$literal":"a"},{"$literal":"b"}]}}`,
-			AndOp{Operands: []Operand{Literal{Value: "a"}, Literal{Value: "b"}}}},
-		{"$or", `{"$expr":{"$or":[{"$literal":true}]}}`, OrOp{Operands: []Operand{Literal{Value: true}}}},
+			trace.AndOp{Operands: []trace.Operand{trace.Literal{Value: "a"}, trace.Literal{Value: "b"}}}},
+		{"$or", `{"$expr":{"$or":[{"$literal":true}]}}`, trace.OrOp{Operands: []trace.Operand{trace.Literal{Value: true}}}},
 		{"$not", `{"$expr":{"$not":[{"$eq":[{"$getField":"op_name"},{"$literal":"x"}]}]}}`,
-			NotOp{Operand: CompareOp{Op: OpEq, Left: op, Right: Literal{Value: "x"}}}},
+			trace.NotOp{Operand: trace.CompareOp{Op: trace.OpEq, Left: op, Right: trace.Literal{Value: "x"}}}},
 		{"$gt with an integer", `{"$expr":{"$gt":[{"$getField":"summary.usage.m.total_tokens"},{"$literal":10}]}}`,
-			CompareOp{Op: OpGt, Left: GetField{Column: "summary", Path: []string{"usage", "m", "total_tokens"}}, Right: Literal{Value: int64(10)}}},
+			trace.CompareOp{Op: trace.OpGt, Left: trace.GetField{Column: "summary", Path: []string{"usage", "m", "total_tokens"}}, Right: trace.Literal{Value: int64(10)}}},
 		{"$gte with a float", `{"$expr":{"$gte":[{"$literal":1.5},{"$literal":null}]}}`,
-			CompareOp{Op: OpGte, Left: Literal{Value: 1.5}, Right: Literal{Value: nil}}},
+			trace.CompareOp{Op: trace.OpGte, Left: trace.Literal{Value: 1.5}, Right: trace.Literal{Value: nil}}},
 		{"$lt", `{"$expr":{"$lt":[{"$getField":"started_at"},{"$literal":"2026-01-01T00:00:00Z"}]}}`,
-			CompareOp{Op: OpLt, Left: GetField{Column: "started_at"}, Right: Literal{Value: "2026-01-01T00:00:00Z"}}},
+			trace.CompareOp{Op: trace.OpLt, Left: trace.GetField{Column: "started_at"}, Right: trace.Literal{Value: "2026-01-01T00:00:00Z"}}},
 		{"$lte", `{"$expr":{"$lte":[{"$getField":"ended_at"},{"$literal":5}]}}`,
-			CompareOp{Op: OpLte, Left: GetField{Column: "ended_at"}, Right: Literal{Value: int64(5)}}},
+			trace.CompareOp{Op: trace.OpLte, Left: trace.GetField{Column: "ended_at"}, Right: trace.Literal{Value: int64(5)}}},
 		{"$in", `{"$expr":{"$in":[{"$getField":"op_name"},[{"$literal":"a"},{"$literal":"b"}]]}}`,
-			InOp{Left: op, Values: []Operand{Literal{Value: "a"}, Literal{Value: "b"}}}},
+			trace.InOp{Left: op, Values: []trace.Operand{trace.Literal{Value: "a"}, trace.Literal{Value: "b"}}}},
 		{"$contains", `{"$expr":{"$contains":{"input":{"$getField":"op_name"},"substr":{"$literal":"chat"},"case_insensitive":true}}}`,
-			ContainsOp{Input: op, Substr: Literal{Value: "chat"}, CaseInsensitive: true}},
+			trace.ContainsOp{Input: op, Substr: trace.Literal{Value: "chat"}, CaseInsensitive: true}},
 		{"$convert nested in $eq", `{"$expr":{"$eq":[{"$convert":{"input":{"$getField":"attributes.n"},"to":"int"}},{"$literal":3}]}}`,
-			CompareOp{Op: OpEq, Left: Convert{Input: GetField{Column: "attributes", Path: []string{"n"}}, To: ToInt}, Right: Literal{Value: int64(3)}}},
+			trace.CompareOp{Op: trace.OpEq, Left: trace.Convert{Input: trace.GetField{Column: "attributes", Path: []string{"n"}}, To: trace.ToInt}, Right: trace.Literal{Value: int64(3)}}},
 		{"composite literal", `{"$expr":{"$eq":[{"$getField":"output"},{"$literal":{"b":[1,"x"]}}]}}`,
-			CompareOp{Op: OpEq, Left: GetField{Column: "output"}, Right: Literal{Value: json.RawMessage(`{"b":[1,"x"]}`)}}},
+			trace.CompareOp{Op: trace.OpEq, Left: trace.GetField{Column: "output"}, Right: trace.Literal{Value: json.RawMessage(`{"b":[1,"x"]}`)}}},
 		{"model name with dots", `{"$expr":{"$gt":[{"$getField":"summary.usage.gpt-4.1.total_tokens"},{"$literal":0}]}}`,
-			CompareOp{Op: OpGt, Left: GetField{Column: "summary", Path: []string{"usage", "gpt-4.1", "total_tokens"}}, Right: Literal{Value: int64(0)}}},
+			trace.CompareOp{Op: trace.OpGt, Left: trace.GetField{Column: "summary", Path: []string{"usage", "gpt-4.1", "total_tokens"}}, Right: trace.Literal{Value: int64(0)}}},
 		{"escaped dot", `{"$expr":{"$eq":[{"$getField":"inputs.a\\.b.c"},{"$literal":1}]}}`,
-			CompareOp{Op: OpEq, Left: GetField{Column: "inputs", Path: []string{"a.b", "c"}}, Right: Literal{Value: int64(1)}}},
+			trace.CompareOp{Op: trace.OpEq, Left: trace.GetField{Column: "inputs", Path: []string{"a.b", "c"}}, Right: trace.Literal{Value: int64(1)}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -116,7 +117,7 @@ func TestParseFilter(t *testing.T) {
 	if v.failed() {
 		t.Fatalf("errors: %+v", v.errs)
 	}
-	want := &CallsFilter{
+	want := &trace.CallsFilter{
 		OpNames: []string{"a"}, InputRefs: []string{"r1"}, OutputRefs: []string{"r2"}, ParentIDs: []string{"p"},
 		TraceIDs: []string{"t"}, CallIDs: []string{"c"}, ThreadIDs: []string{"th"}, TurnIDs: []string{"tu"},
 		TraceRootsOnly: true, SvcUserIDs: []string{"u"}, SvcRunIDs: []string{"r"},

@@ -12,12 +12,13 @@ import (
 
 	"github.com/tollgate-dev/tollgate/auth"
 	"github.com/tollgate-dev/tollgate/config"
+	"github.com/tollgate-dev/tollgate/trace"
 )
 
 // panickyStore panics where a store might choke on what it read.
-type panickyStore struct{ Store }
+type panickyStore struct{ trace.Store }
 
-func (panickyStore) FindProject(context.Context, string, string) (Project, error) {
+func (panickyStore) FindProject(context.Context, string, string) (trace.Project, error) {
 	panic("store choked")
 }
 

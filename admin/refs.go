@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/tollgate-dev/tollgate/auth"
+	"github.com/tollgate-dev/tollgate/trace"
 	"github.com/tollgate-dev/tollgate/weave"
 )
 
@@ -57,12 +58,12 @@ func (s *Service) refsReadBatch(ctx context.Context, rc *fasthttp.RequestCtx, ke
 			return forbidden(r.Entity)
 		}
 	}
-	res := refResolver{s: s, key: key, projects: map[[2]string]*Project{}, objects: map[objectKey]any{}, tables: map[tableKey]*tableCache{}}
+	res := refResolver{s: s, key: key, projects: map[[2]string]*trace.Project{}, objects: map[objectKey]any{}, tables: map[tableKey]*tableCache{}}
 	vals := make([]json.RawMessage, len(refs))
 	for i := range refs {
 		val, err := res.resolve(ctx, refs[i], 0)
 		switch {
-		case errors.Is(err, weave.ErrNotFound), errors.Is(err, weave.ErrDeleted), errors.Is(err, ErrNotFound):
+		case errors.Is(err, weave.ErrNotFound), errors.Is(err, weave.ErrDeleted), errors.Is(err, trace.ErrNotFound):
 			vals[i] = json.RawMessage("null")
 		case err != nil:
 			return internalError(err)
@@ -82,7 +83,7 @@ func (s *Service) refsReadBatch(ctx context.Context, rc *fasthttp.RequestCtx, ke
 type refResolver struct {
 	s        *Service
 	key      *auth.Key
-	projects map[[2]string]*Project // nil for a project that does not exist
+	projects map[[2]string]*trace.Project // nil for a project that does not exist
 	objects  map[objectKey]any
 	tables   map[tableKey]*tableCache
 }
@@ -122,21 +123,21 @@ func (t *tableCache) row(ctx context.Context, ws weave.Store, projectID int64, d
 	return v, nil
 }
 
-func (r *refResolver) project(ctx context.Context, entity, name string) (Project, error) {
+func (r *refResolver) project(ctx context.Context, entity, name string) (trace.Project, error) {
 	k := [2]string{entity, name}
 	if p, ok := r.projects[k]; ok {
 		if p == nil {
-			return Project{}, weave.ErrNotFound
+			return trace.Project{}, weave.ErrNotFound
 		}
 		return *p, nil
 	}
 	p, err := r.s.store.FindProject(ctx, entity, name)
 	switch {
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, trace.ErrNotFound):
 		r.projects[k] = nil
-		return Project{}, weave.ErrNotFound
+		return trace.Project{}, weave.ErrNotFound
 	case err != nil:
-		return Project{}, err
+		return trace.Project{}, err
 	}
 	r.projects[k] = &p
 	return p, nil
@@ -220,7 +221,7 @@ func (r *refResolver) walk(ctx context.Context, val any, extra []string, hops in
 
 // table returns a table's row digests and the values of all its rows,
 // read once per batch.
-func (r *refResolver) table(ctx context.Context, proj Project, digest string) (*tableCache, error) {
+func (r *refResolver) table(ctx context.Context, proj trace.Project, digest string) (*tableCache, error) {
 	k := tableKey{proj.ID, digest}
 	if t, ok := r.tables[k]; ok {
 		return t, nil
@@ -244,7 +245,7 @@ func (r *refResolver) table(ctx context.Context, proj Project, digest string) (*
 
 // walkTable resolves a table ref: the whole table as a list of rows, or,
 // with an extra path, the row at an index or with a digest, and on.
-func (r *refResolver) walkTable(ctx context.Context, proj Project, digest string, extra []string, hops int) (any, error) {
+func (r *refResolver) walkTable(ctx context.Context, proj trace.Project, digest string, extra []string, hops int) (any, error) {
 	t, err := r.table(ctx, proj, digest)
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 // Package admin serves tollgate's service API (projects, ops, evaluation
-// runs, calls and trace usage in the W&B Weave wire) and defines the store
-// it needs.
+// runs, calls and trace usage in the W&B Weave wire) and the usage API: it
+// parses requests and renders answers. The domain it serves, with the
+// contracts of the store behind it, is in packages trace and weave.
 package admin
 
 import (
@@ -14,159 +15,16 @@ import (
 
 	"github.com/tollgate-dev/tollgate/auth"
 	"github.com/tollgate-dev/tollgate/config"
+	"github.com/tollgate-dev/tollgate/trace"
 	"github.com/tollgate-dev/tollgate/weave"
 )
-
-// Project is a team's (entity's) project, with the integer behind its
-// opaque internal id.
-type Project struct {
-	ID     int64
-	Entity string
-	Name   string
-}
-
-// OpVersion is one version of an op: its source code, content digest and
-// position among the op's versions.
-type OpVersion struct {
-	ObjectID     string
-	Digest       string
-	VersionIndex int
-	CreatedAt    time.Time
-	Code         string
-}
-
-// CallStart is the start of a call as ingested. An empty TraceID asks the
-// store to take the parent's trace id.
-type CallStart struct {
-	ProjectID   int64
-	ID          string
-	OpName      string
-	DisplayName *string
-	TraceID     string
-	ParentID    *string
-	ThreadID    *string
-	TurnID      *string
-	StartedAt   time.Time
-	// Attributes and Inputs are JSON objects.
-	Attributes json.RawMessage
-	Inputs     json.RawMessage
-	SvcUserID  *string
-	SvcRunID   *string
-}
-
-// CallEnd is the end of a call: it sets ended_at, exception, output and
-// summary.
-type CallEnd struct {
-	ProjectID int64
-	ID        string
-	EndedAt   time.Time
-	Exception *string
-	// Output is any JSON value; nil stores null.
-	Output json.RawMessage
-	// Summary is a JSON object; nil stores {}.
-	Summary json.RawMessage
-	// DisplayName, when not nil, renames the call (the TypeScript SDK
-	// sends the name a call ended with).
-	DisplayName *string
-}
-
-// CallWrite is one item of an ingest batch: exactly one of Start and End.
-type CallWrite struct {
-	Start *CallStart
-	End   *CallEnd
-}
-
-// Call is a stored call.
-type Call struct {
-	ProjectID   int64
-	ID          string
-	OpName      string
-	DisplayName *string
-	TraceID     string
-	ParentID    *string
-	ThreadID    *string
-	TurnID      *string
-	StartedAt   time.Time
-	EndedAt     *time.Time
-	Exception   *string
-	Attributes  json.RawMessage
-	Inputs      json.RawMessage
-	Output      json.RawMessage
-	Summary     json.RawMessage
-	SvcUserID   *string
-	SvcRunID    *string
-}
-
-// TraceUsageCall is what the trace usage roll-up needs of a selected call.
-type TraceUsageCall struct {
-	ID       string
-	ParentID string
-	// Unfinished is true when the call has no ended_at.
-	Unfinished bool
-	// Usage is the call's summary.usage as JSON text; empty when absent.
-	Usage string
-	// SDK is true for a call a Weave SDK logged (attributes.weave.source),
-	// whose summary.usage already holds its SDK children's; ChildUsage is
-	// then the summary.usage of each of those children, selected or not.
-	SDK        bool
-	ChildUsage []string
-	// Costs is the call's summary.weave.costs as JSON text, empty when
-	// absent: the prices it was costed at, which include_costs honours.
-	Costs string
-}
-
-// Store persists projects, ops and calls. *store.DB implements it. Methods
-// that look one thing up return an error wrapping ErrNotFound when it does
-// not exist.
-type Store interface {
-	// EnsureProject returns the project, creating it on first use.
-	EnsureProject(ctx context.Context, entity, name string) (Project, error)
-	// FindProject returns an existing project by entity and name.
-	FindProject(ctx context.Context, entity, name string) (Project, error)
-	// ProjectByID returns an existing project by its internal integer id.
-	ProjectByID(ctx context.Context, id int64) (Project, error)
-
-	// PutOpVersion stores code as a version of the op objectID: the same
-	// code gives back the existing version, new code the next
-	// version_index.
-	PutOpVersion(ctx context.Context, projectID int64, objectID, code string, at time.Time) (OpVersion, error)
-	// ListOpVersions lists the project's op versions that are not deleted,
-	// by object_id ascending then version_index descending. limit < 0 means
-	// no limit.
-	ListOpVersions(ctx context.Context, projectID int64, limit, offset int) ([]OpVersion, error)
-	// DeleteOp marks every version of the op deleted and returns how many
-	// were.
-	DeleteOp(ctx context.Context, projectID int64, objectID string, at time.Time) (int, error)
-
-	// WriteCalls applies starts and ends in order, in one transaction, and
-	// returns the trace id of each start ("" for ends). A start whose call
-	// exists already is kept as it was (retries are idempotent). An end
-	// whose call has not started yet is kept and applied when the start
-	// arrives, as Weave's own server merges them. Failures are a
-	// *CallWriteError wrapping ErrParentNotFound.
-	WriteCalls(ctx context.Context, writes []CallWrite) ([]string, error)
-	// ReadCall returns one call.
-	ReadCall(ctx context.Context, projectID int64, id string) (Call, error)
-	// QueryCalls calls fn for each call the query selects, in its order.
-	QueryCalls(ctx context.Context, projectID int64, q CallsQuery, fn func(*Call) error) error
-	// FinishCall ends a call that has op_name opName: ended_at is set to at
-	// unless the call ended already, summary (when not nil) is merged into
-	// the call's summary as a JSON merge patch, and exception (when not nil)
-	// is set.
-	FinishCall(ctx context.Context, projectID int64, id, opName string, at time.Time, summary json.RawMessage, exception *string) error
-	// TraceUsageCalls selects at most limit calls with filter and query, by
-	// started_at then id, for the trace usage roll-up.
-	TraceUsageCalls(ctx context.Context, projectID int64, filter *CallsFilter, query *Query, limit int) ([]TraceUsageCall, error)
-
-	CallStore
-}
 
 // Options configures a Service.
 type Options struct {
 	// Keys authenticates requests.
 	Keys *auth.Keyring
 	// Store persists projects, ops and calls.
-	Store Store
+	Store trace.Store
 	// Pricing holds the per-model prices /trace/usage uses with
 	// include_costs, by public model id.
 	Pricing map[string]config.Pricing
@@ -189,7 +47,7 @@ type Options struct {
 // Service serves the service API.
 type Service struct {
 	keys    *auth.Keyring
-	store   Store
+	store   trace.Store
 	pricing func() map[string]config.Pricing
 	log     *zap.Logger
 	bounds  bodyBounds
@@ -452,8 +310,4 @@ func writeList[T any](rc *fasthttp.RequestCtx, items []T) {
 
 // formatTime renders a timestamp the Weave way: RFC 3339 in UTC with
 // microseconds.
-func formatTime(t time.Time) string { return t.UTC().Format(TimeLayout) }
-
-// TimeLayout is how call timestamps look on the wire and in the store:
-// fixed width, so that their text order is their time order.
-const TimeLayout = "2006-01-02T15:04:05.000000Z"
+func formatTime(t time.Time) string { return t.UTC().Format(trace.TimeLayout) }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/auth"
 	"github.com/tollgate-dev/tollgate/config"
+	"github.com/tollgate-dev/tollgate/trace"
 )
 
 // defaultTraceUsageLimit is how many calls /trace/usage processes when the
@@ -115,7 +116,7 @@ type ownEntry struct {
 //   - cache read: cache_read_input_tokens at that same cached price. It is
 //     the cached share of the prompt cost, shown apart, not an extra charge;
 //   - cache creation: 0, as no price is configured for it.
-func computeTraceUsage(calls []TraceUsageCall, pricing map[string]config.Pricing, includeCosts bool) *traceUsage {
+func computeTraceUsage(calls []trace.UsageCall, pricing map[string]config.Pricing, includeCosts bool) *traceUsage {
 	n := len(calls)
 	u := &traceUsage{
 		ids:     make([]string, 0, n),
@@ -199,7 +200,7 @@ func (u *traceUsage) headOrder(dup []bool) {
 // minus its SDK children's, per model and count, none below zero: then the
 // roll-up counts every token once, where Weave's own counts a three-deep
 // SDK trace three times.
-func (u *traceUsage) addOwn(i int32, call *TraceUsageCall, modelIndex map[string]int32, pricing map[string]config.Pricing, includeCosts bool) {
+func (u *traceUsage) addOwn(i int32, call *trace.UsageCall, modelIndex map[string]int32, pricing map[string]config.Pricing, includeCosts bool) {
 	// own reuses one buffer for every call, so that the roll-up still
 	// allocates only its growing slices.
 	own := u.own[:0]
@@ -473,7 +474,7 @@ func (s *Service) serveTraceUsage(ctx context.Context, rc *fasthttp.RequestCtx, 
 	if e != nil {
 		return e
 	}
-	var calls []TraceUsageCall
+	var calls []trace.UsageCall
 	pricing := s.pricing()
 	if found && limit > 0 {
 		var err error
@@ -550,7 +551,7 @@ func (s *Service) serveCallsUsage(ctx context.Context, rc *fasthttp.RequestCtx, 
 	if e != nil {
 		return e
 	}
-	var calls []TraceUsageCall
+	var calls []trace.UsageCall
 	pricing := s.pricing()
 	if found && limit > 0 && len(ids) > 0 {
 		var err error
@@ -574,7 +575,7 @@ func (s *Service) serveCallsUsage(ctx context.Context, rc *fasthttp.RequestCtx, 
 // keepSubtrees narrows a roll-up to the asked calls: call_usage keeps
 // their keys only, in the order asked, and unfinished_call_ids the
 // unfinished calls of their subtrees.
-func (u *traceUsage) keepSubtrees(calls []TraceUsageCall, asked []string) {
+func (u *traceUsage) keepSubtrees(calls []trace.UsageCall, asked []string) {
 	pos := make(map[string]int, len(u.ids))
 	for k, id := range u.ids {
 		pos[id] = k

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/tollgate-dev/tollgate/config"
+	"github.com/tollgate-dev/tollgate/trace"
 )
 
 // wireUsage is one model entry of call_usage as clients decode it.
@@ -30,7 +31,7 @@ type wireTraceUsage struct {
 	UnfinishedCallIDs []string                        `json:"unfinished_call_ids"`
 }
 
-func rollUp(t testing.TB, calls []TraceUsageCall, pricing map[string]config.Pricing, costs bool) wireTraceUsage {
+func rollUp(t testing.TB, calls []trace.UsageCall, pricing map[string]config.Pricing, costs bool) wireTraceUsage {
 	t.Helper()
 	b := computeTraceUsage(calls, pricing, costs).appendJSON(nil)
 	if !json.Valid(b) {
@@ -50,7 +51,7 @@ func tokens(p, c, total int64) wireUsage {
 func TestTraceUsageWorkedExample(t *testing.T) {
 	// The reference's worked example: root {p5,c5,t10}, child {input 2,
 	// output 1}, grandchild {p3,c1,t4} → root p10 c7 t17; child p5 c2 t7.
-	calls := []TraceUsageCall{
+	calls := []trace.UsageCall{
 		{ID: "root", Usage: `{"m":{"prompt_tokens":5,"completion_tokens":5,"total_tokens":10}}`},
 		{ID: "child", ParentID: "root", Usage: `{"m":{"input_tokens":2,"output_tokens":1}}`},
 		{ID: "grandchild", ParentID: "child", Usage: `{"m":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}`},
@@ -72,20 +73,20 @@ func TestTraceUsageWorkedExample(t *testing.T) {
 func TestTraceUsageEdgeCases(t *testing.T) {
 	tests := []struct {
 		name       string
-		calls      []TraceUsageCall
+		calls      []trace.UsageCall
 		want       map[string]map[string]wireUsage
 		unfinished []string
 	}{
 		{
 			name: "calls without usage are present as {}",
-			calls: []TraceUsageCall{
+			calls: []trace.UsageCall{
 				{ID: "a"}, {ID: "b", ParentID: "a", Usage: `{}`}, {ID: "c", Usage: `null`},
 			},
 			want: map[string]map[string]wireUsage{"a": {}, "b": {}, "c": {}},
 		},
 		{
 			name: "a parent outside the selection makes the call a root",
-			calls: []TraceUsageCall{
+			calls: []trace.UsageCall{
 				{ID: "x", ParentID: "not-selected", Usage: `{"m":{"prompt_tokens":1,"completion_tokens":2}}`},
 				{ID: "y", ParentID: "x", Usage: `{"m":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`},
 			},
@@ -93,32 +94,32 @@ func TestTraceUsageEdgeCases(t *testing.T) {
 		},
 		{
 			name:  "input and output tokens fold into prompt and completion, total filled in",
-			calls: []TraceUsageCall{{ID: "a", Usage: `{"m":{"prompt_tokens":1,"input_tokens":2,"completion_tokens":3,"output_tokens":4}}`}},
+			calls: []trace.UsageCall{{ID: "a", Usage: `{"m":{"prompt_tokens":1,"input_tokens":2,"completion_tokens":3,"output_tokens":4}}`}},
 			want:  map[string]map[string]wireUsage{"a": {"m": tokens(3, 7, 10)}},
 		},
 		{
 			name:  "a given total is kept",
-			calls: []TraceUsageCall{{ID: "a", Usage: `{"m":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":9}}`}},
+			calls: []trace.UsageCall{{ID: "a", Usage: `{"m":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":9}}`}},
 			want:  map[string]map[string]wireUsage{"a": {"m": tokens(1, 1, 9)}},
 		},
 		{
 			name:  "all-zero entries are dropped, requests alone keep an entry",
-			calls: []TraceUsageCall{{ID: "a", Usage: `{"zero":{"requests":0,"prompt_tokens":0},"req":{"requests":1}}`}},
+			calls: []trace.UsageCall{{ID: "a", Usage: `{"zero":{"requests":0,"prompt_tokens":0},"req":{"requests":1}}`}},
 			want:  map[string]map[string]wireUsage{"a": {"req": {Requests: 1}}},
 		},
 		{
 			name:  "non-object entries are skipped",
-			calls: []TraceUsageCall{{ID: "a", Usage: `{"bad":5,"list":[1],"m":{"prompt_tokens":1}}`}},
+			calls: []trace.UsageCall{{ID: "a", Usage: `{"bad":5,"list":[1],"m":{"prompt_tokens":1}}`}},
 			want:  map[string]map[string]wireUsage{"a": {"m": tokens(1, 0, 1)}},
 		},
 		{
 			name:  "usage that is not an object counts nothing",
-			calls: []TraceUsageCall{{ID: "a", Usage: `[1,2]`}},
+			calls: []trace.UsageCall{{ID: "a", Usage: `[1,2]`}},
 			want:  map[string]map[string]wireUsage{"a": {}},
 		},
 		{
 			name: "cache counts are copied and summed",
-			calls: []TraceUsageCall{
+			calls: []trace.UsageCall{
 				{ID: "r", Usage: `{"m":{"requests":1,"prompt_tokens":10,"cache_read_input_tokens":4,"cache_creation_input_tokens":2}}`},
 				{ID: "c", ParentID: "r", Usage: `{"m":{"requests":1,"prompt_tokens":10,"cache_read_input_tokens":6}}`},
 			},
@@ -129,7 +130,7 @@ func TestTraceUsageEdgeCases(t *testing.T) {
 		},
 		{
 			name: "a model new to the parent is copied, an existing one summed",
-			calls: []TraceUsageCall{
+			calls: []trace.UsageCall{
 				{ID: "r", Usage: `{"a":{"requests":1,"prompt_tokens":1}}`},
 				{ID: "c1", ParentID: "r", Usage: `{"a":{"requests":1,"prompt_tokens":2},"b":{"requests":1,"completion_tokens":3}}`},
 				{ID: "c2", ParentID: "r", Usage: `{"b":{"requests":2,"completion_tokens":4}}`},
@@ -142,7 +143,7 @@ func TestTraceUsageEdgeCases(t *testing.T) {
 		},
 		{
 			name: "unfinished calls are listed in selection order",
-			calls: []TraceUsageCall{
+			calls: []trace.UsageCall{
 				{ID: "r", Unfinished: true}, {ID: "c", ParentID: "r"}, {ID: "d", ParentID: "r", Unfinished: true},
 			},
 			want:       map[string]map[string]wireUsage{"r": {}, "c": {}, "d": {}},
@@ -150,7 +151,7 @@ func TestTraceUsageEdgeCases(t *testing.T) {
 		},
 		{
 			name: "a self parent and a cycle end without hanging",
-			calls: []TraceUsageCall{
+			calls: []trace.UsageCall{
 				{ID: "s", ParentID: "s", Usage: `{"m":{"prompt_tokens":1}}`},
 				{ID: "p", ParentID: "q", Usage: `{"m":{"prompt_tokens":1}}`},
 				{ID: "q", ParentID: "p", Usage: `{"m":{"prompt_tokens":1}}`},
@@ -161,7 +162,7 @@ func TestTraceUsageEdgeCases(t *testing.T) {
 		},
 		{
 			name: "a repeated id counts once",
-			calls: []TraceUsageCall{
+			calls: []trace.UsageCall{
 				{ID: "r"},
 				{ID: "c", ParentID: "r", Usage: `{"m":{"prompt_tokens":1}}`},
 				{ID: "c", ParentID: "r", Usage: `{"m":{"prompt_tokens":5}}`},
@@ -170,7 +171,7 @@ func TestTraceUsageEdgeCases(t *testing.T) {
 		},
 		{
 			name:  "model names with dots, quotes and non-ASCII survive",
-			calls: []TraceUsageCall{{ID: "i\"d", Usage: `{"gpt-4.1 \"x\" é":{"prompt_tokens":1}}`}},
+			calls: []trace.UsageCall{{ID: "i\"d", Usage: `{"gpt-4.1 \"x\" é":{"prompt_tokens":1}}`}},
 			want:  map[string]map[string]wireUsage{"i\"d": {"gpt-4.1 \"x\" é": tokens(1, 0, 1)}},
 		},
 	}
@@ -196,7 +197,7 @@ func TestTraceUsageCosts(t *testing.T) {
 		"priced":  {PromptPerMTok: 2, CompletionPerMTok: 10, CachedPromptPerMTok: 1},
 		"nocache": {PromptPerMTok: 3, CompletionPerMTok: 6},
 	}
-	calls := []TraceUsageCall{
+	calls := []trace.UsageCall{
 		{ID: "r", Usage: `{"priced":{"requests":1,"prompt_tokens":1000000,"completion_tokens":500000,"cache_read_input_tokens":400000}}`},
 		{ID: "c", ParentID: "r", Usage: `{"nocache":{"requests":1,"prompt_tokens":1000000,"completion_tokens":1000000,"cache_read_input_tokens":500000},"free":{"requests":1,"prompt_tokens":7}}`},
 	}
@@ -259,10 +260,10 @@ func TestAppendJSONString(t *testing.T) {
 
 // syntheticTrace builds n calls in one trace: a tree with fan-out 8, each
 // call with one or two models of usage.
-func syntheticTrace(n int) []TraceUsageCall {
-	calls := make([]TraceUsageCall, n)
+func syntheticTrace(n int) []trace.UsageCall {
+	calls := make([]trace.UsageCall, n)
 	for i := range calls {
-		c := TraceUsageCall{ID: "call-" + strconv.Itoa(i), Unfinished: i%97 == 0}
+		c := trace.UsageCall{ID: "call-" + strconv.Itoa(i), Unfinished: i%97 == 0}
 		if i > 0 {
 			c.ParentID = "call-" + strconv.Itoa((i-1)/8)
 		}

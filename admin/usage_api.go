@@ -11,6 +11,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/tollgate-dev/tollgate/accounting"
 	"github.com/tollgate-dev/tollgate/auth"
 )
 
@@ -18,83 +19,7 @@ import (
 type UsageStore interface {
 	// UsageBuckets sums the usage q selects, one row per bucket and group,
 	// ordered by bucket. Buckets with no usage have no row.
-	UsageBuckets(ctx context.Context, q UsageQuery) ([]UsageRow, error)
-}
-
-// UsageQuery selects the usage records one page of the usage API sums.
-type UsageQuery struct {
-	// Start and End bound the records' start times: [Start, End).
-	Start, End time.Time
-	// BucketWidth splits [Start, End) into buckets, the first at Start.
-	BucketWidth time.Duration
-	// GroupByProject, GroupByModel, GroupByKey, GroupByEndpoint and
-	// GroupByStatus split each bucket's sums by team and project, by model,
-	// by key name, by endpoint, and by outcome (UsageStatuses).
-	GroupByProject, GroupByModel, GroupByKey, GroupByEndpoint, GroupByStatus bool
-	// Projects, when not empty, keeps only these projects.
-	Projects []UsageProject
-	// Models, when not empty, keeps only these (requested) models.
-	Models []string
-	// Endpoints, when not empty, keeps only the records of these endpoints
-	// (Endpoints lists their names); empty keeps every endpoint.
-	Endpoints []string
-	// Teams, when not nil, keeps only these teams: the caller's own. A
-	// non-nil empty slice selects nothing.
-	Teams []string
-}
-
-// UsageProject is a team's project, "team/project" in the usage API.
-type UsageProject struct {
-	Team, Project string
-}
-
-// UsageRow is the usage of one group in one bucket. The group fields not
-// grouped by are empty.
-type UsageRow struct {
-	BucketStart time.Time
-	Team        string
-	Project     string
-	Model       string
-	KeyName     string
-	Endpoint    string
-	// Status is the records' outcome, one of UsageStatuses.
-	Status string
-
-	// InputTokens are prompt tokens, cached ones included, as OpenAI counts them.
-	InputTokens  int64
-	OutputTokens int64
-	CachedTokens int64
-	// Requests counts the records a backend was reached for (OpenAI's
-	// num_model_requests); Records counts every record, those refused
-	// before any backend (a limit, a bad request) included.
-	Requests int64
-	Records  int64
-}
-
-// UsageEndpoints are the endpoints usage records tell apart, as
-// accounting.Record.Endpoint names them: the usage API's endpoints= and
-// group_by=endpoint values.
-func UsageEndpoints() []string {
-	return []string{"chat.completions", "completions", "embeddings", "responses"}
-}
-
-// UsageStatuses are the outcomes group_by=status tells apart, in the
-// order the store sorts them:
-//   - client_closed: the client left before the end, either closing a
-//     stream (its tokens are what was streamed until then) or giving up
-//     before any answer (status 499);
-//   - client_error: refused with a 4xx as the client's fault (bad request,
-//     key, limit), 499 aside;
-//   - complete: answered in full (a 2xx without error);
-//   - server_error: the gateway or a backend failed: a 5xx, or a stream
-//     that ended in an in-band error after its 200;
-//   - stream_broken: the backend broke a stream off after its first byte
-//     (its tokens are what was streamed until then).
-//
-// client_closed streams and stream_broken are the incomplete (aborted)
-// requests.
-func UsageStatuses() []string {
-	return []string{"client_closed", "client_error", "complete", "server_error", "stream_broken"}
+	UsageBuckets(ctx context.Context, q accounting.UsageQuery) ([]accounting.UsageRow, error)
 }
 
 // usageKind is one path of the usage API: what it counts unless
@@ -219,7 +144,7 @@ func (a *UsageAPI) serve(ctx *fasthttp.RequestCtx, kind usageKind) {
 			}
 		}
 	}
-	var rows []UsageRow
+	var rows []accounting.UsageRow
 	if req.query.Start.Before(req.query.End) {
 		// The store gets a context of its own, not the RequestCtx: the SQL
 		// driver may watch it from goroutines that outlive the handler, and
@@ -243,7 +168,7 @@ func (a *UsageAPI) serve(ctx *fasthttp.RequestCtx, kind usageKind) {
 // usageRequest is a validated request: the store query for its page, and
 // what the page answer needs besides the rows.
 type usageRequest struct {
-	query   UsageQuery
+	query   accounting.UsageQuery
 	kind    usageKind
 	hasMore bool
 }
@@ -300,7 +225,7 @@ func parseUsageRequest(args *fasthttp.Args, now time.Time, kind usageKind) (*usa
 		limit = n
 	}
 
-	q := UsageQuery{BucketWidth: bw.width}
+	q := accounting.UsageQuery{BucketWidth: bw.width}
 	for _, g := range usageList(args, "group_by") {
 		switch g {
 		case "project_id":
@@ -322,12 +247,12 @@ func parseUsageRequest(args *fasthttp.Args, now time.Time, kind usageKind) (*usa
 		if !found || team == "" || project == "" || strings.Contains(project, "/") {
 			return nil, usageInvalid("project_ids", "Invalid 'project_ids' value "+strconv.Quote(id)+": want team/project.")
 		}
-		q.Projects = append(q.Projects, UsageProject{Team: team, Project: project})
+		q.Projects = append(q.Projects, accounting.UsageProject{Team: team, Project: project})
 	}
 	q.Models = usageList(args, "models")
 	q.Endpoints = kind.endpoints
 	if endpoints := usageList(args, "endpoints"); len(endpoints) > 0 {
-		known := UsageEndpoints()
+		known := accounting.UsageEndpoints()
 		for _, e := range endpoints {
 			if !slices.Contains(known, e) {
 				return nil, usageInvalid("endpoints", "Invalid 'endpoints' value "+strconv.Quote(e)+": want "+strings.Join(known, ", ")+".")
@@ -430,7 +355,7 @@ type usageResult struct {
 }
 
 // page lays rows out in the page's buckets, empty buckets included.
-func (r *usageRequest) page(rows []UsageRow) usagePage {
+func (r *usageRequest) page(rows []accounting.UsageRow) usagePage {
 	q := &r.query
 	width := int64(q.BucketWidth / time.Second)
 	start, end := q.Start.Unix(), q.End.Unix()

@@ -13,8 +13,8 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/tollgate-dev/tollgate/accounting"
-	"github.com/tollgate-dev/tollgate/admin"
 	"github.com/tollgate-dev/tollgate/store"
+	"github.com/tollgate-dev/tollgate/trace"
 )
 
 // gatewayRecord is a completion the gateway served for team acme, filed
@@ -29,15 +29,15 @@ func gatewayRecord(callID, completionID string) accounting.Record {
 
 // sdkCall is the start and end of a wrapped OpenAI call as a Weave SDK
 // logs it, whose output is the completion the gateway returned.
-func sdkCall(projectID int64, id, completionID, source string) (admin.CallStart, admin.CallEnd) {
+func sdkCall(projectID int64, id, completionID, source string) (trace.CallStart, trace.CallEnd) {
 	attrs := `{"weave":{"source":"` + source + `","client_version":"0.11.1"}}`
 	if source == "" {
 		attrs = `{}`
 	}
-	return admin.CallStart{
+	return trace.CallStart{
 			ProjectID: projectID, ID: id, TraceID: "trace-" + id, OpName: "openai.chat.completions.create",
 			StartedAt: callT0, Attributes: json.RawMessage(attrs), Inputs: json.RawMessage(`{"model":"demo"}`),
-		}, admin.CallEnd{
+		}, trace.CallEnd{
 			ProjectID: projectID, ID: id, EndedAt: callT0.Add(2 * time.Second),
 			Output:  json.RawMessage(`{"id":"` + completionID + `","object":"chat.completion","model":"demo","choices":[]}`),
 			Summary: json.RawMessage(`{"usage":{"demo":{"requests":1,"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}}}`),
@@ -59,7 +59,7 @@ func TestCompletionFold(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		write := func(writes ...admin.CallWrite) {
+		write := func(writes ...trace.CallWrite) {
 			t.Helper()
 			if _, err := db.WriteCalls(ctx, writes); err != nil {
 				t.Fatal(err)
@@ -74,7 +74,7 @@ func TestCompletionFold(t *testing.T) {
 		exists := func(projectID int64, id string) bool {
 			t.Helper()
 			_, err := db.ReadCall(ctx, projectID, id)
-			if err != nil && !errors.Is(err, admin.ErrNotFound) {
+			if err != nil && !errors.Is(err, trace.ErrNotFound) {
 				t.Fatal(err)
 			}
 			return err == nil
@@ -113,14 +113,14 @@ func TestCompletionFold(t *testing.T) {
 			t.Fatal("the gateway's call was not stored")
 		}
 		s, e := sdkCall(app.ID, "sdk-1", "chatcmpl-1", "js-sdk")
-		write(admin.CallWrite{Start: &s}, admin.CallWrite{End: &e})
+		write(trace.CallWrite{Start: &s}, trace.CallWrite{End: &e})
 		if exists(inference.ID, "gw-1") {
 			t.Fatal("gateway first: the gateway's call was not folded")
 		}
 
 		// SDK first, gateway after.
 		s, e = sdkCall(app.ID, "sdk-2", "chatcmpl-2", "js-sdk")
-		write(admin.CallWrite{Start: &s}, admin.CallWrite{End: &e})
+		write(trace.CallWrite{Start: &s}, trace.CallWrite{End: &e})
 		record(gatewayRecord("gw-2", "chatcmpl-2"))
 		if exists(inference.ID, "gw-2") {
 			t.Fatal("SDK first: the gateway's call was stored beside the SDK's")
@@ -128,9 +128,9 @@ func TestCompletionFold(t *testing.T) {
 
 		// SDK end before its start (one batch), gateway in between.
 		s, e = sdkCall(app.ID, "sdk-3", "chatcmpl-3", "python-sdk")
-		write(admin.CallWrite{End: &e})
+		write(trace.CallWrite{End: &e})
 		record(gatewayRecord("gw-3", "chatcmpl-3"))
-		write(admin.CallWrite{Start: &s})
+		write(trace.CallWrite{Start: &s})
 		if exists(inference.ID, "gw-3") {
 			t.Fatal("early end: the gateway's call was not folded when the start came")
 		}
@@ -151,7 +151,7 @@ func TestCompletionFold(t *testing.T) {
 		}
 		// Both orders leave the same call, apart from the ids.
 		c2, _ := db.ReadCall(ctx, app.ID, "sdk-2")
-		strip := func(c admin.Call) string {
+		strip := func(c trace.Call) string {
 			b, _ := json.Marshal(map[string]any{"summary": json.RawMessage(c.Summary), "op": c.OpName,
 				"keys": gjson.GetBytes(c.Attributes, "@keys").Raw, "gwkeys": gjson.GetBytes(c.Attributes, "gateway.@keys").Raw})
 			return string(b)
@@ -176,7 +176,7 @@ func TestCompletionFold(t *testing.T) {
 		// Retrying the gateway's batch, or the SDK's end, changes nothing.
 		record(gatewayRecord("gw-1", "chatcmpl-1"))
 		s, e = sdkCall(app.ID, "sdk-1", "chatcmpl-1", "js-sdk")
-		write(admin.CallWrite{End: &e})
+		write(trace.CallWrite{End: &e})
 		if exists(inference.ID, "gw-1") || !reflect.DeepEqual(gatewayOf("sdk-1"), want) {
 			t.Fatal("a retry undid the fold")
 		}
@@ -185,7 +185,7 @@ func TestCompletionFold(t *testing.T) {
 		// SDK's, even with the completion as its output, folds nothing.
 		record(gatewayRecord("gw-4", "chatcmpl-4"))
 		s, e = sdkCall(app.ID, "plain-4", "chatcmpl-4", "")
-		write(admin.CallWrite{Start: &s}, admin.CallWrite{End: &e})
+		write(trace.CallWrite{Start: &s}, trace.CallWrite{End: &e})
 		if !exists(inference.ID, "gw-4") {
 			t.Fatal("a call without an SDK source folded the gateway's call")
 		}
@@ -196,7 +196,7 @@ func TestCompletionFold(t *testing.T) {
 		}
 		record(gatewayRecord("gw-5", "chatcmpl-5"))
 		s, e = sdkCall(other.ID, "rival-5", "chatcmpl-5", "js-sdk")
-		write(admin.CallWrite{Start: &s}, admin.CallWrite{End: &e})
+		write(trace.CallWrite{Start: &s}, trace.CallWrite{End: &e})
 		if !exists(inference.ID, "gw-5") {
 			t.Fatal("another team's SDK call folded acme's gateway call")
 		}
@@ -248,7 +248,7 @@ func TestCompletionFoldRace(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				s, e := sdkCall(app.ID, "sdk-"+id, "chatcmpl-"+id, "js-sdk")
-				_, err := db.WriteCalls(ctx, []admin.CallWrite{{Start: &s}, {End: &e}})
+				_, err := db.WriteCalls(ctx, []trace.CallWrite{{Start: &s}, {End: &e}})
 				errs <- err
 			}()
 		}

@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/accounting"
-	"github.com/tollgate-dev/tollgate/admin"
 	"github.com/tollgate-dev/tollgate/config"
 	"github.com/tollgate-dev/tollgate/store"
 	"github.com/tollgate-dev/tollgate/store/storetest"
+	"github.com/tollgate-dev/tollgate/trace"
 )
 
 // The store's suites run once per engine: on a fresh SQLite file always,
@@ -281,24 +281,24 @@ func TestQueryEdgeCases(t *testing.T) {
 		p := fixture(t, db)
 		tests := []struct {
 			name string
-			q    admin.CallsQuery
+			q    trace.CallsQuery
 			want []string
 		}{
-			{"$gt on a JSON string", where(cmp(admin.OpGt, field("inputs", "msg"), lit("A"))), []string{"c1"}},
-			{"$lt on a JSON string, numbers excluded", where(cmp(admin.OpLt, field("attributes", "name"), lit("B"))), []string{"c1"}},
-			{"$lt with the literal first", where(cmp(admin.OpLt, lit("B"), field("attributes", "name"))), []string{}},
-			{"$convert double of text without a number", where(cmp(admin.OpEq, admin.Convert{Input: field("attributes", "name"), To: admin.ToDouble}, lit(int64(0)))), []string{"c1"}},
-			{"$convert int across kinds", where(cmp(admin.OpLt, admin.Convert{Input: field("attributes", "n"), To: admin.ToInt}, lit(int64(8)))), []string{"c1", "c3"}},
-			{"$in across kinds", where(admin.InOp{Left: field("attributes", "n"), Values: []admin.Operand{lit(int64(3)), lit("7")}}), []string{"c1", "c3"}},
-			{"$in on a column", where(admin.InOp{Left: field("op_name"), Values: []admin.Operand{lit("Evaluation.evaluate"), lit(int64(1))}}), []string{"c2"}},
-			{"$eq on a nested number", where(cmp(admin.OpEq, field("summary", "usage", "m", "total_tokens"), lit(int64(5)))), []string{"c3"}},
-			{"$contains on a number's text", where(admin.ContainsOp{Input: field("attributes", "n"), Substr: lit("1")}), []string{"c2"}},
-			{"$not of a missing document", where(admin.NotOp{Operand: field("output")}), []string{"c2"}},
-			{"$gt on a column with a number is false", where(cmp(admin.OpGt, field("id"), lit(int64(0)))), []string{}},
-			{"sort nulls first ascending", admin.CallsQuery{Limit: -1, SortBy: []admin.SortBy{{Field: field("ended_at")}}}, []string{"c2", "c1", "c3"}},
-			{"sort nulls last descending", admin.CallsQuery{Limit: -1, SortBy: []admin.SortBy{{Field: field("display_name"), Desc: true}}}, []string{"c3", "c1", "c2"}},
-			{"sort a JSON field ascending", admin.CallsQuery{Limit: -1, SortBy: []admin.SortBy{{Field: field("attributes", "flag")}}}, []string{"c3", "c2", "c1"}},
-			{"newest first, as the evaluation runs listing", admin.CallsQuery{Limit: 2, SortBy: []admin.SortBy{
+			{"$gt on a JSON string", where(cmp(trace.OpGt, field("inputs", "msg"), lit("A"))), []string{"c1"}},
+			{"$lt on a JSON string, numbers excluded", where(cmp(trace.OpLt, field("attributes", "name"), lit("B"))), []string{"c1"}},
+			{"$lt with the literal first", where(cmp(trace.OpLt, lit("B"), field("attributes", "name"))), []string{}},
+			{"$convert double of text without a number", where(cmp(trace.OpEq, trace.Convert{Input: field("attributes", "name"), To: trace.ToDouble}, lit(int64(0)))), []string{"c1"}},
+			{"$convert int across kinds", where(cmp(trace.OpLt, trace.Convert{Input: field("attributes", "n"), To: trace.ToInt}, lit(int64(8)))), []string{"c1", "c3"}},
+			{"$in across kinds", where(trace.InOp{Left: field("attributes", "n"), Values: []trace.Operand{lit(int64(3)), lit("7")}}), []string{"c1", "c3"}},
+			{"$in on a column", where(trace.InOp{Left: field("op_name"), Values: []trace.Operand{lit("Evaluation.evaluate"), lit(int64(1))}}), []string{"c2"}},
+			{"$eq on a nested number", where(cmp(trace.OpEq, field("summary", "usage", "m", "total_tokens"), lit(int64(5)))), []string{"c3"}},
+			{"$contains on a number's text", where(trace.ContainsOp{Input: field("attributes", "n"), Substr: lit("1")}), []string{"c2"}},
+			{"$not of a missing document", where(trace.NotOp{Operand: field("output")}), []string{"c2"}},
+			{"$gt on a column with a number is false", where(cmp(trace.OpGt, field("id"), lit(int64(0)))), []string{}},
+			{"sort nulls first ascending", trace.CallsQuery{Limit: -1, SortBy: []trace.SortBy{{Field: field("ended_at")}}}, []string{"c2", "c1", "c3"}},
+			{"sort nulls last descending", trace.CallsQuery{Limit: -1, SortBy: []trace.SortBy{{Field: field("display_name"), Desc: true}}}, []string{"c3", "c1", "c2"}},
+			{"sort a JSON field ascending", trace.CallsQuery{Limit: -1, SortBy: []trace.SortBy{{Field: field("attributes", "flag")}}}, []string{"c3", "c2", "c1"}},
+			{"newest first, as the evaluation runs listing", trace.CallsQuery{Limit: 2, SortBy: []trace.SortBy{
 				{Field: field("started_at"), Desc: true}, {Field: field("id"), Desc: true},
 			}}, []string{"c3", "c2"}},
 		}
@@ -312,6 +312,6 @@ func TestQueryEdgeCases(t *testing.T) {
 	})
 }
 
-func where(expr admin.Operand) admin.CallsQuery {
-	return admin.CallsQuery{Query: &admin.Query{Expr: expr}, Limit: -1}
+func where(expr trace.Operand) trace.CallsQuery {
+	return trace.CallsQuery{Query: &trace.Query{Expr: expr}, Limit: -1}
 }

@@ -1,6 +1,7 @@
 // Package store persists usage records and traces, in SQLite (the embedded
-// default) or PostgreSQL. It implements the store interfaces that
-// accounting and admin define where they consume them.
+// default) or PostgreSQL. It implements the contracts of the domain
+// packages accounting, trace and weave, and the usage API's store that admin
+// defines where it consumes it; it imports no HTTP package.
 package store
 
 import (

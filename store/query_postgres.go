@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/tollgate-dev/tollgate/admin"
+	"github.com/tollgate-dev/tollgate/trace"
 )
 
 // The $expr compiler for PostgreSQL. SQLite's (traces.go) leans on dynamic
@@ -50,23 +50,23 @@ const pgTruthy = `('true', '1', 'yes', 'y', 't', 'on')`
 
 // pgCond compiles an operand where a condition is expected, to a boolean
 // that is NULL only where SQLite's would be.
-func pgCond(op admin.Operand) (sqlFrag, error) {
+func pgCond(op trace.Operand) (sqlFrag, error) {
 	switch x := op.(type) {
-	case admin.AndOp:
+	case trace.AndOp:
 		return pgList(x.Operands, " AND ", "TRUE")
-	case admin.OrOp:
+	case trace.OrOp:
 		return pgList(x.Operands, " OR ", "FALSE")
-	case admin.NotOp:
+	case trace.NotOp:
 		in, err := pgCond(x.Operand)
 		if err != nil {
 			return sqlFrag{}, err
 		}
 		return wrapSQL("(NOT COALESCE(", in, ", FALSE))"), nil
-	case admin.CompareOp:
+	case trace.CompareOp:
 		return pgCompare(x)
-	case admin.InOp:
+	case trace.InOp:
 		return pgIn(x)
-	case admin.ContainsOp:
+	case trace.ContainsOp:
 		in, err := pgValueOf(x.Input)
 		if err != nil {
 			return sqlFrag{}, err
@@ -79,7 +79,7 @@ func pgCond(op admin.Operand) (sqlFrag, error) {
 			return joinSQL("", rawSQL("(strpos(lower("), pgAsText(in), rawSQL("), lower("), pgAsText(sub), rawSQL(")) > 0)")), nil
 		}
 		return joinSQL("", rawSQL("(strpos("), pgAsText(in), rawSQL(", "), pgAsText(sub), rawSQL(") > 0)")), nil
-	case admin.Literal, admin.GetField, admin.Convert:
+	case trace.Literal, trace.GetField, trace.Convert:
 		v, err := pgValueOf(op)
 		if err != nil {
 			return sqlFrag{}, err
@@ -89,7 +89,7 @@ func pgCond(op admin.Operand) (sqlFrag, error) {
 	return sqlFrag{}, fmt.Errorf("unknown query operand %T", op)
 }
 
-func pgList(ops []admin.Operand, sep, empty string) (sqlFrag, error) {
+func pgList(ops []trace.Operand, sep, empty string) (sqlFrag, error) {
 	if len(ops) == 0 {
 		return rawSQL(empty), nil
 	}
@@ -118,13 +118,13 @@ func pgTruth(v pgValue) sqlFrag {
 }
 
 // pgValueOf compiles an operand where a value is expected.
-func pgValueOf(op admin.Operand) (pgValue, error) {
+func pgValueOf(op trace.Operand) (pgValue, error) {
 	switch x := op.(type) {
-	case admin.Literal:
+	case trace.Literal:
 		return pgLiteral(x.Value)
-	case admin.GetField:
+	case trace.GetField:
 		return pgField(x)
-	case admin.Convert:
+	case trace.Convert:
 		return pgConvert(x)
 	}
 	f, err := pgCond(op)
@@ -158,7 +158,7 @@ func pgJSONAt(col string, path []string) sqlFrag {
 }
 
 // pgField compiles a $getField.
-func pgField(f admin.GetField) (pgValue, error) {
+func pgField(f trace.GetField) (pgValue, error) {
 	col, ok := columnSQL(f.Column)
 	if !ok {
 		return pgValue{}, fmt.Errorf("unknown call field %q", f.Column)
@@ -212,10 +212,10 @@ func pgNumber(v pgValue) sqlFrag {
 		rawSQL(" ELSE 0 END)"))
 }
 
-func pgConvert(x admin.Convert) (pgValue, error) {
-	if x.To == admin.ToExists {
+func pgConvert(x trace.Convert) (pgValue, error) {
+	if x.To == trace.ToExists {
 		// A JSON null exists, as json_type() says on SQLite.
-		if f, ok := x.Input.(admin.GetField); ok && isJSONColumn(f.Column) {
+		if f, ok := x.Input.(trace.GetField); ok && isJSONColumn(f.Column) {
 			col, _ := columnSQL(f.Column)
 			return pgValue{sqlFrag: wrapSQL("(", pgJSONAt(col, f.Path), " IS NOT NULL)"), kind: pgBool}, nil
 		}
@@ -225,15 +225,15 @@ func pgConvert(x admin.Convert) (pgValue, error) {
 		return pgValue{}, err
 	}
 	switch x.To {
-	case admin.ToDouble:
+	case trace.ToDouble:
 		return pgValue{sqlFrag: wrapSQL("to_jsonb(", pgNumber(in), ")"), kind: pgJSON}, nil
-	case admin.ToInt:
+	case trace.ToInt:
 		return pgValue{sqlFrag: wrapSQL("to_jsonb(trunc(", pgNumber(in), "))"), kind: pgJSON}, nil
-	case admin.ToString:
+	case trace.ToString:
 		return pgValue{sqlFrag: pgAsText(in), kind: pgText}, nil
-	case admin.ToExists:
+	case trace.ToExists:
 		return pgValue{sqlFrag: wrapSQL("(", in.sqlFrag, " IS NOT NULL)"), kind: pgBool}, nil
-	case admin.ToBool:
+	case trace.ToBool:
 		// Numbers are true when non-zero, text when it reads as true.
 		switch in.kind {
 		case pgBool:
@@ -250,9 +250,9 @@ func pgConvert(x admin.Convert) (pgValue, error) {
 	return pgValue{}, fmt.Errorf("unknown $convert target %q", x.To)
 }
 
-func pgCompare(x admin.CompareOp) (sqlFrag, error) {
+func pgCompare(x trace.CompareOp) (sqlFrag, error) {
 	left, right := timeLiteral(x.Left, x.Right), timeLiteral(x.Right, x.Left)
-	if x.Op == admin.OpEq && (isNull(left) || isNull(right)) {
+	if x.Op == trace.OpEq && (isNull(left) || isNull(right)) {
 		other := left
 		if isNull(left) {
 			other = right
@@ -265,15 +265,15 @@ func pgCompare(x admin.CompareOp) (sqlFrag, error) {
 	}
 	var op string
 	switch x.Op {
-	case admin.OpEq:
+	case trace.OpEq:
 		op = " = "
-	case admin.OpGt:
+	case trace.OpGt:
 		op = " > "
-	case admin.OpGte:
+	case trace.OpGte:
 		op = " >= "
-	case admin.OpLt:
+	case trace.OpLt:
 		op = " < "
-	case admin.OpLte:
+	case trace.OpLte:
 		op = " <= "
 	default:
 		return sqlFrag{}, fmt.Errorf("unknown comparison %q", x.Op)
@@ -289,7 +289,7 @@ func pgCompare(x admin.CompareOp) (sqlFrag, error) {
 	if l.kind == pgText && r.kind == pgText {
 		return pgTextCompare(l.sqlFrag, op, r.sqlFrag), nil
 	}
-	if x.Op != admin.OpEq {
+	if x.Op != trace.OpEq {
 		// Ordering compares like types only, as on SQLite (see
 		// compileCompare): a value with a string literal as text, with
 		// a number literal as a number.
@@ -311,11 +311,11 @@ func pgTextCompare(l sqlFrag, op string, r sqlFrag) sqlFrag {
 
 // pgGuard returns the jsonb type of lit when it is a number or string
 // literal compared with a value that is not a literal.
-func pgGuard(lit, other admin.Operand) (string, bool) {
+func pgGuard(lit, other trace.Operand) (string, bool) {
 	if isLiteral(other) {
 		return "", false
 	}
-	l, ok := lit.(admin.Literal)
+	l, ok := lit.(trace.Literal)
 	if !ok {
 		return "", false
 	}
@@ -346,7 +346,7 @@ func pgGuarded(typ string, v pgValue, op string, lit pgValue, flipped bool) sqlF
 	return joinSQL("", rawSQL("(jsonb_typeof("), j, rawSQL(") = '"+typ+"' AND "), cmp, rawSQL(")"))
 }
 
-func pgIn(x admin.InOp) (sqlFrag, error) {
+func pgIn(x trace.InOp) (sqlFrag, error) {
 	if len(x.Values) == 0 {
 		return rawSQL("FALSE"), nil
 	}
@@ -393,7 +393,7 @@ func pgRefsCond(col string, refs []string) sqlFrag {
 // pgOrderKey is the ORDER BY term of one sort_by field on PostgreSQL,
 // ordering as SQLite does: NULLs first, then numbers (booleans among them,
 // as 0 and 1), then text, bytewise.
-func pgOrderKey(field admin.GetField, desc bool) (sqlFrag, error) {
+func pgOrderKey(field trace.GetField, desc bool) (sqlFrag, error) {
 	v, err := pgField(field)
 	if err != nil {
 		return sqlFrag{}, err
@@ -446,7 +446,7 @@ func (d *DB) finishCallPostgres(ctx context.Context, projectID int64, id, opName
 	err = c.queryRow(ctx, `SELECT summary FROM calls WHERE project_id = ? AND id = ? AND op_name = ? FOR UPDATE`,
 		projectID, id, opName).Scan(&stored)
 	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("call %s: %w", id, admin.ErrNotFound)
+		return fmt.Errorf("call %s: %w", id, trace.ErrNotFound)
 	}
 	if err != nil {
 		return fmt.Errorf("finish call: %w", err)

@@ -11,12 +11,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tollgate-dev/tollgate/admin"
+	"github.com/tollgate-dev/tollgate/trace"
 )
 
-var _ admin.Store = (*DB)(nil)
+var _ trace.Store = (*DB)(nil)
 
-func formatTraceTime(t time.Time) string { return t.UTC().Format(admin.TimeLayout) }
+func formatTraceTime(t time.Time) string { return t.UTC().Format(trace.TimeLayout) }
 
 func parseTraceTime(s string) (time.Time, error) {
 	t, err := time.Parse(time.RFC3339Nano, s)
@@ -51,36 +51,36 @@ func ensureProject(ctx context.Context, c conn, entity, name string) (int64, err
 }
 
 // EnsureProject returns the project, creating it on first use.
-func (d *DB) EnsureProject(ctx context.Context, entity, name string) (admin.Project, error) {
+func (d *DB) EnsureProject(ctx context.Context, entity, name string) (trace.Project, error) {
 	id, err := ensureProject(ctx, d.conn(), entity, name)
 	if err != nil {
-		return admin.Project{}, err
+		return trace.Project{}, err
 	}
-	return admin.Project{ID: id, Entity: entity, Name: name}, nil
+	return trace.Project{ID: id, Entity: entity, Name: name}, nil
 }
 
 // FindProject returns an existing project by entity and name.
-func (d *DB) FindProject(ctx context.Context, entity, name string) (admin.Project, error) {
-	p := admin.Project{Entity: entity, Name: name}
+func (d *DB) FindProject(ctx context.Context, entity, name string) (trace.Project, error) {
+	p := trace.Project{Entity: entity, Name: name}
 	err := d.conn().queryRow(ctx, `SELECT id FROM projects WHERE entity = ? AND name = ?`, entity, name).Scan(&p.ID)
 	if errors.Is(err, sql.ErrNoRows) {
-		return admin.Project{}, fmt.Errorf("project %s/%s: %w", entity, name, admin.ErrNotFound)
+		return trace.Project{}, fmt.Errorf("project %s/%s: %w", entity, name, trace.ErrNotFound)
 	}
 	if err != nil {
-		return admin.Project{}, fmt.Errorf("find project: %w", err)
+		return trace.Project{}, fmt.Errorf("find project: %w", err)
 	}
 	return p, nil
 }
 
 // ProjectByID returns an existing project by its internal integer id.
-func (d *DB) ProjectByID(ctx context.Context, id int64) (admin.Project, error) {
-	p := admin.Project{ID: id}
+func (d *DB) ProjectByID(ctx context.Context, id int64) (trace.Project, error) {
+	p := trace.Project{ID: id}
 	err := d.conn().queryRow(ctx, `SELECT entity, name FROM projects WHERE id = ?`, id).Scan(&p.Entity, &p.Name)
 	if errors.Is(err, sql.ErrNoRows) {
-		return admin.Project{}, fmt.Errorf("project %d: %w", id, admin.ErrNotFound)
+		return trace.Project{}, fmt.Errorf("project %d: %w", id, trace.ErrNotFound)
 	}
 	if err != nil {
-		return admin.Project{}, fmt.Errorf("find project: %w", err)
+		return trace.Project{}, fmt.Errorf("find project: %w", err)
 	}
 	return p, nil
 }
@@ -103,7 +103,7 @@ const putOpVersionAttempts = 32
 // new code can both read the same MAX(version_index); the loser's insert
 // then violates the primary key and is retried, now seeing the winner's
 // version. Publishing the code of a deleted version restores it.
-func (d *DB) PutOpVersion(ctx context.Context, projectID int64, objectID, code string, at time.Time) (admin.OpVersion, error) {
+func (d *DB) PutOpVersion(ctx context.Context, projectID int64, objectID, code string, at time.Time) (trace.OpVersion, error) {
 	digest := opDigest(code)
 	for attempt := 1; ; attempt++ {
 		_, err := d.conn().exec(ctx, `
@@ -116,26 +116,26 @@ func (d *DB) PutOpVersion(ctx context.Context, projectID int64, objectID, code s
 			break
 		}
 		if !isUniqueViolation(err) || attempt == putOpVersionAttempts {
-			return admin.OpVersion{}, fmt.Errorf("put op version: %w", err)
+			return trace.OpVersion{}, fmt.Errorf("put op version: %w", err)
 		}
 	}
-	op := admin.OpVersion{ObjectID: objectID, Digest: digest}
+	op := trace.OpVersion{ObjectID: objectID, Digest: digest}
 	var created string
 	if err := d.conn().queryRow(ctx,
 		`SELECT version_index, created_at, code FROM ops WHERE project_id = ? AND object_id = ? AND digest = ?`,
 		projectID, objectID, digest).Scan(&op.VersionIndex, &created, &op.Code); err != nil {
-		return admin.OpVersion{}, fmt.Errorf("read op version: %w", err)
+		return trace.OpVersion{}, fmt.Errorf("read op version: %w", err)
 	}
 	var err error
 	if op.CreatedAt, err = parseTraceTime(created); err != nil {
-		return admin.OpVersion{}, err
+		return trace.OpVersion{}, err
 	}
 	return op, nil
 }
 
 // ListOpVersions lists the project's live op versions by object_id, newest
 // version first.
-func (d *DB) ListOpVersions(ctx context.Context, projectID int64, limit, offset int) ([]admin.OpVersion, error) {
+func (d *DB) ListOpVersions(ctx context.Context, projectID int64, limit, offset int) ([]trace.OpVersion, error) {
 	rows, err := d.conn().query(ctx, `
 		SELECT object_id, digest, version_index, created_at, code FROM ops
 		WHERE project_id = ? AND deleted_at IS NULL
@@ -145,9 +145,9 @@ func (d *DB) ListOpVersions(ctx context.Context, projectID int64, limit, offset 
 		return nil, fmt.Errorf("list ops: %w", err)
 	}
 	defer rows.Close()
-	var out []admin.OpVersion
+	var out []trace.OpVersion
 	for rows.Next() {
-		var op admin.OpVersion
+		var op trace.OpVersion
 		var created string
 		if err := rows.Scan(&op.ObjectID, &op.Digest, &op.VersionIndex, &created, &op.Code); err != nil {
 			return nil, fmt.Errorf("list ops: %w", err)
@@ -196,27 +196,42 @@ const (
 		UPDATE calls SET ended_at = ?, exception = ?, output = ?, summary = ?, display_name = COALESCE(?, display_name)
 		WHERE project_id = ? AND id = ?`
 	// pendingEndSQL keeps the end of a call not started yet; a repeated
-	// end replaces it, as it would replace a started call's.
+	// end replaces it, as it would replace a started call's, and is kept
+	// from its own arrival.
 	pendingEndSQL = `
-		INSERT INTO call_ends (project_id, id, ended_at, exception, output, summary, display_name)
-		VALUES (?, ?, ?, ?, ?, ?, ?)
+		INSERT INTO call_ends (project_id, id, ended_at, exception, output, summary, display_name, kept_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (project_id, id) DO UPDATE SET ended_at = excluded.ended_at, exception = excluded.exception,
-			output = excluded.output, summary = excluded.summary, display_name = excluded.display_name`
+			output = excluded.output, summary = excluded.summary, display_name = excluded.display_name,
+			kept_at = excluded.kept_at`
 	takePendingEndSQL = `
 		DELETE FROM call_ends WHERE project_id = ? AND id = ?
 		RETURNING ended_at, exception, output, summary, display_name`
 )
 
+// callEndTTL is how long an end whose call has not started is kept: an SDK
+// sends a call's start and end within seconds of each other, so an end
+// still waiting a day later belongs to a start that was lost or refused.
+const callEndTTL = 24 * time.Hour
+
+// callEndPurgeBatch bounds the expired ends one WriteCalls deletes. Every
+// batch that keeps ends takes up to this many expired ones away, so the
+// table stays near its waiting ends without any statement ever deleting
+// an unbounded number.
+const callEndPurgeBatch = 100
+
 // WriteCalls applies starts and ends in order, in one transaction. An end
 // whose call has not started is kept in call_ends, and the start applies
 // it, so that the order in which an SDK's batches (or the items of one
-// batch) arrive changes nothing.
+// batch) arrive changes nothing. An end kept longer than callEndTTL is
+// purged: a batch that keeps ends also deletes up to callEndPurgeBatch
+// expired ones.
 //
 // On PostgreSQL a batch that links completions may deadlock with the
 // gateway's usage writer linking the same ones in another order; the
 // database then aborts one of the two, and this side tries again (every
 // write of a batch is idempotent).
-func (d *DB) WriteCalls(ctx context.Context, writes []admin.CallWrite) ([]string, error) {
+func (d *DB) WriteCalls(ctx context.Context, writes []trace.CallWrite) ([]string, error) {
 	for attempt := 1; ; attempt++ {
 		traces, err := d.writeCallsOnce(ctx, writes)
 		if err == nil || !isDeadlock(err) || attempt == writeCallsAttempts {
@@ -228,7 +243,7 @@ func (d *DB) WriteCalls(ctx context.Context, writes []admin.CallWrite) ([]string
 // writeCallsAttempts bounds WriteCalls' tries after deadlocks.
 const writeCallsAttempts = 3
 
-func (d *DB) writeCallsOnce(ctx context.Context, writes []admin.CallWrite) ([]string, error) {
+func (d *DB) writeCallsOnce(ctx context.Context, writes []trace.CallWrite) ([]string, error) {
 	tx, c, err := d.begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("write calls: %w", err)
@@ -240,6 +255,8 @@ func (d *DB) writeCallsOnce(ctx context.Context, writes []admin.CallWrite) ([]st
 	}
 	defer end.Close()
 	traces := make([]string, len(writes))
+	now := time.Now()
+	kept := false
 	for i, w := range writes {
 		switch {
 		case w.Start != nil:
@@ -250,12 +267,19 @@ func (d *DB) writeCallsOnce(ctx context.Context, writes []admin.CallWrite) ([]st
 				defer start.Close()
 			}
 			if traces[i], err = writeStart(ctx, c, start, end, w.Start); err != nil {
-				return nil, &admin.CallWriteError{Index: i, Err: err}
+				return nil, &trace.CallWriteError{Index: i, Err: err}
 			}
 		case w.End != nil:
-			if err := writeEnd(ctx, c, end, w.End); err != nil {
-				return nil, &admin.CallWriteError{Index: i, Err: err}
+			pending, err := writeEnd(ctx, c, end, w.End, now)
+			if err != nil {
+				return nil, &trace.CallWriteError{Index: i, Err: err}
 			}
+			kept = kept || pending
+		}
+	}
+	if kept {
+		if err := purgeCallEnds(ctx, c, now.Add(-callEndTTL), callEndPurgeBatch); err != nil {
+			return nil, fmt.Errorf("write calls: %w", err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
@@ -264,7 +288,7 @@ func (d *DB) writeCallsOnce(ctx context.Context, writes []admin.CallWrite) ([]st
 	return traces, nil
 }
 
-func writeStart(ctx context.Context, c conn, stmt, end *sql.Stmt, s *admin.CallStart) (string, error) {
+func writeStart(ctx context.Context, c conn, stmt, end *sql.Stmt, s *trace.CallStart) (string, error) {
 	res, err := stmt.ExecContext(ctx,
 		s.ProjectID, s.ID, s.OpName, s.DisplayName, s.ParentID, s.ThreadID, s.TurnID,
 		formatTraceTime(s.StartedAt), jsonOrDefault(s.Attributes, "{}"), jsonOrDefault(s.Inputs, "{}"), s.SvcUserID, s.SvcRunID,
@@ -285,17 +309,17 @@ func writeStart(ctx context.Context, c conn, stmt, end *sql.Stmt, s *admin.CallS
 	}
 	// Nothing inserted: the call exists (a retried start keeps the stored
 	// call and answers its trace id), or its parent is unknown.
-	trace, err := traceOf(ctx, c, s.ProjectID, s.ID)
-	if errors.Is(err, admin.ErrNotFound) {
-		return "", admin.ErrParentNotFound
+	traceID, err := traceOf(ctx, c, s.ProjectID, s.ID)
+	if errors.Is(err, trace.ErrNotFound) {
+		return "", trace.ErrParentNotFound
 	}
-	return trace, err
+	return traceID, err
 }
 
 // applyPendingEnd applies the end that arrived before the call's start, if
 // one did.
 func applyPendingEnd(ctx context.Context, c conn, end *sql.Stmt, projectID int64, id string) error {
-	var e admin.CallEnd
+	var e trace.CallEnd
 	var ended string
 	var exception, output, display sql.NullString
 	var summary []byte
@@ -315,10 +339,30 @@ func applyPendingEnd(ctx context.Context, c conn, end *sql.Stmt, projectID int64
 		e.Output = json.RawMessage(output.String)
 	}
 	e.Summary = summary
-	return writeEnd(ctx, c, end, &e)
+	// The call was just inserted, so the end applies and is not kept again.
+	_, err = writeEnd(ctx, c, end, &e, time.Time{})
+	return err
 }
 
-func writeEnd(ctx context.Context, c conn, stmt *sql.Stmt, e *admin.CallEnd) error {
+// purgeCallEnds deletes at most limit ends kept before cutoff, the oldest
+// first. On PostgreSQL, writers purging at once skip the rows another
+// holds instead of waiting for (or deadlocking with) it.
+func purgeCallEnds(ctx context.Context, c conn, cutoff time.Time, limit int) error {
+	lock := ""
+	if c.d == dialectPostgres {
+		lock = " FOR UPDATE SKIP LOCKED"
+	}
+	if _, err := c.exec(ctx, `DELETE FROM call_ends WHERE (project_id, id) IN (
+		SELECT project_id, id FROM call_ends WHERE kept_at < ? ORDER BY kept_at LIMIT ?`+lock+`)`,
+		cutoff.UnixNano(), limit); err != nil {
+		return fmt.Errorf("purge call ends: %w", err)
+	}
+	return nil
+}
+
+// writeEnd ends the call, or keeps the end in call_ends, dated now, when
+// the call has not started; pending reports the latter.
+func writeEnd(ctx context.Context, c conn, stmt *sql.Stmt, e *trace.CallEnd, now time.Time) (pending bool, err error) {
 	var output any
 	if len(e.Output) > 0 && string(e.Output) != "null" {
 		output = string(e.Output)
@@ -326,35 +370,35 @@ func writeEnd(ctx context.Context, c conn, stmt *sql.Stmt, e *admin.CallEnd) err
 	summary := jsonOrDefault(e.Summary, "{}")
 	res, err := stmt.ExecContext(ctx, formatTraceTime(e.EndedAt), e.Exception, output, summary, e.DisplayName, e.ProjectID, e.ID)
 	if err != nil {
-		return fmt.Errorf("end call: %w", err)
+		return false, fmt.Errorf("end call: %w", err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return fmt.Errorf("end call: %w", err)
+		return false, fmt.Errorf("end call: %w", err)
 	}
 	if n == 0 {
 		if _, err := c.exec(ctx, pendingEndSQL, e.ProjectID, e.ID, formatTraceTime(e.EndedAt), e.Exception,
-			output, summary, e.DisplayName); err != nil {
-			return fmt.Errorf("keep early end of call %s: %w", e.ID, err)
+			output, summary, e.DisplayName, now.UnixNano()); err != nil {
+			return false, fmt.Errorf("keep early end of call %s: %w", e.ID, err)
 		}
-		return nil
+		return true, nil
 	}
 	if id := completionID(e.Output); id != "" {
-		return linkSDKCompletion(ctx, c, e.ProjectID, e.ID, id)
+		return false, linkSDKCompletion(ctx, c, e.ProjectID, e.ID, id)
 	}
-	return nil
+	return false, nil
 }
 
 func traceOf(ctx context.Context, c conn, projectID int64, id string) (string, error) {
-	var trace string
-	err := c.queryRow(ctx, `SELECT trace_id FROM calls WHERE project_id = ? AND id = ?`, projectID, id).Scan(&trace)
+	var traceID string
+	err := c.queryRow(ctx, `SELECT trace_id FROM calls WHERE project_id = ? AND id = ?`, projectID, id).Scan(&traceID)
 	if errors.Is(err, sql.ErrNoRows) {
-		return "", fmt.Errorf("call %s: %w", id, admin.ErrNotFound)
+		return "", fmt.Errorf("call %s: %w", id, trace.ErrNotFound)
 	}
 	if err != nil {
 		return "", fmt.Errorf("read trace id: %w", err)
 	}
-	return trace, nil
+	return traceID, nil
 }
 
 func jsonOrDefault(m json.RawMessage, def string) string {
@@ -370,23 +414,23 @@ const callColumns = `c.id, c.op_name, c.display_name, c.trace_id, c.parent_id, c
 
 type rowScanner interface{ Scan(dest ...any) error }
 
-func scanCall(sc rowScanner, projectID int64) (admin.Call, error) {
-	c := admin.Call{ProjectID: projectID}
+func scanCall(sc rowScanner, projectID int64) (trace.Call, error) {
+	c := trace.Call{ProjectID: projectID}
 	var display, parent, thread, turn, ended, exception, output, user, run sql.NullString
 	var started string
 	var attrs, inputs, summary []byte
 	if err := sc.Scan(&c.ID, &c.OpName, &display, &c.TraceID, &parent, &thread, &turn,
 		&started, &ended, &exception, &attrs, &inputs, &output, &summary, &user, &run); err != nil {
-		return admin.Call{}, err
+		return trace.Call{}, err
 	}
 	var err error
 	if c.StartedAt, err = parseTraceTime(started); err != nil {
-		return admin.Call{}, err
+		return trace.Call{}, err
 	}
 	if ended.Valid {
 		t, err := parseTraceTime(ended.String)
 		if err != nil {
-			return admin.Call{}, err
+			return trace.Call{}, err
 		}
 		c.EndedAt = &t
 	}
@@ -407,21 +451,21 @@ func nullString(s sql.NullString) *string {
 }
 
 // ReadCall returns one call.
-func (d *DB) ReadCall(ctx context.Context, projectID int64, id string) (admin.Call, error) {
+func (d *DB) ReadCall(ctx context.Context, projectID int64, id string) (trace.Call, error) {
 	row := d.conn().queryRow(ctx, `SELECT `+callColumns+` FROM calls c WHERE c.project_id = ? AND c.id = ?`, projectID, id)
 	c, err := scanCall(row, projectID)
 	if errors.Is(err, sql.ErrNoRows) {
-		return admin.Call{}, fmt.Errorf("call %s: %w", id, admin.ErrNotFound)
+		return trace.Call{}, fmt.Errorf("call %s: %w", id, trace.ErrNotFound)
 	}
 	if err != nil {
-		return admin.Call{}, fmt.Errorf("read call: %w", err)
+		return trace.Call{}, fmt.Errorf("read call: %w", err)
 	}
 	return c, nil
 }
 
 // QueryCalls calls fn for each call the query selects, in its order
 // (started_at then id unless sort_by says otherwise).
-func (d *DB) QueryCalls(ctx context.Context, projectID int64, q admin.CallsQuery, fn func(*admin.Call) error) error {
+func (d *DB) QueryCalls(ctx context.Context, projectID int64, q trace.CallsQuery, fn func(*trace.Call) error) error {
 	where, err := whereCalls(d.dialect, projectID, q.Filter, q.Query)
 	if err != nil {
 		return fmt.Errorf("query calls: %w", err)
@@ -476,7 +520,7 @@ func (d *DB) FinishCall(ctx context.Context, projectID int64, id, opName string,
 		return fmt.Errorf("finish call: %w", err)
 	}
 	if n == 0 {
-		return fmt.Errorf("call %s: %w", id, admin.ErrNotFound)
+		return fmt.Errorf("call %s: %w", id, trace.ErrNotFound)
 	}
 	return nil
 }
@@ -485,7 +529,7 @@ func (d *DB) FinishCall(ctx context.Context, projectID int64, id, opName string,
 // started_at order, reading only what the roll-up needs: ids, the
 // unfinished flag, summary.usage as JSON text and, for calls an SDK
 // logged, their SDK children's summary.usage.
-func (d *DB) TraceUsageCalls(ctx context.Context, projectID int64, filter *admin.CallsFilter, query *admin.Query, limit int) ([]admin.TraceUsageCall, error) {
+func (d *DB) TraceUsageCalls(ctx context.Context, projectID int64, filter *trace.CallsFilter, query *trace.Query, limit int) ([]trace.UsageCall, error) {
 	where, err := whereCalls(d.dialect, projectID, filter, query)
 	if err != nil {
 		return nil, fmt.Errorf("select usage calls: %w", err)
@@ -495,7 +539,7 @@ func (d *DB) TraceUsageCalls(ctx context.Context, projectID int64, filter *admin
 
 // CallsUsageCalls selects at most limit calls of the traces the calls ids
 // belong to, for /calls/usage.
-func (d *DB) CallsUsageCalls(ctx context.Context, projectID int64, ids []string, limit int) ([]admin.TraceUsageCall, error) {
+func (d *DB) CallsUsageCalls(ctx context.Context, projectID int64, ids []string, limit int) ([]trace.UsageCall, error) {
 	in := inStrings("a.id", ids)
 	where := sqlFrag{
 		sql:  "c.project_id = ? AND c.trace_id IN (SELECT a.trace_id FROM calls a WHERE a.project_id = ? AND " + in.sql + ")",
@@ -530,7 +574,7 @@ func sourceSQL(d dialect, alias string) string {
 	return `json_extract(` + alias + `.attributes, '$.weave.source')`
 }
 
-func (d *DB) usageCalls(ctx context.Context, projectID int64, where sqlFrag, limit int) ([]admin.TraceUsageCall, error) {
+func (d *DB) usageCalls(ctx context.Context, projectID int64, where sqlFrag, limit int) ([]trace.UsageCall, error) {
 	rows, err := d.conn().query(ctx, `
 		SELECT c.id, c.parent_id, c.ended_at IS NULL, `+usageSQL(d.dialect, "c")+`, `+sourceSQL(d.dialect, "c")+`,
 			`+costsSQL(d.dialect, "c")+`
@@ -540,10 +584,10 @@ func (d *DB) usageCalls(ctx context.Context, projectID int64, where sqlFrag, lim
 		return nil, fmt.Errorf("select usage calls: %w", err)
 	}
 	defer rows.Close()
-	out := make([]admin.TraceUsageCall, 0, min(max(limit, 0), 1024))
+	out := make([]trace.UsageCall, 0, min(max(limit, 0), 1024))
 	sdk := make(map[string]int)
 	for rows.Next() {
-		var c admin.TraceUsageCall
+		var c trace.UsageCall
 		var parent, usage, source, costs sql.NullString
 		if err := rows.Scan(&c.ID, &parent, &c.Unfinished, &usage, &source, &costs); err != nil {
 			return nil, fmt.Errorf("select usage calls: %w", err)
@@ -570,7 +614,7 @@ const childUsageBatch = 500
 // sdkChildUsage fills ChildUsage of the SDK calls (out[sdk[id]]) with the
 // summary.usage of each of their children that an SDK logged too, selected
 // or not: those are the summaries the SDK folded into the parent's.
-func (d *DB) sdkChildUsage(ctx context.Context, projectID int64, out []admin.TraceUsageCall, sdk map[string]int) error {
+func (d *DB) sdkChildUsage(ctx context.Context, projectID int64, out []trace.UsageCall, sdk map[string]int) error {
 	if len(sdk) == 0 {
 		return nil
 	}
@@ -616,7 +660,7 @@ func (d *DB) UpdateCall(ctx context.Context, projectID int64, id string, display
 		return fmt.Errorf("update call: %w", err)
 	}
 	if n == 0 {
-		return fmt.Errorf("call %s: %w", id, admin.ErrNotFound)
+		return fmt.Errorf("call %s: %w", id, trace.ErrNotFound)
 	}
 	return nil
 }
@@ -636,7 +680,7 @@ func (d *DB) SetCallOutput(ctx context.Context, projectID int64, id string, outp
 		return fmt.Errorf("set call output: %w", err)
 	}
 	if n == 0 {
-		return fmt.Errorf("call %s: %w", id, admin.ErrNotFound)
+		return fmt.Errorf("call %s: %w", id, trace.ErrNotFound)
 	}
 	return nil
 }
@@ -700,7 +744,7 @@ func (d *DB) DeleteCalls(ctx context.Context, projectID int64, ids []string) (in
 }
 
 // CountCalls counts the selected calls, at most limit when limit >= 0.
-func (d *DB) CountCalls(ctx context.Context, projectID int64, filter *admin.CallsFilter, query *admin.Query, limit int) (int, error) {
+func (d *DB) CountCalls(ctx context.Context, projectID int64, filter *trace.CallsFilter, query *trace.Query, limit int) (int, error) {
 	where, err := whereCalls(d.dialect, projectID, filter, query)
 	if err != nil {
 		return 0, fmt.Errorf("count calls: %w", err)
@@ -742,7 +786,7 @@ func wrapSQL(prefix string, f sqlFrag, suffix string) sqlFrag {
 
 // whereCalls compiles the project scope, the filter and the query into one
 // WHERE condition over the calls table aliased c.
-func whereCalls(d dialect, projectID int64, filter *admin.CallsFilter, query *admin.Query) (sqlFrag, error) {
+func whereCalls(d dialect, projectID int64, filter *trace.CallsFilter, query *trace.Query) (sqlFrag, error) {
 	conds := []sqlFrag{{sql: "c.project_id = ?", args: []any{projectID}}}
 	if filter != nil {
 		conds = append(conds, filterConds(d, filter)...)
@@ -762,7 +806,7 @@ func whereCalls(d dialect, projectID int64, filter *admin.CallsFilter, query *ad
 }
 
 // filterConds compiles a CallsFilter; empty lists set no condition.
-func filterConds(d dialect, f *admin.CallsFilter) []sqlFrag {
+func filterConds(d dialect, f *trace.CallsFilter) []sqlFrag {
 	refs := refsCond
 	if d == dialectPostgres {
 		refs = pgRefsCond
@@ -878,7 +922,7 @@ func jsonPath(keys []string) string {
 // fieldSQL compiles a $getField. A JSON column's value is read with
 // json_extract, which gives SQL numbers, text and 0/1 for booleans, so
 // comparisons with literals work without $convert.
-func fieldSQL(f admin.GetField) (sqlFrag, error) {
+func fieldSQL(f trace.GetField) (sqlFrag, error) {
 	col, ok := columnSQL(f.Column)
 	if !ok {
 		return sqlFrag{}, fmt.Errorf("unknown call field %q", f.Column)
@@ -906,24 +950,24 @@ func literalArg(v any) any {
 }
 
 // compileValue compiles an operand where a value is expected.
-func compileValue(op admin.Operand) (sqlFrag, error) {
+func compileValue(op trace.Operand) (sqlFrag, error) {
 	switch x := op.(type) {
-	case admin.Literal:
+	case trace.Literal:
 		if x.Value == nil {
 			return rawSQL("NULL"), nil
 		}
 		return sqlFrag{sql: "?", args: []any{literalArg(x.Value)}}, nil
-	case admin.GetField:
+	case trace.GetField:
 		return fieldSQL(x)
-	case admin.Convert:
+	case trace.Convert:
 		return compileConvert(x)
 	}
 	return compileCond(op)
 }
 
-func compileConvert(x admin.Convert) (sqlFrag, error) {
-	if x.To == admin.ToExists {
-		if f, ok := x.Input.(admin.GetField); ok && isJSONColumn(f.Column) {
+func compileConvert(x trace.Convert) (sqlFrag, error) {
+	if x.To == trace.ToExists {
+		if f, ok := x.Input.(trace.GetField); ok && isJSONColumn(f.Column) {
 			col, _ := columnSQL(f.Column)
 			return sqlFrag{sql: "(json_type(" + col + ", ?) IS NOT NULL)", args: []any{jsonPath(f.Path)}}, nil
 		}
@@ -933,15 +977,15 @@ func compileConvert(x admin.Convert) (sqlFrag, error) {
 		return sqlFrag{}, err
 	}
 	switch x.To {
-	case admin.ToDouble:
+	case trace.ToDouble:
 		return wrapSQL("CAST(", in, " AS REAL)"), nil
-	case admin.ToInt:
+	case trace.ToInt:
 		return wrapSQL("CAST(", in, " AS INTEGER)"), nil
-	case admin.ToString:
+	case trace.ToString:
 		return wrapSQL("CAST(", in, " AS TEXT)"), nil
-	case admin.ToExists:
+	case trace.ToExists:
 		return wrapSQL("(", in, " IS NOT NULL)"), nil
-	case admin.ToBool:
+	case trace.ToBool:
 		// Numbers are true when non-zero, text when it reads as true.
 		return joinSQL("", rawSQL("(CASE WHEN "), in, rawSQL(" IS NULL THEN NULL WHEN typeof("), in,
 			rawSQL(") IN ('integer', 'real') THEN "), in, rawSQL(" != 0 ELSE lower("), in,
@@ -953,23 +997,23 @@ func compileConvert(x admin.Convert) (sqlFrag, error) {
 // compileCond compiles an operand where a condition is expected. A value
 // there is true unless it is null, 0 or the empty string, so that a
 // non-empty {"$literal": "x"} (the spec's example) is true.
-func compileCond(op admin.Operand) (sqlFrag, error) {
+func compileCond(op trace.Operand) (sqlFrag, error) {
 	switch x := op.(type) {
-	case admin.AndOp:
+	case trace.AndOp:
 		return compileList(x.Operands, " AND ", "1")
-	case admin.OrOp:
+	case trace.OrOp:
 		return compileList(x.Operands, " OR ", "0")
-	case admin.NotOp:
+	case trace.NotOp:
 		in, err := compileCond(x.Operand)
 		if err != nil {
 			return sqlFrag{}, err
 		}
 		return wrapSQL("(NOT COALESCE(", in, ", 0))"), nil
-	case admin.CompareOp:
+	case trace.CompareOp:
 		return compileCompare(x)
-	case admin.InOp:
+	case trace.InOp:
 		return compileIn(x)
-	case admin.ContainsOp:
+	case trace.ContainsOp:
 		in, err := compileValue(x.Input)
 		if err != nil {
 			return sqlFrag{}, err
@@ -982,7 +1026,7 @@ func compileCond(op admin.Operand) (sqlFrag, error) {
 			return joinSQL("", rawSQL("(instr(lower(CAST("), in, rawSQL(" AS TEXT)), lower(CAST("), sub, rawSQL(" AS TEXT))) > 0)")), nil
 		}
 		return joinSQL("", rawSQL("(instr(CAST("), in, rawSQL(" AS TEXT), CAST("), sub, rawSQL(" AS TEXT)) > 0)")), nil
-	case admin.Literal, admin.GetField, admin.Convert:
+	case trace.Literal, trace.GetField, trace.Convert:
 		v, err := compileValue(op)
 		if err != nil {
 			return sqlFrag{}, err
@@ -992,7 +1036,7 @@ func compileCond(op admin.Operand) (sqlFrag, error) {
 	return sqlFrag{}, fmt.Errorf("unknown query operand %T", op)
 }
 
-func compileList(ops []admin.Operand, sep, empty string) (sqlFrag, error) {
+func compileList(ops []trace.Operand, sep, empty string) (sqlFrag, error) {
 	if len(ops) == 0 {
 		return rawSQL(empty), nil
 	}
@@ -1007,9 +1051,9 @@ func compileList(ops []admin.Operand, sep, empty string) (sqlFrag, error) {
 	return wrapSQL("(", joinSQL(sep, fs...), ")"), nil
 }
 
-func compileCompare(x admin.CompareOp) (sqlFrag, error) {
+func compileCompare(x trace.CompareOp) (sqlFrag, error) {
 	left, right := timeLiteral(x.Left, x.Right), timeLiteral(x.Right, x.Left)
-	if x.Op == admin.OpEq {
+	if x.Op == trace.OpEq {
 		if isNull(left) || isNull(right) {
 			other := left
 			if isNull(left) {
@@ -1024,15 +1068,15 @@ func compileCompare(x admin.CompareOp) (sqlFrag, error) {
 	}
 	var op string
 	switch x.Op {
-	case admin.OpEq:
+	case trace.OpEq:
 		op = " = "
-	case admin.OpGt:
+	case trace.OpGt:
 		op = " > "
-	case admin.OpGte:
+	case trace.OpGte:
 		op = " >= "
-	case admin.OpLt:
+	case trace.OpLt:
 		op = " < "
-	case admin.OpLte:
+	case trace.OpLte:
 		op = " <= "
 	default:
 		return sqlFrag{}, fmt.Errorf("unknown comparison %q", x.Op)
@@ -1046,7 +1090,7 @@ func compileCompare(x admin.CompareOp) (sqlFrag, error) {
 		return sqlFrag{}, err
 	}
 	cond := wrapSQL("(", joinSQL(op, l, r), ")")
-	if x.Op == admin.OpEq {
+	if x.Op == trace.OpEq {
 		return cond, nil
 	}
 	// Ordering compares like types only, as Mongo's type bracketing does:
@@ -1063,8 +1107,8 @@ func compileCompare(x admin.CompareOp) (sqlFrag, error) {
 }
 
 // typeGuard returns the typeof() test matching a number or string literal.
-func typeGuard(op admin.Operand) (string, bool) {
-	l, ok := op.(admin.Literal)
+func typeGuard(op trace.Operand) (string, bool) {
+	l, ok := op.(trace.Literal)
 	if !ok {
 		return "", false
 	}
@@ -1077,12 +1121,12 @@ func typeGuard(op admin.Operand) (string, bool) {
 	return "", false
 }
 
-func isLiteral(op admin.Operand) bool {
-	_, ok := op.(admin.Literal)
+func isLiteral(op trace.Operand) bool {
+	_, ok := op.(trace.Literal)
 	return ok
 }
 
-func compileIn(x admin.InOp) (sqlFrag, error) {
+func compileIn(x trace.InOp) (sqlFrag, error) {
 	if len(x.Values) == 0 {
 		return rawSQL("0"), nil
 	}
@@ -1099,8 +1143,8 @@ func compileIn(x admin.InOp) (sqlFrag, error) {
 	return joinSQL("", rawSQL("("), l, rawSQL(" IN ("), joinSQL(", ", vals...), rawSQL("))")), nil
 }
 
-func isNull(op admin.Operand) bool {
-	l, ok := op.(admin.Literal)
+func isNull(op trace.Operand) bool {
+	l, ok := op.(trace.Literal)
 	return ok && l.Value == nil
 }
 
@@ -1108,12 +1152,12 @@ func isNull(op admin.Operand) bool {
 // the stored timestamp form, so that "2026-11-21T10:00:00Z" and Unix
 // seconds compare as times rather than as text. Anything else is returned
 // as is.
-func timeLiteral(op, other admin.Operand) admin.Operand {
-	f, ok := other.(admin.GetField)
+func timeLiteral(op, other trace.Operand) trace.Operand {
+	f, ok := other.(trace.GetField)
 	if !ok || (f.Column != "started_at" && f.Column != "ended_at") {
 		return op
 	}
-	l, ok := op.(admin.Literal)
+	l, ok := op.(trace.Literal)
 	if !ok {
 		return op
 	}
@@ -1121,21 +1165,21 @@ func timeLiteral(op, other admin.Operand) admin.Operand {
 	case string:
 		for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05.999999999", "2006-01-02"} {
 			if t, err := time.Parse(layout, v); err == nil {
-				return admin.Literal{Value: formatTraceTime(t)}
+				return trace.Literal{Value: formatTraceTime(t)}
 			}
 		}
 	case int64:
-		return admin.Literal{Value: formatTraceTime(time.Unix(v, 0))}
+		return trace.Literal{Value: formatTraceTime(time.Unix(v, 0))}
 	case float64:
 		sec := int64(v)
-		return admin.Literal{Value: formatTraceTime(time.Unix(sec, int64((v-float64(sec))*1e9)))}
+		return trace.Literal{Value: formatTraceTime(time.Unix(sec, int64((v-float64(sec))*1e9)))}
 	}
 	return op
 }
 
 // orderCalls compiles sort_by; the call id breaks ties so that pages are
 // stable.
-func orderCalls(d dialect, sortBy []admin.SortBy) (sqlFrag, error) {
+func orderCalls(d dialect, sortBy []trace.SortBy) (sqlFrag, error) {
 	if len(sortBy) == 0 {
 		return rawSQL("c.started_at ASC, c.id ASC"), nil
 	}
@@ -1162,7 +1206,7 @@ func orderCalls(d dialect, sortBy []admin.SortBy) (sqlFrag, error) {
 }
 
 // sqliteOrderKey is the ORDER BY term of one sort_by field on SQLite.
-func sqliteOrderKey(field admin.GetField, desc bool) (sqlFrag, error) {
+func sqliteOrderKey(field trace.GetField, desc bool) (sqlFrag, error) {
 	f, err := fieldSQL(field)
 	if err != nil {
 		return sqlFrag{}, err

@@ -2,7 +2,7 @@ package store
 
 // traceMigrations version the projects, ops and calls schema.
 //
-// Timestamps are TEXT in admin.TimeLayout ("2026-11-21T10:00:00.123456Z"):
+// Timestamps are TEXT in trace.TimeLayout ("2026-11-21T10:00:00.123456Z"):
 // fixed width and UTC, so that text order is time order and the wire form
 // needs no conversion. JSON documents (attributes, inputs, output, summary)
 // are TEXT holding valid JSON, read with json_extract on SQLite and cast
@@ -188,6 +188,24 @@ var traceMigrations = []migration{
 				sdk           BOOLEAN NOT NULL,
 				PRIMARY KEY (entity, completion_id))`,
 			`CREATE INDEX call_completions_call ON call_completions (project_id, call_id)`,
+		},
+	},
+	{
+		// Version 3 dates each kept end by when the store kept it (unix
+		// nanoseconds; not ended_at, which the client sets), so that ends
+		// whose start never arrives are purged after callEndTTL. Ends kept
+		// before the upgrade count from the upgrade.
+		component: "traces",
+		version:   3,
+		sqlite: []string{
+			`ALTER TABLE call_ends ADD COLUMN kept_at INTEGER NOT NULL DEFAULT 0`,
+			`UPDATE call_ends SET kept_at = CAST(strftime('%s', 'now') AS INTEGER) * 1000000000`,
+			`CREATE INDEX call_ends_kept_at ON call_ends (kept_at)`,
+		},
+		postgres: []string{
+			`ALTER TABLE call_ends ADD COLUMN kept_at BIGINT NOT NULL DEFAULT 0`,
+			`UPDATE call_ends SET kept_at = CAST(EXTRACT(EPOCH FROM now()) AS BIGINT) * 1000000000`,
+			`CREATE INDEX call_ends_kept_at ON call_ends (kept_at)`,
 		},
 	},
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/tollgate-dev/tollgate/config"
 	"github.com/tollgate-dev/tollgate/store"
 	"github.com/tollgate-dev/tollgate/store/storetest"
+	"github.com/tollgate-dev/tollgate/trace"
 )
 
 func sp(s string) *string { return &s }
@@ -28,7 +29,7 @@ var callT0 = time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
 func TestProjects(t *testing.T) {
 	forEachStore(t, func(t *testing.T, db *store.DB) {
 		ctx := context.Background()
-		if _, err := db.FindProject(ctx, "acme", "p"); !errors.Is(err, admin.ErrNotFound) {
+		if _, err := db.FindProject(ctx, "acme", "p"); !errors.Is(err, trace.ErrNotFound) {
 			t.Fatalf("FindProject before creation: %v", err)
 		}
 		p1, err := db.EnsureProject(ctx, "acme", "p")
@@ -49,7 +50,7 @@ func TestProjects(t *testing.T) {
 		if got, err := db.ProjectByID(ctx, p1.ID); err != nil || got != p1 {
 			t.Fatalf("ProjectByID = %+v, %v", got, err)
 		}
-		if _, err := db.ProjectByID(ctx, 999); !errors.Is(err, admin.ErrNotFound) {
+		if _, err := db.ProjectByID(ctx, 999); !errors.Is(err, trace.ErrNotFound) {
 			t.Fatalf("ProjectByID(999): %v", err)
 		}
 	})
@@ -62,7 +63,7 @@ func TestOpVersions(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		put := func(name, code string) admin.OpVersion {
+		put := func(name, code string) trace.OpVersion {
 			t.Helper()
 			op, err := db.PutOpVersion(ctx, p.ID, name, code, callT0)
 			if err != nil {
@@ -129,13 +130,13 @@ func TestWriteCalls(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		start := func(id, trace string, parent *string) *admin.CallStart {
-			return &admin.CallStart{ProjectID: p.ID, ID: id, OpName: "op", TraceID: trace, ParentID: parent, StartedAt: callT0}
+		start := func(id, traceID string, parent *string) *trace.CallStart {
+			return &trace.CallStart{ProjectID: p.ID, ID: id, OpName: "op", TraceID: traceID, ParentID: parent, StartedAt: callT0}
 		}
-		traces, err := db.WriteCalls(ctx, []admin.CallWrite{
+		traces, err := db.WriteCalls(ctx, []trace.CallWrite{
 			{Start: start("root", "tr", nil)},
 			{Start: start("child", "", sp("root"))},
-			{End: &admin.CallEnd{ProjectID: p.ID, ID: "child", EndedAt: callT0.Add(time.Second), Output: json.RawMessage(`"done"`),
+			{End: &trace.CallEnd{ProjectID: p.ID, ID: "child", EndedAt: callT0.Add(time.Second), Output: json.RawMessage(`"done"`),
 				Summary: json.RawMessage(`{"usage":{"m":{"prompt_tokens":1}}}`), Exception: sp("oops")}},
 		})
 		if err != nil {
@@ -154,7 +155,7 @@ func TestWriteCalls(t *testing.T) {
 		}
 
 		// A retried start keeps the stored call and answers its trace id.
-		traces, err = db.WriteCalls(ctx, []admin.CallWrite{{Start: start("child", "", sp("root"))}})
+		traces, err = db.WriteCalls(ctx, []trace.CallWrite{{Start: start("child", "", sp("root"))}})
 		if err != nil || traces[0] != "tr" {
 			t.Fatalf("retried start = %v, %v", traces, err)
 		}
@@ -163,15 +164,15 @@ func TestWriteCalls(t *testing.T) {
 		}
 
 		// Failures name the item, and roll the whole batch back.
-		_, err = db.WriteCalls(ctx, []admin.CallWrite{
+		_, err = db.WriteCalls(ctx, []trace.CallWrite{
 			{Start: start("fresh", "tr2", nil)},
 			{Start: start("orphan", "", sp("nobody"))},
 		})
-		var we *admin.CallWriteError
-		if !errors.As(err, &we) || we.Index != 1 || !errors.Is(err, admin.ErrParentNotFound) {
+		var we *trace.CallWriteError
+		if !errors.As(err, &we) || we.Index != 1 || !errors.Is(err, trace.ErrParentNotFound) {
 			t.Fatalf("unknown parent: %v", err)
 		}
-		if _, err := db.ReadCall(ctx, p.ID, "fresh"); !errors.Is(err, admin.ErrNotFound) {
+		if _, err := db.ReadCall(ctx, p.ID, "fresh"); !errors.Is(err, trace.ErrNotFound) {
 			t.Fatalf("batch not rolled back: %v", err)
 		}
 	})
@@ -187,25 +188,25 @@ func TestEndBeforeStart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		end := func(id string) *admin.CallEnd {
-			return &admin.CallEnd{ProjectID: p.ID, ID: id, EndedAt: callT0.Add(time.Second), Output: json.RawMessage(`{"a":1}`),
+		end := func(id string) *trace.CallEnd {
+			return &trace.CallEnd{ProjectID: p.ID, ID: id, EndedAt: callT0.Add(time.Second), Output: json.RawMessage(`{"a":1}`),
 				Summary: json.RawMessage(`{"usage":{"m":{"prompt_tokens":3}}}`), Exception: sp("late"), DisplayName: sp("renamed")}
 		}
-		start := func(id string) *admin.CallStart {
-			return &admin.CallStart{ProjectID: p.ID, ID: id, OpName: "op", TraceID: "tr", StartedAt: callT0, DisplayName: sp("first")}
+		start := func(id string) *trace.CallStart {
+			return &trace.CallStart{ProjectID: p.ID, ID: id, OpName: "op", TraceID: "tr", StartedAt: callT0, DisplayName: sp("first")}
 		}
 		// Separate requests: the end alone is accepted and not yet a call.
-		if _, err := db.WriteCalls(ctx, []admin.CallWrite{{End: end("apart")}}); err != nil {
+		if _, err := db.WriteCalls(ctx, []trace.CallWrite{{End: end("apart")}}); err != nil {
 			t.Fatalf("early end: %v", err)
 		}
-		if _, err := db.ReadCall(ctx, p.ID, "apart"); !errors.Is(err, admin.ErrNotFound) {
+		if _, err := db.ReadCall(ctx, p.ID, "apart"); !errors.Is(err, trace.ErrNotFound) {
 			t.Fatalf("an end alone is not a call: %v", err)
 		}
-		if _, err := db.WriteCalls(ctx, []admin.CallWrite{{Start: start("apart")}}); err != nil {
+		if _, err := db.WriteCalls(ctx, []trace.CallWrite{{Start: start("apart")}}); err != nil {
 			t.Fatal(err)
 		}
 		// Same batch, end first.
-		if _, err := db.WriteCalls(ctx, []admin.CallWrite{{End: end("batch")}, {Start: start("batch")}}); err != nil {
+		if _, err := db.WriteCalls(ctx, []trace.CallWrite{{End: end("batch")}, {Start: start("batch")}}); err != nil {
 			t.Fatalf("end then start in one batch: %v", err)
 		}
 		for _, id := range []string{"apart", "batch"} {
@@ -221,12 +222,12 @@ func TestEndBeforeStart(t *testing.T) {
 		}
 		// The pending end was consumed: a retried start changes nothing,
 		// and a later end still applies as usual.
-		if _, err := db.WriteCalls(ctx, []admin.CallWrite{{Start: start("batch")}}); err != nil {
+		if _, err := db.WriteCalls(ctx, []trace.CallWrite{{Start: start("batch")}}); err != nil {
 			t.Fatal(err)
 		}
 		later := end("batch")
 		later.Output = json.RawMessage(`"second"`)
-		if _, err := db.WriteCalls(ctx, []admin.CallWrite{{End: later}}); err != nil {
+		if _, err := db.WriteCalls(ctx, []trace.CallWrite{{End: later}}); err != nil {
 			t.Fatal(err)
 		}
 		if c, _ := db.ReadCall(ctx, p.ID, "batch"); string(c.Output) != `"second"` {
@@ -236,10 +237,10 @@ func TestEndBeforeStart(t *testing.T) {
 		// started call.
 		first, second := end("twice"), end("twice")
 		second.Output = json.RawMessage(`"last"`)
-		if _, err := db.WriteCalls(ctx, []admin.CallWrite{{End: first}}); err != nil {
+		if _, err := db.WriteCalls(ctx, []trace.CallWrite{{End: first}}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := db.WriteCalls(ctx, []admin.CallWrite{{End: second}, {Start: start("twice")}}); err != nil {
+		if _, err := db.WriteCalls(ctx, []trace.CallWrite{{End: second}, {Start: start("twice")}}); err != nil {
 			t.Fatal(err)
 		}
 		if c, _ := db.ReadCall(ctx, p.ID, "twice"); string(c.Output) != `"last"` {
@@ -250,7 +251,7 @@ func TestEndBeforeStart(t *testing.T) {
 
 // fixture ingests three calls (and a decoy in another project) for the
 // filter and query tests.
-func fixture(t *testing.T, db *store.DB) admin.Project {
+func fixture(t *testing.T, db *store.DB) trace.Project {
 	t.Helper()
 	ctx := context.Background()
 	p, err := db.EnsureProject(ctx, "acme", "p")
@@ -261,36 +262,36 @@ func fixture(t *testing.T, db *store.DB) admin.Project {
 	if err != nil {
 		t.Fatal(err)
 	}
-	writes := []admin.CallWrite{
-		{Start: &admin.CallStart{
+	writes := []trace.CallWrite{
+		{Start: &trace.CallStart{
 			ProjectID: p.ID, ID: "c1", OpName: "openai.chat.completions.create", TraceID: "t1",
 			ThreadID: sp("th1"), TurnID: sp("tu1"), StartedAt: callT0,
 			Attributes: json.RawMessage(`{"n":3,"flag":true,"name":"Alpha"}`),
 			Inputs:     json.RawMessage(`{"ref":"weave:///acme/p/object/ds:abc","msg":"Hello World"}`),
 			SvcUserID:  sp("u1"), SvcRunID: sp("r1"),
 		}},
-		{End: &admin.CallEnd{
+		{End: &trace.CallEnd{
 			ProjectID: p.ID, ID: "c1", EndedAt: callT0.Add(time.Second),
 			Output:  json.RawMessage(`{"r":["weave:///acme/p/object/out:1"]}`),
 			Summary: json.RawMessage(`{"usage":{"gpt-4.1":{"total_tokens":30}}}`),
 		}},
-		{Start: &admin.CallStart{
+		{Start: &trace.CallStart{
 			ProjectID: p.ID, ID: "c2", OpName: "Evaluation.evaluate", TraceID: "t1", ParentID: sp("c1"),
 			ThreadID: sp("th2"), TurnID: sp("tu2"), StartedAt: callT0.Add(2 * time.Second),
 			Attributes: json.RawMessage(`{"n":10,"flag":false}`),
 			Inputs:     json.RawMessage(`{"nested":{"list":["weave:///x"]}}`),
 			SvcUserID:  sp("u2"),
 		}},
-		{Start: &admin.CallStart{
+		{Start: &trace.CallStart{
 			ProjectID: p.ID, ID: "c3", OpName: "weave:///acme/p/op/predict:v1", TraceID: "t2",
 			DisplayName: sp("Predict"), StartedAt: callT0.Add(3 * time.Second),
 			Attributes: json.RawMessage(`{"n":"7"}`),
 		}},
-		{End: &admin.CallEnd{
+		{End: &trace.CallEnd{
 			ProjectID: p.ID, ID: "c3", EndedAt: callT0.Add(4 * time.Second), Exception: sp("boom"),
 			Output: json.RawMessage(`"plain"`), Summary: json.RawMessage(`{"usage":{"m":{"total_tokens":5}}}`),
 		}},
-		{Start: &admin.CallStart{ProjectID: other.ID, ID: "decoy", OpName: "Evaluation.evaluate", TraceID: "t1", StartedAt: callT0}},
+		{Start: &trace.CallStart{ProjectID: other.ID, ID: "decoy", OpName: "Evaluation.evaluate", TraceID: "t1", StartedAt: callT0}},
 	}
 	if _, err := db.WriteCalls(ctx, writes); err != nil {
 		t.Fatal(err)
@@ -298,10 +299,10 @@ func fixture(t *testing.T, db *store.DB) admin.Project {
 	return p
 }
 
-func selectIDs(t *testing.T, db *store.DB, p admin.Project, q admin.CallsQuery) []string {
+func selectIDs(t *testing.T, db *store.DB, p trace.Project, q trace.CallsQuery) []string {
 	t.Helper()
 	ids := []string{}
-	err := db.QueryCalls(context.Background(), p.ID, q, func(c *admin.Call) error {
+	err := db.QueryCalls(context.Background(), p.ID, q, func(c *trace.Call) error {
 		ids = append(ids, c.ID)
 		return nil
 	})
@@ -316,31 +317,31 @@ func TestCallsFilterFields(t *testing.T) {
 		p := fixture(t, db)
 		tests := []struct {
 			name   string
-			filter admin.CallsFilter
+			filter trace.CallsFilter
 			want   []string
 		}{
-			{"no condition", admin.CallsFilter{}, []string{"c1", "c2", "c3"}},
-			{"empty lists set no condition", admin.CallsFilter{TraceIDs: []string{}, OpNames: []string{}}, []string{"c1", "c2", "c3"}},
-			{"op_names", admin.CallsFilter{OpNames: []string{"Evaluation.evaluate"}}, []string{"c2"}},
-			{"op_names any version", admin.CallsFilter{OpNames: []string{"weave:///acme/p/op/predict:*"}}, []string{"c3"}},
-			{"input_refs at the top", admin.CallsFilter{InputRefs: []string{"weave:///acme/p/object/ds:abc"}}, []string{"c1"}},
-			{"input_refs nested in a list", admin.CallsFilter{InputRefs: []string{"weave:///x", "weave:///none"}}, []string{"c2"}},
-			{"output_refs", admin.CallsFilter{OutputRefs: []string{"weave:///acme/p/object/out:1"}}, []string{"c1"}},
-			{"output_refs match values, not keys", admin.CallsFilter{OutputRefs: []string{"r"}}, []string{}},
-			{"parent_ids", admin.CallsFilter{ParentIDs: []string{"c1"}}, []string{"c2"}},
-			{"trace_ids", admin.CallsFilter{TraceIDs: []string{"t2"}}, []string{"c3"}},
-			{"call_ids", admin.CallsFilter{CallIDs: []string{"c3", "c1", "decoy"}}, []string{"c1", "c3"}},
-			{"thread_ids", admin.CallsFilter{ThreadIDs: []string{"th2"}}, []string{"c2"}},
-			{"turn_ids", admin.CallsFilter{TurnIDs: []string{"tu1"}}, []string{"c1"}},
-			{"trace_roots_only", admin.CallsFilter{TraceRootsOnly: true}, []string{"c1", "c3"}},
-			{"svc_user_ids", admin.CallsFilter{SvcUserIDs: []string{"u2"}}, []string{"c2"}},
-			{"svc_run_ids", admin.CallsFilter{SvcRunIDs: []string{"r1"}}, []string{"c1"}},
-			{"fields are ANDed", admin.CallsFilter{TraceIDs: []string{"t1"}, TraceRootsOnly: true}, []string{"c1"}},
+			{"no condition", trace.CallsFilter{}, []string{"c1", "c2", "c3"}},
+			{"empty lists set no condition", trace.CallsFilter{TraceIDs: []string{}, OpNames: []string{}}, []string{"c1", "c2", "c3"}},
+			{"op_names", trace.CallsFilter{OpNames: []string{"Evaluation.evaluate"}}, []string{"c2"}},
+			{"op_names any version", trace.CallsFilter{OpNames: []string{"weave:///acme/p/op/predict:*"}}, []string{"c3"}},
+			{"input_refs at the top", trace.CallsFilter{InputRefs: []string{"weave:///acme/p/object/ds:abc"}}, []string{"c1"}},
+			{"input_refs nested in a list", trace.CallsFilter{InputRefs: []string{"weave:///x", "weave:///none"}}, []string{"c2"}},
+			{"output_refs", trace.CallsFilter{OutputRefs: []string{"weave:///acme/p/object/out:1"}}, []string{"c1"}},
+			{"output_refs match values, not keys", trace.CallsFilter{OutputRefs: []string{"r"}}, []string{}},
+			{"parent_ids", trace.CallsFilter{ParentIDs: []string{"c1"}}, []string{"c2"}},
+			{"trace_ids", trace.CallsFilter{TraceIDs: []string{"t2"}}, []string{"c3"}},
+			{"call_ids", trace.CallsFilter{CallIDs: []string{"c3", "c1", "decoy"}}, []string{"c1", "c3"}},
+			{"thread_ids", trace.CallsFilter{ThreadIDs: []string{"th2"}}, []string{"c2"}},
+			{"turn_ids", trace.CallsFilter{TurnIDs: []string{"tu1"}}, []string{"c1"}},
+			{"trace_roots_only", trace.CallsFilter{TraceRootsOnly: true}, []string{"c1", "c3"}},
+			{"svc_user_ids", trace.CallsFilter{SvcUserIDs: []string{"u2"}}, []string{"c2"}},
+			{"svc_run_ids", trace.CallsFilter{SvcRunIDs: []string{"r1"}}, []string{"c1"}},
+			{"fields are ANDed", trace.CallsFilter{TraceIDs: []string{"t1"}, TraceRootsOnly: true}, []string{"c1"}},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
 				f := tt.filter
-				if got := selectIDs(t, db, p, admin.CallsQuery{Filter: &f, Limit: -1}); !reflect.DeepEqual(got, tt.want) {
+				if got := selectIDs(t, db, p, trace.CallsQuery{Filter: &f, Limit: -1}); !reflect.DeepEqual(got, tt.want) {
 					t.Fatalf("got %v, want %v", got, tt.want)
 				}
 			})
@@ -348,17 +349,17 @@ func TestCallsFilterFields(t *testing.T) {
 	})
 }
 
-func lit(v any) admin.Literal { return admin.Literal{Value: v} }
+func lit(v any) trace.Literal { return trace.Literal{Value: v} }
 
-func field(col string, path ...string) admin.GetField {
+func field(col string, path ...string) trace.GetField {
 	if len(path) == 0 {
 		path = nil
 	}
-	return admin.GetField{Column: col, Path: path}
+	return trace.GetField{Column: col, Path: path}
 }
 
-func cmp(op admin.Comparison, l, r admin.Operand) admin.CompareOp {
-	return admin.CompareOp{Op: op, Left: l, Right: r}
+func cmp(op trace.Comparison, l, r trace.Operand) trace.CompareOp {
+	return trace.CompareOp{Op: op, Left: l, Right: r}
 }
 
 func TestQueryOperators(t *testing.T) {
@@ -366,56 +367,56 @@ func TestQueryOperators(t *testing.T) {
 		p := fixture(t, db)
 		tests := []struct {
 			name string
-			expr admin.Operand
+			expr trace.Operand
 			want []string
 		}{
-			{"$eq on a column", cmp(admin.OpEq, field("op_name"), lit("Evaluation.evaluate")), []string{"c2"}},
-			{"$eq null is IS NULL", cmp(admin.OpEq, field("parent_id"), lit(nil)), []string{"c1", "c3"}},
-			{"$eq on display_name", cmp(admin.OpEq, lit("Predict"), field("display_name")), []string{"c3"}},
-			{"$eq on exception", cmp(admin.OpEq, field("exception"), lit("boom")), []string{"c3"}},
-			{"$eq on a JSON bool", cmp(admin.OpEq, field("attributes", "flag"), lit(true)), []string{"c1"}},
-			{"$eq on a JSON scalar output", cmp(admin.OpEq, field("output"), lit("plain")), []string{"c3"}},
-			{"$eq with a composite literal", cmp(admin.OpEq, field("inputs", "nested"), lit(json.RawMessage(`{"list":["weave:///x"]}`))), []string{"c2"}},
-			{"$gt on usage with a dotted model", cmp(admin.OpGt, field("summary", "usage", "gpt-4.1", "total_tokens"), lit(int64(10))), []string{"c1"}},
-			{"$gte compares numbers with numbers only", cmp(admin.OpGte, field("attributes", "n"), lit(int64(3))), []string{"c1", "c2"}},
-			{"$lt on started_at with RFC 3339", cmp(admin.OpLt, field("started_at"), lit("2026-11-21T10:00:02Z")), []string{"c1"}},
-			{"$lte on started_at with Unix seconds", cmp(admin.OpLte, field("started_at"), lit(callT0.Add(2*time.Second).Unix())), []string{"c1", "c2"}},
-			{"$gt on ended_at, unfinished excluded", cmp(admin.OpGt, field("ended_at"), lit(float64(callT0.Unix())+0.5)), []string{"c1", "c3"}},
-			{"$in", admin.InOp{Left: field("trace_id"), Values: []admin.Operand{lit("t2"), lit("zzz")}}, []string{"c3"}},
-			{"$in empty", admin.InOp{Left: field("trace_id")}, []string{}},
-			{"$contains", admin.ContainsOp{Input: field("inputs", "msg"), Substr: lit("World")}, []string{"c1"}},
-			{"$contains is case sensitive", admin.ContainsOp{Input: field("inputs", "msg"), Substr: lit("world")}, []string{}},
-			{"$contains case_insensitive", admin.ContainsOp{Input: field("inputs", "msg"), Substr: lit("WORLD"), CaseInsensitive: true}, []string{"c1"}},
-			{"$and", admin.AndOp{Operands: []admin.Operand{
-				cmp(admin.OpEq, field("trace_id"), lit("t1")), cmp(admin.OpEq, field("parent_id"), lit(nil)),
+			{"$eq on a column", cmp(trace.OpEq, field("op_name"), lit("Evaluation.evaluate")), []string{"c2"}},
+			{"$eq null is IS NULL", cmp(trace.OpEq, field("parent_id"), lit(nil)), []string{"c1", "c3"}},
+			{"$eq on display_name", cmp(trace.OpEq, lit("Predict"), field("display_name")), []string{"c3"}},
+			{"$eq on exception", cmp(trace.OpEq, field("exception"), lit("boom")), []string{"c3"}},
+			{"$eq on a JSON bool", cmp(trace.OpEq, field("attributes", "flag"), lit(true)), []string{"c1"}},
+			{"$eq on a JSON scalar output", cmp(trace.OpEq, field("output"), lit("plain")), []string{"c3"}},
+			{"$eq with a composite literal", cmp(trace.OpEq, field("inputs", "nested"), lit(json.RawMessage(`{"list":["weave:///x"]}`))), []string{"c2"}},
+			{"$gt on usage with a dotted model", cmp(trace.OpGt, field("summary", "usage", "gpt-4.1", "total_tokens"), lit(int64(10))), []string{"c1"}},
+			{"$gte compares numbers with numbers only", cmp(trace.OpGte, field("attributes", "n"), lit(int64(3))), []string{"c1", "c2"}},
+			{"$lt on started_at with RFC 3339", cmp(trace.OpLt, field("started_at"), lit("2026-11-21T10:00:02Z")), []string{"c1"}},
+			{"$lte on started_at with Unix seconds", cmp(trace.OpLte, field("started_at"), lit(callT0.Add(2*time.Second).Unix())), []string{"c1", "c2"}},
+			{"$gt on ended_at, unfinished excluded", cmp(trace.OpGt, field("ended_at"), lit(float64(callT0.Unix())+0.5)), []string{"c1", "c3"}},
+			{"$in", trace.InOp{Left: field("trace_id"), Values: []trace.Operand{lit("t2"), lit("zzz")}}, []string{"c3"}},
+			{"$in empty", trace.InOp{Left: field("trace_id")}, []string{}},
+			{"$contains", trace.ContainsOp{Input: field("inputs", "msg"), Substr: lit("World")}, []string{"c1"}},
+			{"$contains is case sensitive", trace.ContainsOp{Input: field("inputs", "msg"), Substr: lit("world")}, []string{}},
+			{"$contains case_insensitive", trace.ContainsOp{Input: field("inputs", "msg"), Substr: lit("WORLD"), CaseInsensitive: true}, []string{"c1"}},
+			{"$and", trace.AndOp{Operands: []trace.Operand{
+				cmp(trace.OpEq, field("trace_id"), lit("t1")), cmp(trace.OpEq, field("parent_id"), lit(nil)),
 			}}, []string{"c1"}},
-			{"$and empty is true", admin.AndOp{}, []string{"c1", "c2", "c3"}},
-			{"$or", admin.OrOp{Operands: []admin.Operand{
-				cmp(admin.OpEq, field("id"), lit("c1")), cmp(admin.OpEq, field("id"), lit("c3")),
+			{"$and empty is true", trace.AndOp{}, []string{"c1", "c2", "c3"}},
+			{"$or", trace.OrOp{Operands: []trace.Operand{
+				cmp(trace.OpEq, field("id"), lit("c1")), cmp(trace.OpEq, field("id"), lit("c3")),
 			}}, []string{"c1", "c3"}},
-			{"$or empty is false", admin.OrOp{}, []string{}},
-			{"$not, a missing field counts as not equal", admin.NotOp{Operand: cmp(admin.OpEq, field("thread_id"), lit("th1"))}, []string{"c2", "c3"}},
-			{"$literal strings as conditions (the spec's shape)", admin.AndOp{Operands: []admin.Operand{lit("x"), lit("y")}}, []string{"c1", "c2", "c3"}},
-			{"an empty literal is false", admin.AndOp{Operands: []admin.Operand{lit("")}}, []string{}},
-			{"$convert double", cmp(admin.OpGte, admin.Convert{Input: field("attributes", "n"), To: admin.ToDouble}, lit(int64(7))), []string{"c2", "c3"}},
-			{"$convert int", cmp(admin.OpEq, admin.Convert{Input: field("attributes", "n"), To: admin.ToInt}, lit(int64(7))), []string{"c3"}},
-			{"$convert string", cmp(admin.OpEq, admin.Convert{Input: field("attributes", "n"), To: admin.ToString}, lit("10")), []string{"c2"}},
-			{"$convert bool", cmp(admin.OpEq, admin.Convert{Input: field("attributes", "flag"), To: admin.ToBool}, lit(false)), []string{"c2"}},
-			{"$convert exists on a JSON key", admin.Convert{Input: field("attributes", "flag"), To: admin.ToExists}, []string{"c1", "c2"}},
-			{"$convert exists on output", admin.Convert{Input: field("output"), To: admin.ToExists}, []string{"c1", "c3"}},
+			{"$or empty is false", trace.OrOp{}, []string{}},
+			{"$not, a missing field counts as not equal", trace.NotOp{Operand: cmp(trace.OpEq, field("thread_id"), lit("th1"))}, []string{"c2", "c3"}},
+			{"$literal strings as conditions (the spec's shape)", trace.AndOp{Operands: []trace.Operand{lit("x"), lit("y")}}, []string{"c1", "c2", "c3"}},
+			{"an empty literal is false", trace.AndOp{Operands: []trace.Operand{lit("")}}, []string{}},
+			{"$convert double", cmp(trace.OpGte, trace.Convert{Input: field("attributes", "n"), To: trace.ToDouble}, lit(int64(7))), []string{"c2", "c3"}},
+			{"$convert int", cmp(trace.OpEq, trace.Convert{Input: field("attributes", "n"), To: trace.ToInt}, lit(int64(7))), []string{"c3"}},
+			{"$convert string", cmp(trace.OpEq, trace.Convert{Input: field("attributes", "n"), To: trace.ToString}, lit("10")), []string{"c2"}},
+			{"$convert bool", cmp(trace.OpEq, trace.Convert{Input: field("attributes", "flag"), To: trace.ToBool}, lit(false)), []string{"c2"}},
+			{"$convert exists on a JSON key", trace.Convert{Input: field("attributes", "flag"), To: trace.ToExists}, []string{"c1", "c2"}},
+			{"$convert exists on output", trace.Convert{Input: field("output"), To: trace.ToExists}, []string{"c1", "c3"}},
 			{"$getField as a condition", field("attributes", "flag"), []string{"c1"}},
-			{"nested operations", admin.AndOp{Operands: []admin.Operand{
-				admin.OrOp{Operands: []admin.Operand{
-					admin.ContainsOp{Input: field("op_name"), Substr: lit("predict")},
-					cmp(admin.OpEq, field("svc_user_id"), lit("u2")),
+			{"nested operations", trace.AndOp{Operands: []trace.Operand{
+				trace.OrOp{Operands: []trace.Operand{
+					trace.ContainsOp{Input: field("op_name"), Substr: lit("predict")},
+					cmp(trace.OpEq, field("svc_user_id"), lit("u2")),
 				}},
-				admin.NotOp{Operand: admin.InOp{Left: field("id"), Values: []admin.Operand{lit("c2")}}},
+				trace.NotOp{Operand: trace.InOp{Left: field("id"), Values: []trace.Operand{lit("c2")}}},
 			}}, []string{"c3"}},
-			{"a comparison as an operand", cmp(admin.OpEq, cmp(admin.OpGt, field("attributes", "n"), lit(int64(5))), lit(true)), []string{"c2"}},
+			{"a comparison as an operand", cmp(trace.OpEq, cmp(trace.OpGt, field("attributes", "n"), lit(int64(5))), lit(true)), []string{"c2"}},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
-				q := admin.CallsQuery{Query: &admin.Query{Expr: tt.expr}, Limit: -1}
+				q := trace.CallsQuery{Query: &trace.Query{Expr: tt.expr}, Limit: -1}
 				if got := selectIDs(t, db, p, q); !reflect.DeepEqual(got, tt.want) {
 					t.Fatalf("got %v, want %v", got, tt.want)
 				}
@@ -429,15 +430,15 @@ func TestQueryCallsSortAndPage(t *testing.T) {
 		p := fixture(t, db)
 		tests := []struct {
 			name string
-			q    admin.CallsQuery
+			q    trace.CallsQuery
 			want []string
 		}{
-			{"default order", admin.CallsQuery{Limit: -1}, []string{"c1", "c2", "c3"}},
-			{"descending started_at", admin.CallsQuery{Limit: -1, SortBy: []admin.SortBy{{Field: field("started_at"), Desc: true}}}, []string{"c3", "c2", "c1"}},
-			{"by a JSON field", admin.CallsQuery{Limit: -1, SortBy: []admin.SortBy{{Field: field("attributes", "n"), Desc: true}}}, []string{"c3", "c2", "c1"}},
-			{"limit", admin.CallsQuery{Limit: 2}, []string{"c1", "c2"}},
-			{"offset without limit", admin.CallsQuery{Limit: -1, Offset: 2}, []string{"c3"}},
-			{"limit 0", admin.CallsQuery{Limit: 0}, []string{}},
+			{"default order", trace.CallsQuery{Limit: -1}, []string{"c1", "c2", "c3"}},
+			{"descending started_at", trace.CallsQuery{Limit: -1, SortBy: []trace.SortBy{{Field: field("started_at"), Desc: true}}}, []string{"c3", "c2", "c1"}},
+			{"by a JSON field", trace.CallsQuery{Limit: -1, SortBy: []trace.SortBy{{Field: field("attributes", "n"), Desc: true}}}, []string{"c3", "c2", "c1"}},
+			{"limit", trace.CallsQuery{Limit: 2}, []string{"c1", "c2"}},
+			{"offset without limit", trace.CallsQuery{Limit: -1, Offset: 2}, []string{"c3"}},
+			{"limit 0", trace.CallsQuery{Limit: 0}, []string{}},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
@@ -456,12 +457,12 @@ func TestFinishCall(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := db.WriteCalls(ctx, []admin.CallWrite{{Start: &admin.CallStart{
+		if _, err := db.WriteCalls(ctx, []trace.CallWrite{{Start: &trace.CallStart{
 			ProjectID: p.ID, ID: "run", OpName: admin.EvaluationOpName, TraceID: "run", StartedAt: callT0,
 		}}}); err != nil {
 			t.Fatal(err)
 		}
-		if err := db.FinishCall(ctx, p.ID, "run", "other.op", callT0, nil, nil); !errors.Is(err, admin.ErrNotFound) {
+		if err := db.FinishCall(ctx, p.ID, "run", "other.op", callT0, nil, nil); !errors.Is(err, trace.ErrNotFound) {
 			t.Fatalf("finish with the wrong op: %v", err)
 		}
 		if err := db.FinishCall(ctx, p.ID, "run", admin.EvaluationOpName, callT0.Add(time.Second), json.RawMessage(`{"a":1}`), nil); err != nil {
@@ -573,11 +574,11 @@ func TestGatewayCallsRollUpWithIngestedCalls(t *testing.T) {
 
 		// A tool call the client ingests under the gateway child, taking its
 		// trace id from the parent, and an unfinished one under the root.
-		if _, err := db.WriteCalls(ctx, []admin.CallWrite{
-			{Start: &admin.CallStart{ProjectID: p.ID, ID: "tool", OpName: "tool", ParentID: sp("gw-child"), StartedAt: callT0.Add(1500 * time.Millisecond)}},
-			{End: &admin.CallEnd{ProjectID: p.ID, ID: "tool", EndedAt: callT0.Add(1600 * time.Millisecond),
+		if _, err := db.WriteCalls(ctx, []trace.CallWrite{
+			{Start: &trace.CallStart{ProjectID: p.ID, ID: "tool", OpName: "tool", ParentID: sp("gw-child"), StartedAt: callT0.Add(1500 * time.Millisecond)}},
+			{End: &trace.CallEnd{ProjectID: p.ID, ID: "tool", EndedAt: callT0.Add(1600 * time.Millisecond),
 				Summary: json.RawMessage(`{"usage":{"small":{"input_tokens":1,"output_tokens":1}}}`)}},
-			{Start: &admin.CallStart{ProjectID: p.ID, ID: "pending", OpName: "agent.step", TraceID: "tr", ParentID: sp("gw-root"), StartedAt: callT0.Add(3 * time.Second)}},
+			{Start: &trace.CallStart{ProjectID: p.ID, ID: "pending", OpName: "agent.step", TraceID: "tr", ParentID: sp("gw-root"), StartedAt: callT0.Add(3 * time.Second)}},
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -634,16 +635,16 @@ func TestTraceUsageCallsLimit(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var writes []admin.CallWrite
+		var writes []trace.CallWrite
 		for i := range 5 {
-			writes = append(writes, admin.CallWrite{Start: &admin.CallStart{
+			writes = append(writes, trace.CallWrite{Start: &trace.CallStart{
 				ProjectID: p.ID, ID: fmt.Sprintf("c%d", i), OpName: "op", TraceID: "t", StartedAt: callT0.Add(time.Duration(i) * time.Second),
 			}})
 		}
 		if _, err := db.WriteCalls(ctx, writes); err != nil {
 			t.Fatal(err)
 		}
-		calls, err := db.TraceUsageCalls(ctx, p.ID, &admin.CallsFilter{TraceIDs: []string{"t"}}, nil, 3)
+		calls, err := db.TraceUsageCalls(ctx, p.ID, &trace.CallsFilter{TraceIDs: []string{"t"}}, nil, 3)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -674,14 +675,14 @@ func benchmarkTraceUsage10k(b *testing.B, db *store.DB) {
 		b.Fatal(err)
 	}
 	const n = 10000
-	writes := make([]admin.CallWrite, 0, 2*n)
+	writes := make([]trace.CallWrite, 0, 2*n)
 	for i := range n {
 		id := "call-" + strconv.Itoa(i)
-		s := &admin.CallStart{ProjectID: p.ID, ID: id, OpName: "op", TraceID: "bench-trace", StartedAt: callT0.Add(time.Duration(i) * time.Millisecond)}
+		s := &trace.CallStart{ProjectID: p.ID, ID: id, OpName: "op", TraceID: "bench-trace", StartedAt: callT0.Add(time.Duration(i) * time.Millisecond)}
 		if i > 0 {
 			s.ParentID = sp("call-" + strconv.Itoa((i-1)/8))
 		}
-		writes = append(writes, admin.CallWrite{Start: s}, admin.CallWrite{End: &admin.CallEnd{
+		writes = append(writes, trace.CallWrite{Start: s}, trace.CallWrite{End: &trace.CallEnd{
 			ProjectID: p.ID, ID: id, EndedAt: callT0.Add(time.Duration(i+1) * time.Millisecond),
 			Summary: json.RawMessage(fmt.Sprintf(`{"usage":{"model-%d":{"requests":1,"prompt_tokens":%d,"completion_tokens":7}}}`, i%3, i)),
 		}})

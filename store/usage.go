@@ -7,14 +7,13 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/accounting"
-	"github.com/tollgate-dev/tollgate/admin"
 )
 
-// DB is the persistence of the usage recorder, the limiter and the usage API.
+// DB is the persistence of the usage recorder, the limiter and the usage
+// API (admin.UsageStore, which cmd/tollgate checks by handing it a DB).
 var (
 	_ accounting.Store       = (*DB)(nil)
 	_ accounting.LimitsStore = (*DB)(nil)
-	_ admin.UsageStore       = (*DB)(nil)
 )
 
 // insertUsage ignores a call_id already stored: the recorder writes a
@@ -127,7 +126,7 @@ func (d *DB) SpentTokens(ctx context.Context, since time.Time) ([]accounting.Spe
 // order, then by group. Buckets with no usage have no row. Token sums
 // saturate (see dialect.sumTokens), so that no stored count can make the
 // read fail.
-func (d *DB) UsageBuckets(ctx context.Context, q admin.UsageQuery) ([]admin.UsageRow, error) {
+func (d *DB) UsageBuckets(ctx context.Context, q accounting.UsageQuery) ([]accounting.UsageRow, error) {
 	if q.BucketWidth <= 0 {
 		return nil, fmt.Errorf("usage buckets: bucket width %v is not positive", q.BucketWidth)
 	}
@@ -212,10 +211,10 @@ func (d *DB) UsageBuckets(ctx context.Context, q admin.UsageQuery) ([]admin.Usag
 		return nil, fmt.Errorf("usage buckets: %w", err)
 	}
 	defer rows.Close()
-	var out []admin.UsageRow
+	var out []accounting.UsageRow
 	for rows.Next() {
 		var (
-			r      admin.UsageRow
+			r      accounting.UsageRow
 			bucket int64
 		)
 		if err := rows.Scan(&bucket, &r.Team, &r.Project, &r.Model, &r.KeyName, &r.Endpoint, &r.Status,
@@ -231,7 +230,7 @@ func (d *DB) UsageBuckets(ctx context.Context, q admin.UsageQuery) ([]admin.Usag
 	return out, nil
 }
 
-// usageStatusExpr classes a record by its outcome, as admin.UsageStatuses
+// usageStatusExpr classes a record by its outcome, as accounting.UsageStatuses
 // names them. The order of the cases matters: a client that closed a
 // stream left status 200 and an error behind, and a stream the backend
 // broke off kept its 200 too, so incomplete records are classed before

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/accounting"
-	"github.com/tollgate-dev/tollgate/admin"
 	"github.com/tollgate-dev/tollgate/config"
 	"github.com/tollgate-dev/tollgate/store"
 	"github.com/tollgate-dev/tollgate/store/storetest"
@@ -40,12 +39,12 @@ func TestUsageByEndpoint(t *testing.T) {
 		if err := d.InsertRecords(ctx, recs); err != nil {
 			t.Fatal(err)
 		}
-		q := admin.UsageQuery{Start: usageT0, End: usageT0.Add(time.Hour), BucketWidth: time.Hour, GroupByEndpoint: true}
+		q := accounting.UsageQuery{Start: usageT0, End: usageT0.Add(time.Hour), BucketWidth: time.Hour, GroupByEndpoint: true}
 		got, err := d.UsageBuckets(ctx, q)
 		if err != nil {
 			t.Fatalf("UsageBuckets: %v", err)
 		}
-		want := []admin.UsageRow{
+		want := []accounting.UsageRow{
 			{BucketStart: usageT0, Endpoint: "chat.completions", InputTokens: 30, OutputTokens: 3, Requests: 2, Records: 2},
 			{BucketStart: usageT0, Endpoint: "completions", InputTokens: 30, OutputTokens: 3, Requests: 1, Records: 1},
 			{BucketStart: usageT0, Endpoint: "embeddings", InputTokens: 90, Requests: 2, Records: 2},
@@ -61,7 +60,7 @@ func TestUsageByEndpoint(t *testing.T) {
 		if err != nil {
 			t.Fatalf("UsageBuckets: %v", err)
 		}
-		want = []admin.UsageRow{{BucketStart: usageT0, InputTokens: 90, OutputTokens: 9, Requests: 3, Records: 3}}
+		want = []accounting.UsageRow{{BucketStart: usageT0, InputTokens: 90, OutputTokens: 9, Requests: 3, Records: 3}}
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("chat and responses =\n%+v\nwant\n%+v", got, want)
 		}
@@ -158,11 +157,11 @@ func TestUsageSumsSaturate(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		got, err := d.UsageBuckets(ctx, admin.UsageQuery{Start: usageT0, End: usageT0.Add(time.Hour), BucketWidth: time.Hour, GroupByProject: true})
+		got, err := d.UsageBuckets(ctx, accounting.UsageQuery{Start: usageT0, End: usageT0.Add(time.Hour), BucketWidth: time.Hour, GroupByProject: true})
 		if err != nil {
 			t.Fatalf("UsageBuckets: %v", err)
 		}
-		want := []admin.UsageRow{
+		want := []accounting.UsageRow{
 			{BucketStart: usageT0, Team: "acme", Project: "halves", InputTokens: math.MaxInt64, OutputTokens: math.MaxInt64, CachedTokens: math.MaxInt64, Requests: 2, Records: 2},
 			{BucketStart: usageT0, Team: "acme", Project: "max", InputTokens: math.MaxInt64, OutputTokens: 3, Requests: 1, Records: 1},
 			{BucketStart: usageT0, Team: "acme", Project: "negative", InputTokens: 20, OutputTokens: 2, Requests: 2, Records: 2},
@@ -173,7 +172,7 @@ func TestUsageSumsSaturate(t *testing.T) {
 			t.Errorf("UsageBuckets =\n%+v\nwant\n%+v", got, want)
 		}
 		// Without grouping every row meets in one sum.
-		all, err := d.UsageBuckets(ctx, admin.UsageQuery{Start: usageT0, End: usageT0.Add(time.Hour), BucketWidth: time.Hour})
+		all, err := d.UsageBuckets(ctx, accounting.UsageQuery{Start: usageT0, End: usageT0.Add(time.Hour), BucketWidth: time.Hour})
 		if err != nil {
 			t.Fatalf("UsageBuckets: %v", err)
 		}
@@ -224,11 +223,11 @@ func TestUsageSumsSaturateSQLiteReals(t *testing.T) {
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	got, err := d.UsageBuckets(ctx, admin.UsageQuery{Start: usageT0, End: usageT0.Add(time.Hour), BucketWidth: time.Hour})
+	got, err := d.UsageBuckets(ctx, accounting.UsageQuery{Start: usageT0, End: usageT0.Add(time.Hour), BucketWidth: time.Hour})
 	if err != nil {
 		t.Fatalf("UsageBuckets: %v", err)
 	}
-	want := []admin.UsageRow{{BucketStart: usageT0, InputTokens: math.MaxInt64, OutputTokens: 7, Requests: 3, Records: 3}}
+	want := []accounting.UsageRow{{BucketStart: usageT0, InputTokens: math.MaxInt64, OutputTokens: 7, Requests: 3, Records: 3}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("UsageBuckets = %+v, want %+v", got, want)
 	}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/accounting"
-	"github.com/tollgate-dev/tollgate/admin"
 	"github.com/tollgate-dev/tollgate/store"
 )
 
@@ -39,12 +38,12 @@ func TestUsageByStatus(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		q := admin.UsageQuery{Start: usageT0, End: usageT0.Add(time.Hour), BucketWidth: time.Hour, GroupByStatus: true}
+		q := accounting.UsageQuery{Start: usageT0, End: usageT0.Add(time.Hour), BucketWidth: time.Hour, GroupByStatus: true}
 		got, err := d.UsageBuckets(ctx, q)
 		if err != nil {
 			t.Fatalf("UsageBuckets: %v", err)
 		}
-		want := []admin.UsageRow{
+		want := []accounting.UsageRow{
 			{BucketStart: usageT0, Status: "client_closed", InputTokens: 12, OutputTokens: 3, Requests: 2, Records: 2},
 			{BucketStart: usageT0, Status: "client_error", Requests: 0, Records: 2},
 			{BucketStart: usageT0, Status: "complete", InputTokens: 11, OutputTokens: 6, Requests: 2, Records: 2},
@@ -58,8 +57,8 @@ func TestUsageByStatus(t *testing.T) {
 		for _, r := range got {
 			names = append(names, r.Status)
 		}
-		if !reflect.DeepEqual(names, admin.UsageStatuses()) {
-			t.Errorf("statuses %v, want every one of admin.UsageStatuses %v in its order", names, admin.UsageStatuses())
+		if !reflect.DeepEqual(names, accounting.UsageStatuses()) {
+			t.Errorf("statuses %v, want every one of accounting.UsageStatuses %v in its order", names, accounting.UsageStatuses())
 		}
 
 		// Combined with another grouping, each group splits by status.

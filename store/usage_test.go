@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/accounting"
-	"github.com/tollgate-dev/tollgate/admin"
 	"github.com/tollgate-dev/tollgate/config"
 	"github.com/tollgate-dev/tollgate/store"
 	"github.com/tollgate-dev/tollgate/store/storetest"
@@ -221,29 +220,29 @@ func TestUsageBuckets(t *testing.T) {
 			t.Fatal(err)
 		}
 		h0, h1 := usageT0, usageT0.Add(time.Hour)
-		base := admin.UsageQuery{Start: usageT0, End: usageT0.Add(2 * time.Hour), BucketWidth: time.Hour}
-		with := func(f func(q *admin.UsageQuery)) admin.UsageQuery {
+		base := accounting.UsageQuery{Start: usageT0, End: usageT0.Add(2 * time.Hour), BucketWidth: time.Hour}
+		with := func(f func(q *accounting.UsageQuery)) accounting.UsageQuery {
 			q := base
 			f(&q)
 			return q
 		}
 		tests := []struct {
 			name string
-			q    admin.UsageQuery
-			want []admin.UsageRow
+			q    accounting.UsageQuery
+			want []accounting.UsageRow
 		}{
 			{
 				name: "no grouping",
 				q:    base,
-				want: []admin.UsageRow{
+				want: []accounting.UsageRow{
 					{BucketStart: h0, InputTokens: 70, OutputTokens: 7, CachedTokens: 6, Requests: 3, Records: 3},
 					{BucketStart: h1, InputTokens: 30, OutputTokens: 3, Requests: 1, Records: 1},
 				},
 			},
 			{
 				name: "by project",
-				q:    with(func(q *admin.UsageQuery) { q.GroupByProject = true }),
-				want: []admin.UsageRow{
+				q:    with(func(q *accounting.UsageQuery) { q.GroupByProject = true }),
+				want: []accounting.UsageRow{
 					{BucketStart: h0, Team: "acme", Project: "bot", InputTokens: 30, OutputTokens: 3, CachedTokens: 5, Requests: 2, Records: 2},
 					{BucketStart: h0, Team: "beta", Project: "inference", InputTokens: 40, OutputTokens: 4, CachedTokens: 1, Requests: 1, Records: 1},
 					{BucketStart: h1, Team: "acme", Project: "ops", InputTokens: 30, OutputTokens: 3, Requests: 1, Records: 1},
@@ -251,8 +250,8 @@ func TestUsageBuckets(t *testing.T) {
 			},
 			{
 				name: "by model and key",
-				q:    with(func(q *admin.UsageQuery) { q.GroupByModel, q.GroupByKey = true, true }),
-				want: []admin.UsageRow{
+				q:    with(func(q *accounting.UsageQuery) { q.GroupByModel, q.GroupByKey = true, true }),
+				want: []accounting.UsageRow{
 					{BucketStart: h0, Model: "m1", KeyName: "k1", InputTokens: 10, OutputTokens: 1, CachedTokens: 5, Requests: 1, Records: 1},
 					{BucketStart: h0, Model: "m1", KeyName: "k3", InputTokens: 40, OutputTokens: 4, CachedTokens: 1, Requests: 1, Records: 1},
 					{BucketStart: h0, Model: "m2", KeyName: "k1", InputTokens: 20, OutputTokens: 2, Requests: 1, Records: 1},
@@ -261,33 +260,33 @@ func TestUsageBuckets(t *testing.T) {
 			},
 			{
 				name: "teams restrict",
-				q:    with(func(q *admin.UsageQuery) { q.Teams = []string{"beta"} }),
-				want: []admin.UsageRow{{BucketStart: h0, InputTokens: 40, OutputTokens: 4, CachedTokens: 1, Requests: 1, Records: 1}},
+				q:    with(func(q *accounting.UsageQuery) { q.Teams = []string{"beta"} }),
+				want: []accounting.UsageRow{{BucketStart: h0, InputTokens: 40, OutputTokens: 4, CachedTokens: 1, Requests: 1, Records: 1}},
 			},
 			{
 				name: "no teams select nothing",
-				q:    with(func(q *admin.UsageQuery) { q.Teams = []string{} }),
+				q:    with(func(q *accounting.UsageQuery) { q.Teams = []string{} }),
 			},
 			{
 				name: "projects filter",
-				q: with(func(q *admin.UsageQuery) {
-					q.Projects = []admin.UsageProject{{Team: "acme", Project: "ops"}, {Team: "beta", Project: "bot"}}
+				q: with(func(q *accounting.UsageQuery) {
+					q.Projects = []accounting.UsageProject{{Team: "acme", Project: "ops"}, {Team: "beta", Project: "bot"}}
 				}),
-				want: []admin.UsageRow{{BucketStart: h1, InputTokens: 30, OutputTokens: 3, Requests: 1, Records: 1}},
+				want: []accounting.UsageRow{{BucketStart: h1, InputTokens: 30, OutputTokens: 3, Requests: 1, Records: 1}},
 			},
 			{
 				name: "models filter",
-				q:    with(func(q *admin.UsageQuery) { q.Models = []string{"m2", "nope"} }),
-				want: []admin.UsageRow{{BucketStart: h0, InputTokens: 20, OutputTokens: 2, Requests: 1, Records: 1}},
+				q:    with(func(q *accounting.UsageQuery) { q.Models = []string{"m2", "nope"} }),
+				want: []accounting.UsageRow{{BucketStart: h0, InputTokens: 20, OutputTokens: 2, Requests: 1, Records: 1}},
 			},
 			{
 				name: "one bucket over the range, as the CLI asks",
-				q: with(func(q *admin.UsageQuery) {
+				q: with(func(q *accounting.UsageQuery) {
 					q.BucketWidth = 2 * time.Hour
 					q.GroupByProject = true
 					q.Teams = []string{"acme"}
 				}),
-				want: []admin.UsageRow{
+				want: []accounting.UsageRow{
 					{BucketStart: h0, Team: "acme", Project: "bot", InputTokens: 30, OutputTokens: 3, CachedTokens: 5, Requests: 2, Records: 2},
 					{BucketStart: h0, Team: "acme", Project: "ops", InputTokens: 30, OutputTokens: 3, Requests: 1, Records: 1},
 				},
@@ -333,14 +332,14 @@ func TestSecondHandleReadsWhileWriting(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The writer holds its transaction open; the reader is not blocked.
-		rows, err := reader.UsageBuckets(ctx, admin.UsageQuery{Start: usageT0, End: usageT0.Add(time.Hour), BucketWidth: time.Hour})
+		rows, err := reader.UsageBuckets(ctx, accounting.UsageQuery{Start: usageT0, End: usageT0.Add(time.Hour), BucketWidth: time.Hour})
 		if err != nil || len(rows) != 0 {
 			t.Errorf("read during write = %v, %v; want no rows, no error", rows, err)
 		}
 		if err := tx.Commit(); err != nil {
 			t.Fatal(err)
 		}
-		rows, err = reader.UsageBuckets(ctx, admin.UsageQuery{Start: usageT0, End: usageT0.Add(time.Hour), BucketWidth: time.Hour})
+		rows, err = reader.UsageBuckets(ctx, accounting.UsageQuery{Start: usageT0, End: usageT0.Add(time.Hour), BucketWidth: time.Hour})
 		if err != nil || len(rows) != 1 {
 			t.Errorf("read after commit = %v, %v; want one row", rows, err)
 		}

@@ -1,4 +1,5 @@
-// Package weave is the W&B Weave trace-server domain beside calls: object
+// Package weave is the W&B Weave trace-server domain beside calls (which
+// are package trace's): object
 // versions (ops among them), tables of rows, files, feedback and a
 // project's own prices, with Weave's digests and refs. It holds the types
 // and the Store contract; it knows nothing of HTTP (admin parses and

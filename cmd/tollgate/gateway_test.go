@@ -17,7 +17,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/tollgate-dev/tollgate/admin"
+	"github.com/tollgate-dev/tollgate/accounting"
 	"github.com/tollgate-dev/tollgate/config"
 	"github.com/tollgate-dev/tollgate/store"
 )
@@ -113,20 +113,20 @@ func (r *running) do(t *testing.T, method, path, key, body string, headers ...st
 }
 
 // usageByProject reads the stored usage totals per team/project.
-func usageByProject(t *testing.T, cfg *config.Config) map[string]admin.UsageRow {
+func usageByProject(t *testing.T, cfg *config.Config) map[string]accounting.UsageRow {
 	t.Helper()
 	st, err := store.Open(context.Background(), cfg.Store)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	rows, err := st.UsageBuckets(context.Background(), admin.UsageQuery{
+	rows, err := st.UsageBuckets(context.Background(), accounting.UsageQuery{
 		Start: time.Now().Add(-time.Hour), End: time.Now().Add(time.Hour), BucketWidth: 2 * time.Hour, GroupByProject: true,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]admin.UsageRow{}
+	out := map[string]accounting.UsageRow{}
 	for _, r := range rows {
 		k := r.Team + "/" + r.Project
 		sum := out[k]

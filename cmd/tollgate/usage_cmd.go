@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/accounting"
-	"github.com/tollgate-dev/tollgate/admin"
 	"github.com/tollgate-dev/tollgate/store"
 )
 
@@ -67,7 +66,7 @@ func runUsage(args []string, stdout io.Writer) error {
 	defer db.Close()
 
 	end := time.Now().UTC()
-	q := admin.UsageQuery{Start: end.Add(-*since), End: end, BucketWidth: *since}
+	q := accounting.UsageQuery{Start: end.Add(-*since), End: end, BucketWidth: *since}
 	column.group(&q)
 	rows, err := db.UsageBuckets(ctx, q)
 	if err != nil {
@@ -79,8 +78,8 @@ func runUsage(args []string, stdout io.Writer) error {
 // usageColumn is what -by groups by: the table's first column.
 type usageColumn struct {
 	title string
-	group func(*admin.UsageQuery)
-	name  func(admin.UsageRow) string
+	group func(*accounting.UsageQuery)
+	name  func(accounting.UsageRow) string
 	// allRecords makes REQUESTS count every record, refusals that reached
 	// no backend included, rather than the requests a backend served:
 	// by status, a refusal's row would otherwise read 0.
@@ -93,34 +92,34 @@ func usageColumnFor(by string) (usageColumn, bool) {
 	case "project":
 		return usageColumn{
 			title: "PROJECT",
-			group: func(q *admin.UsageQuery) { q.GroupByProject = true },
-			name:  func(r admin.UsageRow) string { return r.Team + "/" + r.Project },
+			group: func(q *accounting.UsageQuery) { q.GroupByProject = true },
+			name:  func(r accounting.UsageRow) string { return r.Team + "/" + r.Project },
 		}, true
 	case "model":
 		return usageColumn{
 			title: "MODEL",
-			group: func(q *admin.UsageQuery) { q.GroupByModel = true },
-			name:  func(r admin.UsageRow) string { return r.Model },
+			group: func(q *accounting.UsageQuery) { q.GroupByModel = true },
+			name:  func(r accounting.UsageRow) string { return r.Model },
 		}, true
 	case "key":
 		return usageColumn{
 			title: "KEY",
-			group: func(q *admin.UsageQuery) { q.GroupByKey = true },
-			name:  func(r admin.UsageRow) string { return r.KeyName },
+			group: func(q *accounting.UsageQuery) { q.GroupByKey = true },
+			name:  func(r accounting.UsageRow) string { return r.KeyName },
 		}, true
 	case "endpoint":
 		return usageColumn{
 			title: "ENDPOINT",
-			group: func(q *admin.UsageQuery) { q.GroupByEndpoint = true },
-			name:  func(r admin.UsageRow) string { return r.Endpoint },
+			group: func(q *accounting.UsageQuery) { q.GroupByEndpoint = true },
+			name:  func(r accounting.UsageRow) string { return r.Endpoint },
 		}, true
 	case "status":
-		// The outcomes of admin.UsageStatuses: client_closed and
+		// The outcomes of accounting.UsageStatuses: client_closed and
 		// stream_broken are the incomplete (aborted) requests.
 		return usageColumn{
 			title:      "STATUS",
-			group:      func(q *admin.UsageQuery) { q.GroupByStatus = true },
-			name:       func(r admin.UsageRow) string { return r.Status },
+			group:      func(q *accounting.UsageQuery) { q.GroupByStatus = true },
+			name:       func(r accounting.UsageRow) string { return r.Status },
 			allRecords: true,
 		}, true
 	}
@@ -130,9 +129,9 @@ func usageColumnFor(by string) (usageColumn, bool) {
 // printUsage writes rows as a table, largest total first, and a totals line.
 // Sums saturate at 2^63-1 as the store's do, so that counts a backend
 // over-reported print as the largest number rather than a negative one.
-func printUsage(w io.Writer, rows []admin.UsageRow, column usageColumn, q admin.UsageQuery) error {
-	total := func(r admin.UsageRow) int64 { return accounting.AddTokens(r.InputTokens, r.OutputTokens) }
-	slices.SortFunc(rows, func(a, b admin.UsageRow) int {
+func printUsage(w io.Writer, rows []accounting.UsageRow, column usageColumn, q accounting.UsageQuery) error {
+	total := func(r accounting.UsageRow) int64 { return accounting.AddTokens(r.InputTokens, r.OutputTokens) }
+	slices.SortFunc(rows, func(a, b accounting.UsageRow) int {
 		return cmp.Or(
 			cmp.Compare(total(b), total(a)),
 			cmp.Compare(column.name(a), column.name(b)),
@@ -149,13 +148,13 @@ func printUsage(w io.Writer, rows []admin.UsageRow, column usageColumn, q admin.
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "%-*s\tREQUESTS\tINPUT\tCACHED\tOUTPUT\tTOTAL\t\n", width, column.title)
-	requests := func(r admin.UsageRow) int64 {
+	requests := func(r accounting.UsageRow) int64 {
 		if column.allRecords {
 			return r.Records
 		}
 		return r.Requests
 	}
-	var sum admin.UsageRow
+	var sum accounting.UsageRow
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%-*s\t%d\t%d\t%d\t%d\t%d\t\n", width, column.name(r),
 			requests(r), r.InputTokens, r.CachedTokens, r.OutputTokens, total(r))
