@@ -13,7 +13,8 @@ import (
 // dialect is the SQL engine a DB talks to. Statements are written once,
 // with "?" placeholders and SQL that both engines accept; the dialect
 // rewrites the placeholders for PostgreSQL and supplies the few fragments
-// that differ (JSON access, the $expr compiler, LIMIT without a limit).
+// that differ (JSON access, LIMIT without a limit); exprCompilerFor gives
+// its $expr compiler (expr.go).
 type dialect int
 
 const (

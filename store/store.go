@@ -31,11 +31,14 @@ const (
 type DB struct {
 	db      *sql.DB
 	dialect dialect
-	stmts   *stmtCache
+	// expr compiles the $expr queries and filters of calls requests for
+	// the engine, chosen once here.
+	expr  exprCompiler
+	stmts *stmtCache
 }
 
 func newDB(db *sql.DB, d dialect) *DB {
-	return &DB{db: db, dialect: d, stmts: newStmtCache(db, d)}
+	return &DB{db: db, dialect: d, expr: exprCompilerFor(d), stmts: newStmtCache(db, d)}
 }
 
 // Open opens (creating it on first start) the store cfg describes and

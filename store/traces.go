@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/trace"
@@ -466,11 +465,11 @@ func (d *DB) ReadCall(ctx context.Context, projectID int64, id string) (trace.Ca
 // QueryCalls calls fn for each call the query selects, in its order
 // (started_at then id unless sort_by says otherwise).
 func (d *DB) QueryCalls(ctx context.Context, projectID int64, q trace.CallsQuery, fn func(*trace.Call) error) error {
-	where, err := whereCalls(d.dialect, projectID, q.Filter, q.Query)
+	where, err := whereCalls(d.expr, projectID, q.Filter, q.Query)
 	if err != nil {
 		return fmt.Errorf("query calls: %w", err)
 	}
-	order, err := orderCalls(d.dialect, q.SortBy)
+	order, err := orderCalls(d.expr, q.SortBy)
 	if err != nil {
 		return fmt.Errorf("query calls: %w", err)
 	}
@@ -525,12 +524,49 @@ func (d *DB) FinishCall(ctx context.Context, projectID int64, id, opName string,
 	return nil
 }
 
+// finishCallPostgres is FinishCall on PostgreSQL, which has no json_patch:
+// the call is locked, its summary merged in Go (as SQLite's json_patch
+// merges, to the same text) and written back.
+func (d *DB) finishCallPostgres(ctx context.Context, projectID int64, id, opName string, at time.Time, summary json.RawMessage, exception *string) error {
+	tx, c, err := d.begin(ctx)
+	if err != nil {
+		return fmt.Errorf("finish call: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	var stored string
+	err = c.queryRow(ctx, `SELECT summary FROM calls WHERE project_id = ? AND id = ? AND op_name = ? FOR UPDATE`,
+		projectID, id, opName).Scan(&stored)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("call %s: %w", id, trace.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("finish call: %w", err)
+	}
+	if len(summary) > 0 {
+		merged, err := mergePatch([]byte(stored), summary)
+		if err != nil {
+			return fmt.Errorf("finish call: merge summary: %w", err)
+		}
+		stored = string(merged)
+	}
+	if _, err := c.exec(ctx, `
+		UPDATE calls SET ended_at = COALESCE(ended_at, ?), summary = ?, exception = COALESCE(?, exception)
+		WHERE project_id = ? AND id = ?`,
+		formatTraceTime(at), stored, exception, projectID, id); err != nil {
+		return fmt.Errorf("finish call: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("finish call: %w", err)
+	}
+	return nil
+}
+
 // TraceUsageCalls selects at most limit calls for the usage roll-up, in
 // started_at order, reading only what the roll-up needs: ids, the
 // unfinished flag, summary.usage as JSON text and, for calls an SDK
 // logged, their SDK children's summary.usage.
 func (d *DB) TraceUsageCalls(ctx context.Context, projectID int64, filter *trace.CallsFilter, query *trace.Query, limit int) ([]trace.UsageCall, error) {
-	where, err := whereCalls(d.dialect, projectID, filter, query)
+	where, err := whereCalls(d.expr, projectID, filter, query)
 	if err != nil {
 		return nil, fmt.Errorf("select usage calls: %w", err)
 	}
@@ -745,7 +781,7 @@ func (d *DB) DeleteCalls(ctx context.Context, projectID int64, ids []string) (in
 
 // CountCalls counts the selected calls, at most limit when limit >= 0.
 func (d *DB) CountCalls(ctx context.Context, projectID int64, filter *trace.CallsFilter, query *trace.Query, limit int) (int, error) {
-	where, err := whereCalls(d.dialect, projectID, filter, query)
+	where, err := whereCalls(d.expr, projectID, filter, query)
 	if err != nil {
 		return 0, fmt.Errorf("count calls: %w", err)
 	}
@@ -755,464 +791,4 @@ func (d *DB) CountCalls(ctx context.Context, projectID int64, filter *trace.Call
 		return 0, fmt.Errorf("count calls: %w", err)
 	}
 	return n, nil
-}
-
-// sqlFrag is a piece of SQL with the arguments of its placeholders, in order.
-type sqlFrag struct {
-	sql  string
-	args []any
-}
-
-func rawSQL(s string) sqlFrag { return sqlFrag{sql: s} }
-
-// join concatenates fragments with sep, keeping their arguments in order.
-func joinSQL(sep string, fs ...sqlFrag) sqlFrag {
-	var sb strings.Builder
-	var args []any
-	for i, f := range fs {
-		if i > 0 {
-			sb.WriteString(sep)
-		}
-		sb.WriteString(f.sql)
-		args = append(args, f.args...)
-	}
-	return sqlFrag{sql: sb.String(), args: args}
-}
-
-// wrap surrounds f with prefix and suffix.
-func wrapSQL(prefix string, f sqlFrag, suffix string) sqlFrag {
-	return sqlFrag{sql: prefix + f.sql + suffix, args: f.args}
-}
-
-// whereCalls compiles the project scope, the filter and the query into one
-// WHERE condition over the calls table aliased c.
-func whereCalls(d dialect, projectID int64, filter *trace.CallsFilter, query *trace.Query) (sqlFrag, error) {
-	conds := []sqlFrag{{sql: "c.project_id = ?", args: []any{projectID}}}
-	if filter != nil {
-		conds = append(conds, filterConds(d, filter)...)
-	}
-	if query != nil && query.Expr != nil {
-		compile := compileCond
-		if d == dialectPostgres {
-			compile = pgCond
-		}
-		f, err := compile(query.Expr)
-		if err != nil {
-			return sqlFrag{}, err
-		}
-		conds = append(conds, f)
-	}
-	return joinSQL(" AND ", conds...), nil
-}
-
-// filterConds compiles a CallsFilter; empty lists set no condition.
-func filterConds(d dialect, f *trace.CallsFilter) []sqlFrag {
-	refs := refsCond
-	if d == dialectPostgres {
-		refs = pgRefsCond
-	}
-	var conds []sqlFrag
-	if len(f.OpNames) > 0 {
-		conds = append(conds, opNamesCond(f.OpNames))
-	}
-	if len(f.InputRefs) > 0 {
-		conds = append(conds, refs("c.inputs", f.InputRefs))
-	}
-	if len(f.OutputRefs) > 0 {
-		conds = append(conds, refs("c.output", f.OutputRefs))
-	}
-	for _, m := range []struct {
-		col  string
-		vals []string
-	}{
-		{"c.parent_id", f.ParentIDs},
-		{"c.trace_id", f.TraceIDs},
-		{"c.id", f.CallIDs},
-		{"c.thread_id", f.ThreadIDs},
-		{"c.turn_id", f.TurnIDs},
-		{"c.svc_user_id", f.SvcUserIDs},
-		{"c.svc_run_id", f.SvcRunIDs},
-	} {
-		if len(m.vals) > 0 {
-			conds = append(conds, inStrings(m.col, m.vals))
-		}
-	}
-	if f.TraceRootsOnly {
-		conds = append(conds, rawSQL("c.parent_id IS NULL"))
-	}
-	return conds
-}
-
-func tracePlaceholders(n int) string {
-	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
-}
-
-func inStrings(col string, vals []string) sqlFrag {
-	args := make([]any, len(vals))
-	for i, v := range vals {
-		args[i] = v
-	}
-	return sqlFrag{sql: col + " IN (" + tracePlaceholders(len(vals)) + ")", args: args}
-}
-
-// opNamesCond matches op names exactly, and "name:*" as name itself or any
-// "name:<version>" (Weave's ref to every version of an op).
-func opNamesCond(names []string) sqlFrag {
-	var exact []string
-	var alts []sqlFrag
-	for _, n := range names {
-		if prefix, ok := strings.CutSuffix(n, ":*"); ok {
-			exact = append(exact, prefix)
-			p := prefix + ":"
-			alts = append(alts, sqlFrag{sql: "substr(c.op_name, 1, ?) = ?", args: []any{len(p), p}})
-			continue
-		}
-		exact = append(exact, n)
-	}
-	return wrapSQL("(", joinSQL(" OR ", append([]sqlFrag{inStrings("c.op_name", exact)}, alts...)...), ")")
-}
-
-// refsCond matches calls whose JSON document col holds one of refs as a
-// string value anywhere in it. It is SQLite's; pgRefsCond is PostgreSQL's.
-func refsCond(col string, refs []string) sqlFrag {
-	in := inStrings("t.atom", refs)
-	return sqlFrag{
-		sql:  "EXISTS (SELECT 1 FROM json_tree(" + col + ") t WHERE t.type = 'text' AND " + in.sql + ")",
-		args: in.args,
-	}
-}
-
-// columnSQL maps a call field to its column. The list is closed: only these
-// names ever reach the SQL text.
-func columnSQL(name string) (string, bool) {
-	switch name {
-	case "id", "op_name", "display_name", "trace_id", "parent_id", "thread_id", "turn_id",
-		"started_at", "ended_at", "exception", "svc_user_id", "svc_run_id",
-		"attributes", "inputs", "output", "summary":
-		return "c." + name, true
-	case "wb_user_id":
-		return "c.svc_user_id", true
-	case "wb_run_id":
-		return "c.svc_run_id", true
-	}
-	return "", false
-}
-
-func isJSONColumn(name string) bool {
-	switch name {
-	case "attributes", "inputs", "output", "summary":
-		return true
-	}
-	return false
-}
-
-// jsonPath renders keys as an SQLite JSON path with every label quoted, so
-// that keys holding dots, dashes or slashes (model names) work.
-func jsonPath(keys []string) string {
-	var sb strings.Builder
-	sb.WriteString("$")
-	for _, k := range keys {
-		sb.WriteString(`."`)
-		sb.WriteString(strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(k))
-		sb.WriteString(`"`)
-	}
-	return sb.String()
-}
-
-// fieldSQL compiles a $getField. A JSON column's value is read with
-// json_extract, which gives SQL numbers, text and 0/1 for booleans, so
-// comparisons with literals work without $convert.
-func fieldSQL(f trace.GetField) (sqlFrag, error) {
-	col, ok := columnSQL(f.Column)
-	if !ok {
-		return sqlFrag{}, fmt.Errorf("unknown call field %q", f.Column)
-	}
-	if !isJSONColumn(f.Column) {
-		if len(f.Path) > 0 {
-			return sqlFrag{}, fmt.Errorf("call field %q has no keys", f.Column)
-		}
-		return rawSQL(col), nil
-	}
-	return sqlFrag{sql: "json_extract(" + col + ", ?)", args: []any{jsonPath(f.Path)}}, nil
-}
-
-func literalArg(v any) any {
-	switch x := v.(type) {
-	case bool:
-		if x {
-			return int64(1)
-		}
-		return int64(0)
-	case json.RawMessage:
-		return string(x)
-	}
-	return v
-}
-
-// compileValue compiles an operand where a value is expected.
-func compileValue(op trace.Operand) (sqlFrag, error) {
-	switch x := op.(type) {
-	case trace.Literal:
-		if x.Value == nil {
-			return rawSQL("NULL"), nil
-		}
-		return sqlFrag{sql: "?", args: []any{literalArg(x.Value)}}, nil
-	case trace.GetField:
-		return fieldSQL(x)
-	case trace.Convert:
-		return compileConvert(x)
-	}
-	return compileCond(op)
-}
-
-func compileConvert(x trace.Convert) (sqlFrag, error) {
-	if x.To == trace.ToExists {
-		if f, ok := x.Input.(trace.GetField); ok && isJSONColumn(f.Column) {
-			col, _ := columnSQL(f.Column)
-			return sqlFrag{sql: "(json_type(" + col + ", ?) IS NOT NULL)", args: []any{jsonPath(f.Path)}}, nil
-		}
-	}
-	in, err := compileValue(x.Input)
-	if err != nil {
-		return sqlFrag{}, err
-	}
-	switch x.To {
-	case trace.ToDouble:
-		return wrapSQL("CAST(", in, " AS REAL)"), nil
-	case trace.ToInt:
-		return wrapSQL("CAST(", in, " AS INTEGER)"), nil
-	case trace.ToString:
-		return wrapSQL("CAST(", in, " AS TEXT)"), nil
-	case trace.ToExists:
-		return wrapSQL("(", in, " IS NOT NULL)"), nil
-	case trace.ToBool:
-		// Numbers are true when non-zero, text when it reads as true.
-		return joinSQL("", rawSQL("(CASE WHEN "), in, rawSQL(" IS NULL THEN NULL WHEN typeof("), in,
-			rawSQL(") IN ('integer', 'real') THEN "), in, rawSQL(" != 0 ELSE lower("), in,
-			rawSQL(") IN ('true', '1', 'yes', 'y', 't', 'on') END)")), nil
-	}
-	return sqlFrag{}, fmt.Errorf("unknown $convert target %q", x.To)
-}
-
-// compileCond compiles an operand where a condition is expected. A value
-// there is true unless it is null, 0 or the empty string, so that a
-// non-empty {"$literal": "x"} (the spec's example) is true.
-func compileCond(op trace.Operand) (sqlFrag, error) {
-	switch x := op.(type) {
-	case trace.AndOp:
-		return compileList(x.Operands, " AND ", "1")
-	case trace.OrOp:
-		return compileList(x.Operands, " OR ", "0")
-	case trace.NotOp:
-		in, err := compileCond(x.Operand)
-		if err != nil {
-			return sqlFrag{}, err
-		}
-		return wrapSQL("(NOT COALESCE(", in, ", 0))"), nil
-	case trace.CompareOp:
-		return compileCompare(x)
-	case trace.InOp:
-		return compileIn(x)
-	case trace.ContainsOp:
-		in, err := compileValue(x.Input)
-		if err != nil {
-			return sqlFrag{}, err
-		}
-		sub, err := compileValue(x.Substr)
-		if err != nil {
-			return sqlFrag{}, err
-		}
-		if x.CaseInsensitive {
-			return joinSQL("", rawSQL("(instr(lower(CAST("), in, rawSQL(" AS TEXT)), lower(CAST("), sub, rawSQL(" AS TEXT))) > 0)")), nil
-		}
-		return joinSQL("", rawSQL("(instr(CAST("), in, rawSQL(" AS TEXT), CAST("), sub, rawSQL(" AS TEXT)) > 0)")), nil
-	case trace.Literal, trace.GetField, trace.Convert:
-		v, err := compileValue(op)
-		if err != nil {
-			return sqlFrag{}, err
-		}
-		return wrapSQL("(COALESCE(", v, ", 0) NOT IN (0, ''))"), nil
-	}
-	return sqlFrag{}, fmt.Errorf("unknown query operand %T", op)
-}
-
-func compileList(ops []trace.Operand, sep, empty string) (sqlFrag, error) {
-	if len(ops) == 0 {
-		return rawSQL(empty), nil
-	}
-	fs := make([]sqlFrag, len(ops))
-	for i, op := range ops {
-		f, err := compileCond(op)
-		if err != nil {
-			return sqlFrag{}, err
-		}
-		fs[i] = f
-	}
-	return wrapSQL("(", joinSQL(sep, fs...), ")"), nil
-}
-
-func compileCompare(x trace.CompareOp) (sqlFrag, error) {
-	left, right := timeLiteral(x.Left, x.Right), timeLiteral(x.Right, x.Left)
-	if x.Op == trace.OpEq {
-		if isNull(left) || isNull(right) {
-			other := left
-			if isNull(left) {
-				other = right
-			}
-			v, err := compileValue(other)
-			if err != nil {
-				return sqlFrag{}, err
-			}
-			return wrapSQL("(", v, " IS NULL)"), nil
-		}
-	}
-	var op string
-	switch x.Op {
-	case trace.OpEq:
-		op = " = "
-	case trace.OpGt:
-		op = " > "
-	case trace.OpGte:
-		op = " >= "
-	case trace.OpLt:
-		op = " < "
-	case trace.OpLte:
-		op = " <= "
-	default:
-		return sqlFrag{}, fmt.Errorf("unknown comparison %q", x.Op)
-	}
-	l, err := compileValue(left)
-	if err != nil {
-		return sqlFrag{}, err
-	}
-	r, err := compileValue(right)
-	if err != nil {
-		return sqlFrag{}, err
-	}
-	cond := wrapSQL("(", joinSQL(op, l, r), ")")
-	if x.Op == trace.OpEq {
-		return cond, nil
-	}
-	// Ordering compares like types only, as Mongo's type bracketing does:
-	// SQLite would otherwise rank any text above any number, so that
-	// {"$gt": [field, 5]} matched every text value. $convert compares
-	// across types.
-	if g, ok := typeGuard(right); ok && !isLiteral(left) {
-		cond = joinSQL("", rawSQL("(typeof("), l, rawSQL(") "+g+" AND "), cond, rawSQL(")"))
-	}
-	if g, ok := typeGuard(left); ok && !isLiteral(right) {
-		cond = joinSQL("", rawSQL("(typeof("), r, rawSQL(") "+g+" AND "), cond, rawSQL(")"))
-	}
-	return cond, nil
-}
-
-// typeGuard returns the typeof() test matching a number or string literal.
-func typeGuard(op trace.Operand) (string, bool) {
-	l, ok := op.(trace.Literal)
-	if !ok {
-		return "", false
-	}
-	switch l.Value.(type) {
-	case int64, float64:
-		return "IN ('integer', 'real')", true
-	case string:
-		return "= 'text'", true
-	}
-	return "", false
-}
-
-func isLiteral(op trace.Operand) bool {
-	_, ok := op.(trace.Literal)
-	return ok
-}
-
-func compileIn(x trace.InOp) (sqlFrag, error) {
-	if len(x.Values) == 0 {
-		return rawSQL("0"), nil
-	}
-	l, err := compileValue(x.Left)
-	if err != nil {
-		return sqlFrag{}, err
-	}
-	vals := make([]sqlFrag, len(x.Values))
-	for i, v := range x.Values {
-		if vals[i], err = compileValue(timeLiteral(v, x.Left)); err != nil {
-			return sqlFrag{}, err
-		}
-	}
-	return joinSQL("", rawSQL("("), l, rawSQL(" IN ("), joinSQL(", ", vals...), rawSQL("))")), nil
-}
-
-func isNull(op trace.Operand) bool {
-	l, ok := op.(trace.Literal)
-	return ok && l.Value == nil
-}
-
-// timeLiteral rewrites a literal compared with started_at or ended_at into
-// the stored timestamp form, so that "2026-11-21T10:00:00Z" and Unix
-// seconds compare as times rather than as text. Anything else is returned
-// as is.
-func timeLiteral(op, other trace.Operand) trace.Operand {
-	f, ok := other.(trace.GetField)
-	if !ok || (f.Column != "started_at" && f.Column != "ended_at") {
-		return op
-	}
-	l, ok := op.(trace.Literal)
-	if !ok {
-		return op
-	}
-	switch v := l.Value.(type) {
-	case string:
-		for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05.999999999", "2006-01-02"} {
-			if t, err := time.Parse(layout, v); err == nil {
-				return trace.Literal{Value: formatTraceTime(t)}
-			}
-		}
-	case int64:
-		return trace.Literal{Value: formatTraceTime(time.Unix(v, 0))}
-	case float64:
-		sec := int64(v)
-		return trace.Literal{Value: formatTraceTime(time.Unix(sec, int64((v-float64(sec))*1e9)))}
-	}
-	return op
-}
-
-// orderCalls compiles sort_by; the call id breaks ties so that pages are
-// stable.
-func orderCalls(d dialect, sortBy []trace.SortBy) (sqlFrag, error) {
-	if len(sortBy) == 0 {
-		return rawSQL("c.started_at ASC, c.id ASC"), nil
-	}
-	fs := make([]sqlFrag, 0, len(sortBy)+1)
-	byID := false
-	for _, s := range sortBy {
-		var f sqlFrag
-		var err error
-		if d == dialectPostgres {
-			f, err = pgOrderKey(s.Field, s.Desc)
-		} else {
-			f, err = sqliteOrderKey(s.Field, s.Desc)
-		}
-		if err != nil {
-			return sqlFrag{}, err
-		}
-		fs = append(fs, f)
-		byID = byID || (s.Field.Column == "id")
-	}
-	if !byID {
-		fs = append(fs, rawSQL("c.id ASC"))
-	}
-	return joinSQL(", ", fs...), nil
-}
-
-// sqliteOrderKey is the ORDER BY term of one sort_by field on SQLite.
-func sqliteOrderKey(field trace.GetField, desc bool) (sqlFrag, error) {
-	f, err := fieldSQL(field)
-	if err != nil {
-		return sqlFrag{}, err
-	}
-	if desc {
-		return wrapSQL("", f, " DESC"), nil
-	}
-	return wrapSQL("", f, " ASC"), nil
 }
