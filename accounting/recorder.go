@@ -72,15 +72,15 @@ const MaxRecordTokens = 1 << 32
 // be written at all (see Close) is counted and logged at error level.
 //
 // The writer does not wait on the queue itself: it sleeps until a batch is
-// queued or the flush interval ticks. A send to a channel a goroutine is
-// parked on hands the value over and wakes that goroutine, which would cost
-// every request a wake-up; this way a request pays one buffered send, and
-// the writer wakes once per batch.
+// queued or the flush interval ticks. Waking it for every record would
+// cost every request a wake-up; this way a request pays one append under a
+// mutex, and the writer wakes once per batch. The queue's memory grows with
+// what is queued, up to QueueSize records (see recordQueue).
 type Recorder struct {
 	store    Store
 	log      *zap.Logger
 	metrics  *recorderMetrics
-	queue    chan Record
+	queue    *recordQueue
 	batch    int
 	interval time.Duration
 	backoff  backoff
@@ -152,7 +152,7 @@ func newRecorder(st Store, opts RecorderOptions, log *zap.Logger, reg prometheus
 	r := &Recorder{
 		store:    st,
 		log:      log,
-		queue:    make(chan Record, opts.QueueSize),
+		queue:    newRecordQueue(opts.QueueSize, 4*min(opts.BatchSize, opts.QueueSize)),
 		batch:    opts.BatchSize,
 		interval: opts.FlushInterval,
 		backoff:  bo,
@@ -167,7 +167,7 @@ func newRecorder(st Store, opts RecorderOptions, log *zap.Logger, reg prometheus
 		tokens:   make(map[tokenLabels]tokenCounters),
 		inflight: make([]Record, 0, opts.BatchSize),
 	}
-	r.metrics = newRecorderMetrics(reg, func() float64 { return float64(len(r.queue)) })
+	r.metrics = newRecorderMetrics(reg, func() float64 { return float64(r.queue.len()) })
 	r.labels.Store(opts.Labels)
 	go r.run()
 	return r
@@ -189,13 +189,10 @@ func (r *Recorder) Record(rec Record) {
 		r.lose(rec, "recorded after the recorder was closed")
 		return
 	}
-	select {
-	case r.queue <- rec:
-		if len(r.queue) >= r.notifyAt {
-			r.wakeWriter()
-		}
-	default:
-		r.waitForRoom(rec)
+	if n, room, ok := r.queue.push(rec); !ok {
+		r.waitForRoom(rec, room)
+	} else if n >= r.notifyAt {
+		r.wakeWriter()
 	}
 	r.leave()
 }
@@ -210,14 +207,21 @@ func (r *Recorder) wakeWriter() {
 
 // waitForRoom is Record's slow path: the queue is full, so the request
 // waits for the writer rather than lose its record.
-func (r *Recorder) waitForRoom(rec Record) {
+func (r *Recorder) waitForRoom(rec Record, room <-chan struct{}) {
 	r.metrics.backpressure.Inc()
 	r.warnBackpressure()
-	r.wakeWriter()
-	select {
-	case r.queue <- rec:
-	case <-r.abort:
-		r.lose(rec, "the queue was full when the shutdown deadline passed")
+	for {
+		r.wakeWriter()
+		select {
+		case <-room:
+		case <-r.abort:
+			r.lose(rec, "the queue was full when the shutdown deadline passed")
+			return
+		}
+		var ok bool
+		if _, room, ok = r.queue.push(rec); ok {
+			return
+		}
 	}
 }
 
@@ -230,7 +234,7 @@ func (r *Recorder) warnBackpressure() {
 		return
 	}
 	r.log.Warn("usage queue full: requests wait for the usage writer",
-		zap.Int("queue_size", cap(r.queue)))
+		zap.Int("queue_size", r.queue.max))
 }
 
 // leave ends a Record call; the last one out after Close began lets Close
@@ -289,8 +293,8 @@ func (r *Recorder) giveUp(cause error) error {
 	<-r.idle
 	<-r.done
 	n := r.writerLost
-	for len(r.queue) > 0 {
-		r.lose(<-r.queue, "still queued when the shutdown deadline passed")
+	for _, rec := range r.queue.take(nil, r.queue.len()) {
+		r.lose(rec, "still queued when the shutdown deadline passed")
 		n++
 	}
 	return fmt.Errorf("close recorder: %d usage records not written: %w", n, cause)
@@ -351,6 +355,7 @@ func (r *Recorder) serve(tick <-chan time.Time) (done bool) {
 			ok = r.flush(r.notifyAt)
 		case <-tick:
 			ok = r.flush(1)
+			r.queue.trim()
 		case <-r.drain:
 			// No Record is in flight any more, so the queue only shrinks.
 			r.flush(1)
@@ -367,9 +372,11 @@ func (r *Recorder) serve(tick <-chan time.Time) (done bool) {
 // flush writes batches while at least atLeast records are queued. It
 // returns false when Close gave up during a write.
 func (r *Recorder) flush(atLeast int) bool {
-	for len(r.queue) >= atLeast {
-		for len(r.inflight) < r.batch && len(r.queue) > 0 {
-			r.inflight = r.add(r.inflight, <-r.queue)
+	for r.queue.len() >= atLeast {
+		start := len(r.inflight)
+		r.inflight = r.queue.take(r.inflight, r.batch-start)
+		for i := start; i < len(r.inflight); i++ {
+			r.count(&r.inflight[i])
 		}
 		if !r.write(r.inflight) {
 			return false
@@ -382,14 +389,15 @@ func (r *Recorder) flush(atLeast int) bool {
 	return true
 }
 
-// add appends rec to batch and counts its tokens. Tokens are counted here,
-// once per record, rather than in Record (off the request path) or after
-// the write (a retried batch would count twice). A record whose counts no
-// backend could have meant is made an error with zero tokens first, so
-// that neither the counters (which cannot go down) nor the store see them.
-func (r *Recorder) add(batch []Record, rec Record) []Record {
-	if bad := invalidCount(&rec); bad != "" {
-		r.refuseCounts(&rec, bad)
+// count counts the tokens of rec, just taken off the queue. Tokens are
+// counted here, once per record, rather than in Record (off the request
+// path) or after the write (a retried batch would count twice). A record
+// whose counts no backend could have meant is made an error with zero
+// tokens first, so that neither the counters (which cannot go down) nor
+// the store see them.
+func (r *Recorder) count(rec *Record) {
+	if bad := invalidCount(rec); bad != "" {
+		r.refuseCounts(rec, bad)
 	}
 	if rec.PromptTokens != 0 || rec.CompletionTokens != 0 {
 		p := r.labels.Load()
@@ -405,7 +413,6 @@ func (r *Recorder) add(batch []Record, rec Record) []Record {
 		c.prompt.Add(float64(rec.PromptTokens))
 		c.completion.Add(float64(rec.CompletionTokens))
 	}
-	return append(batch, rec)
 }
 
 // invalidCount names the first count of rec outside [0, MaxRecordTokens]

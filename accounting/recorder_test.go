@@ -120,7 +120,7 @@ func TestRecorderFullQueueBlocksInsteadOfDropping(t *testing.T) {
 	if n, err := testutil.GatherAndCount(reg, "tollgate_usage_queue_depth"); err != nil || n != 1 {
 		t.Fatalf("queue depth gauge: n=%d err=%v", n, err)
 	}
-	if depth := len(r.queue); depth != 2 {
+	if depth := r.queue.len(); depth != 2 {
 		t.Errorf("queue depth = %d, want 2", depth)
 	}
 
