@@ -15,6 +15,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/auth"
 	"github.com/tollgate-dev/tollgate/config"
+	"github.com/tollgate-dev/tollgate/route"
 	"github.com/tollgate-dev/tollgate/trace"
 	"github.com/tollgate-dev/tollgate/weave"
 )
@@ -56,6 +57,9 @@ type Service struct {
 	// and prices routes.
 	weave        weave.Store
 	maxFileBytes int64
+
+	// table is the routing table (see routes), built once.
+	table []routeEntry
 }
 
 // New returns a Service.
@@ -76,8 +80,10 @@ func New(opts Options) *Service {
 	if pricing == nil {
 		pricing = func() map[string]config.Pricing { return opts.Pricing }
 	}
-	return &Service{keys: opts.Keys, store: opts.Store, pricing: pricing, log: log,
+	s := &Service{keys: opts.Keys, store: opts.Store, pricing: pricing, log: log,
 		bounds: newBodyBounds(opts.MaxJSONDepth), weave: ws, maxFileBytes: maxFile}
+	s.table = s.routes()
+	return s
 }
 
 // handler serves one route once the caller is authenticated. For the /v2/
@@ -91,12 +97,12 @@ type pathParams struct {
 	id string
 }
 
-// route is the handlers of one path by method.
-type route struct {
+// handlers are the handlers of one path by method.
+type handlers struct {
 	get, post, del handler
 }
 
-func (r route) handler(method []byte) (handler, bool) {
+func (r handlers) handler(method []byte) (handler, bool) {
 	var h handler
 	switch string(method) {
 	case fasthttp.MethodGet:
@@ -109,7 +115,8 @@ func (r route) handler(method []byte) (handler, bool) {
 	return h, h != nil
 }
 
-func (r route) allow() string {
+// methods are the methods r serves, in the order Allow lists them.
+func (r handlers) methods() []string {
 	var m []string
 	if r.get != nil {
 		m = append(m, fasthttp.MethodGet)
@@ -120,8 +127,10 @@ func (r route) allow() string {
 	if r.del != nil {
 		m = append(m, fasthttp.MethodDelete)
 	}
-	return strings.Join(m, ", ")
+	return m
 }
+
+func (r handlers) allow() string { return strings.Join(r.methods(), ", ") }
 
 // Handle serves the service API. It returns false when the path is not one
 // of its routes, so the caller can try others (the usage API, /metrics) or
@@ -162,105 +171,85 @@ func (s *Service) Handle(rc *fasthttp.RequestCtx) bool {
 	return true
 }
 
+// routes is the service's routing table, one entry per path with its
+// handlers by method. A "{entity}" and "{project}" segment name the team
+// and project of a /v2/ path, "{id}" the op or evaluation run.
+func (s *Service) routes() []routeEntry {
+	return []routeEntry{
+		{"/service/projects_info", handlers{post: s.projectsInfo}},
+		{"/health", handlers{get: s.health}},
+		{"/server_info", handlers{get: s.serverInfo}},
+		{"/obj/create", handlers{post: s.objCreate}},
+		{"/obj/read", handlers{post: s.objRead}},
+		{"/objs/query", handlers{post: s.objsQuery}},
+		{"/obj/delete", handlers{post: s.objDelete}},
+		{"/table/create", handlers{post: s.tableCreate}},
+		{"/table/update", handlers{post: s.tableUpdate}},
+		{"/table/query", handlers{post: s.tableQuery}},
+		{"/table/query_stats", handlers{post: s.tableQueryStats}},
+		{"/table/query_stream", handlers{post: s.tableQueryStream}},
+		{"/table/query_stats_batch", handlers{post: s.tableQueryStatsBatch}},
+		{"/refs/read_batch", handlers{post: s.refsReadBatch}},
+		{"/file/create", handlers{post: s.fileCreate}},
+		{"/file/content", handlers{post: s.fileContent}},
+		{"/feedback/create", handlers{post: s.feedbackCreate}},
+		{"/feedback/query", handlers{post: s.feedbackQuery}},
+		{"/feedback/purge", handlers{post: s.feedbackPurge}},
+		{"/feedback/replace", handlers{post: s.feedbackReplace}},
+		{"/cost/create", handlers{post: s.costCreate}},
+		{"/cost/query", handlers{post: s.costQuery}},
+		{"/cost/purge", handlers{post: s.costPurge}},
+		{"/call/start", handlers{post: s.callStart}},
+		{"/call/end", handlers{post: s.callEnd}},
+		{"/call/upsert_batch", handlers{post: s.callUpsertBatch}},
+		{"/call/read", handlers{post: s.callRead}},
+		{"/calls/stream_query", handlers{post: s.callsStreamQuery}},
+		{"/call/update", handlers{post: s.callUpdate}},
+		{"/calls/delete", handlers{post: s.callsDelete}},
+		{"/calls/query_stats", handlers{post: s.callsQueryStats}},
+		{"/calls/usage", handlers{post: s.serveCallsUsage}},
+		{"/trace/usage", handlers{post: s.serveTraceUsage}},
+		{"/v2/{entity}/{project}/ops", handlers{get: s.listOps, post: s.createOp}},
+		{"/v2/{entity}/{project}/ops/{id}", handlers{del: s.deleteOp}},
+		{"/v2/{entity}/{project}/evaluation_runs", handlers{get: s.listEvaluationRuns, post: s.createEvaluationRun, del: s.deleteEvaluationRuns}},
+		{"/v2/{entity}/{project}/evaluation_runs/{id}", handlers{get: s.readEvaluationRun}},
+		{"/v2/{entity}/{project}/evaluation_runs/{id}/finish", handlers{post: s.finishEvaluationRun}},
+	}
+}
+
+// routeEntry is a path pattern of the routing table (see route.Match) and
+// its handlers.
+type routeEntry struct {
+	pattern string
+	handlers
+}
+
+// Routes lists the service's routes, one per path and method, for the
+// binary's table of every route.
+func (s *Service) Routes() []route.Route {
+	var out []route.Route
+	for _, e := range s.table {
+		for _, m := range e.methods() {
+			out = append(out, route.Route{Method: m, Pattern: e.pattern, Module: "trace service"})
+		}
+	}
+	return out
+}
+
 // match finds the route of path. A single trailing slash is ignored, as
 // clients built on FastAPI's redirects expect.
-func (s *Service) match(path string) (route, pathParams, bool) {
+func (s *Service) match(path string) (handlers, pathParams, bool) {
 	if len(path) > 1 {
 		path = strings.TrimSuffix(path, "/")
 	}
-	switch path {
-	case "/service/projects_info":
-		return route{post: s.projectsInfo}, pathParams{}, true
-	case "/health":
-		return route{get: s.health}, pathParams{}, true
-	case "/server_info":
-		return route{get: s.serverInfo}, pathParams{}, true
-	case "/obj/create":
-		return route{post: s.objCreate}, pathParams{}, true
-	case "/obj/read":
-		return route{post: s.objRead}, pathParams{}, true
-	case "/objs/query":
-		return route{post: s.objsQuery}, pathParams{}, true
-	case "/obj/delete":
-		return route{post: s.objDelete}, pathParams{}, true
-	case "/table/create":
-		return route{post: s.tableCreate}, pathParams{}, true
-	case "/table/update":
-		return route{post: s.tableUpdate}, pathParams{}, true
-	case "/table/query":
-		return route{post: s.tableQuery}, pathParams{}, true
-	case "/table/query_stats":
-		return route{post: s.tableQueryStats}, pathParams{}, true
-	case "/table/query_stream":
-		return route{post: s.tableQueryStream}, pathParams{}, true
-	case "/table/query_stats_batch":
-		return route{post: s.tableQueryStatsBatch}, pathParams{}, true
-	case "/refs/read_batch":
-		return route{post: s.refsReadBatch}, pathParams{}, true
-	case "/file/create":
-		return route{post: s.fileCreate}, pathParams{}, true
-	case "/file/content":
-		return route{post: s.fileContent}, pathParams{}, true
-	case "/feedback/create":
-		return route{post: s.feedbackCreate}, pathParams{}, true
-	case "/feedback/query":
-		return route{post: s.feedbackQuery}, pathParams{}, true
-	case "/feedback/purge":
-		return route{post: s.feedbackPurge}, pathParams{}, true
-	case "/feedback/replace":
-		return route{post: s.feedbackReplace}, pathParams{}, true
-	case "/cost/create":
-		return route{post: s.costCreate}, pathParams{}, true
-	case "/cost/query":
-		return route{post: s.costQuery}, pathParams{}, true
-	case "/cost/purge":
-		return route{post: s.costPurge}, pathParams{}, true
-	case "/call/start":
-		return route{post: s.callStart}, pathParams{}, true
-	case "/call/end":
-		return route{post: s.callEnd}, pathParams{}, true
-	case "/call/upsert_batch":
-		return route{post: s.callUpsertBatch}, pathParams{}, true
-	case "/call/read":
-		return route{post: s.callRead}, pathParams{}, true
-	case "/calls/stream_query":
-		return route{post: s.callsStreamQuery}, pathParams{}, true
-	case "/call/update":
-		return route{post: s.callUpdate}, pathParams{}, true
-	case "/calls/delete":
-		return route{post: s.callsDelete}, pathParams{}, true
-	case "/calls/query_stats":
-		return route{post: s.callsQueryStats}, pathParams{}, true
-	case "/calls/usage":
-		return route{post: s.serveCallsUsage}, pathParams{}, true
-	case "/trace/usage":
-		return route{post: s.serveTraceUsage}, pathParams{}, true
+	for _, e := range s.table {
+		params, ok := route.Match(e.pattern, path)
+		if !ok {
+			continue
+		}
+		return e.handlers, pathParams{entity: params["entity"], project: params["project"], id: params["id"]}, true
 	}
-	rest, ok := strings.CutPrefix(path, "/v2/")
-	if !ok {
-		return route{}, pathParams{}, false
-	}
-	segs := strings.Split(rest, "/")
-	if len(segs) < 3 || segs[0] == "" || segs[1] == "" {
-		return route{}, pathParams{}, false
-	}
-	p := pathParams{entity: segs[0], project: segs[1]}
-	switch {
-	case len(segs) == 3 && segs[2] == "ops":
-		return route{get: s.listOps, post: s.createOp}, p, true
-	case len(segs) == 4 && segs[2] == "ops" && segs[3] != "":
-		p.id = segs[3]
-		return route{del: s.deleteOp}, p, true
-	case len(segs) == 3 && segs[2] == "evaluation_runs":
-		return route{get: s.listEvaluationRuns, post: s.createEvaluationRun, del: s.deleteEvaluationRuns}, p, true
-	case len(segs) == 4 && segs[2] == "evaluation_runs" && segs[3] != "":
-		p.id = segs[3]
-		return route{get: s.readEvaluationRun}, p, true
-	case len(segs) == 5 && segs[2] == "evaluation_runs" && segs[3] != "" && segs[4] == "finish":
-		p.id = segs[3]
-		return route{post: s.finishEvaluationRun}, p, true
-	}
-	return route{}, pathParams{}, false
+	return handlers{}, pathParams{}, false
 }
 
 // authenticate returns the key of the request's Authorization header

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strings"
 	"sync"
 	"time"
 
@@ -24,8 +23,8 @@ import (
 	"github.com/tollgate-dev/tollgate/backends"
 	"github.com/tollgate-dev/tollgate/config"
 	"github.com/tollgate-dev/tollgate/proxy"
+	"github.com/tollgate-dev/tollgate/route"
 	"github.com/tollgate-dev/tollgate/store"
-	"github.com/tollgate-dev/tollgate/ui"
 )
 
 // gateway is every long-lived part of a running gateway, so that shutdown
@@ -41,6 +40,8 @@ type gateway struct {
 	recorder *accounting.Recorder
 	proxy    *proxy.Server
 	admin    *fasthttp.Server // nil unless admin_listen is set
+	// routes is every route the binary serves (see routes.go).
+	routes []route.Route
 
 	// backendMetrics live across reloads; each generation's registry
 	// counts into them.
@@ -182,33 +183,8 @@ func build(ctx context.Context, cfg *config.Config, stderr io.Writer) (*gateway,
 		return g.gen.cfg.Limits
 	})
 	metrics := fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	dashboard := ui.Handler()
-	adminRoutes := func(ctx *fasthttp.RequestCtx) {
-		switch path := string(ctx.Path()); {
-		case path == "/v1/organization/usage/completions":
-			usageAPI.ServeUsage(ctx)
-			return
-		case path == "/v1/organization/usage/embeddings":
-			usageAPI.ServeEmbeddingsUsage(ctx)
-			return
-		case path == "/v1/tollgate/budgets":
-			budgetAPI.ServeBudgets(ctx)
-			return
-		case path == "/metrics":
-			if cfg.Server.MetricsRequireAdmin && !requireAdmin(ctx, keys) {
-				return
-			}
-			metrics(ctx)
-			return
-		case path == "/ui" || strings.HasPrefix(path, ui.Prefix):
-			dashboard(ctx)
-			return
-		}
-		if !svc.Handle(ctx) {
-			ctx.Error(`{"detail":"Not Found"}`, fasthttp.StatusNotFound)
-			ctx.SetContentType("application/json")
-		}
-	}
+	own := ownRoutes(cfg, keys, usageAPI, budgetAPI, metrics)
+	adminRoutes := serveOwnAndTraces(own, svc)
 	next := adminRoutes
 	if cfg.AdminListen != "" {
 		g.admin = &fasthttp.Server{Handler: proxy.RefuseBadFraming(adminRoutes), Name: "tollgate-admin", ReadTimeout: cfg.Server.ReadTimeout,
@@ -232,6 +208,7 @@ func build(ctx context.Context, cfg *config.Config, stderr io.Writer) (*gateway,
 	if err != nil {
 		return fail(err)
 	}
+	g.routes = routeTable(g.proxy, own, svc)
 	return g, nil
 }
 

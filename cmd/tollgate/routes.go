@@ -1,0 +1,77 @@
+package main
+
+import (
+	"github.com/valyala/fasthttp"
+
+	"github.com/tollgate-dev/tollgate/admin"
+	"github.com/tollgate-dev/tollgate/auth"
+	"github.com/tollgate-dev/tollgate/config"
+	"github.com/tollgate-dev/tollgate/proxy"
+	"github.com/tollgate-dev/tollgate/route"
+	"github.com/tollgate-dev/tollgate/ui"
+)
+
+// The binary's routes come from three places: the proxy's (completions,
+// responses, models, health), the ones this package serves itself (the
+// usage API, budgets, /metrics, the dashboard), and the trace service's.
+// routeTable lists them all, once; each part dispatches over its own rows.
+
+// servedRoute is a route this package serves, with its handler.
+type servedRoute struct {
+	route.Route
+	serve fasthttp.RequestHandler
+}
+
+// ownRoutes are the routes served beside the proxy's and the trace
+// service's. metrics is kept for admin keys when
+// server.metrics_require_admin is set.
+func ownRoutes(cfg *config.Config, keys *auth.Keyring, usageAPI *admin.UsageAPI, budgetAPI *admin.BudgetAPI,
+	metrics fasthttp.RequestHandler) []servedRoute {
+	if cfg.Server.MetricsRequireAdmin {
+		all := metrics
+		metrics = func(ctx *fasthttp.RequestCtx) {
+			if requireAdmin(ctx, keys) {
+				all(ctx)
+			}
+		}
+	}
+	dashboard := ui.Handler()
+	return []servedRoute{
+		{route.Route{Pattern: "/v1/organization/usage/completions", Module: "usage API"}, usageAPI.ServeUsage},
+		{route.Route{Pattern: "/v1/organization/usage/embeddings", Module: "usage API"}, usageAPI.ServeEmbeddingsUsage},
+		{route.Route{Pattern: "/v1/tollgate/budgets", Module: "budgets"}, budgetAPI.ServeBudgets},
+		{route.Route{Pattern: "/metrics", Module: "metrics"}, metrics},
+		{route.Route{Pattern: "/ui", Module: "dashboard"}, dashboard},
+		{route.Route{Pattern: ui.Prefix, Module: "dashboard"}, dashboard},
+		{route.Route{Pattern: ui.Prefix + "{path...}", Module: "dashboard"}, dashboard},
+	}
+}
+
+// serveOwnAndTraces serves own's routes, then the trace service's, and
+// answers 404 for any other path: what the proxy hands on (Options.Next),
+// and the whole admin listener when admin_listen is set.
+func serveOwnAndTraces(own []servedRoute, svc *admin.Service) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		path := string(ctx.Path())
+		for i := range own {
+			if _, ok := route.Match(own[i].Pattern, path); ok {
+				own[i].serve(ctx)
+				return
+			}
+		}
+		if !svc.Handle(ctx) {
+			ctx.Error(`{"detail":"Not Found"}`, fasthttp.StatusNotFound)
+			ctx.SetContentType("application/json")
+		}
+	}
+}
+
+// routeTable is every route the binary serves, in one table: the proxy's,
+// then own, then the trace service's.
+func routeTable(p *proxy.Server, own []servedRoute, svc *admin.Service) []route.Route {
+	table := p.Routes()
+	for _, r := range own {
+		table = append(table, r.Route)
+	}
+	return append(table, svc.Routes()...)
+}

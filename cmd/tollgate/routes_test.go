@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/tollgate-dev/tollgate/config"
+	"github.com/tollgate-dev/tollgate/route"
+)
+
+// gatewayRoutes builds a gateway on cfg, as main does, and returns its
+// table of every route.
+func gatewayRoutes(t *testing.T, cfg *config.Config) []route.Route {
+	t.Helper()
+	g, err := build(context.Background(), cfg, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes := g.routes
+	if err := g.close(cfg.Server.ShutdownTimeout); err != nil {
+		t.Fatal(err)
+	}
+	return routes
+}
+
+// samplePath fills a route pattern's segments with values that exist in
+// gatewayConfig (the team acme, the model demo).
+var samplePath = strings.NewReplacer("{entity}", "acme", "{project}", "routes", "{id}", "x",
+	"{id...}", "demo", "{path...}", "index.html").Replace
+
+// routerNotFound reports whether an answer is a router's "no such path"
+// (the proxy's for /v1/ and other paths, the trace service's), as opposed
+// to a handler's answer about what it was asked for.
+func routerNotFound(status int, body string) bool {
+	return status == http.StatusNotFound &&
+		(strings.Contains(body, `"unknown_url"`) || strings.Contains(body, "Unknown path") || body == `{"detail":"Not Found"}`)
+}
+
+// TestEveryRouteAnswers takes every route of the binary's table, once per
+// path and method, and checks that the running gateway routes it: no
+// router 404, no 405. It also checks that no two rows claim the same
+// method and path, and that each part of the gateway contributed rows.
+func TestEveryRouteAnswers(t *testing.T) {
+	cfg := gatewayConfig(t, t.TempDir(), "")
+	routes := gatewayRoutes(t, cfg)
+	seen := map[string]bool{}
+	modules := map[string]int{}
+	for _, r := range routes {
+		key := r.Method + " " + r.Pattern
+		if seen[key] {
+			t.Errorf("%s is in the table twice", key)
+		}
+		seen[key] = true
+		modules[r.Module]++
+	}
+	for _, m := range []string{"proxy", "usage API", "budgets", "metrics", "dashboard", "trace service"} {
+		if modules[m] == 0 {
+			t.Errorf("no route of %s in the table %v", m, modules)
+		}
+	}
+
+	gw := start(t, cfg)
+	for _, r := range routes {
+		method := r.Method
+		if method == "" {
+			method = http.MethodGet
+		}
+		path := samplePath(r.Pattern)
+		t.Run(method+" "+r.Pattern, func(t *testing.T) {
+			status, body := gw.do(t, method, path, adminKey, "{}")
+			if routerNotFound(status, body) || status == http.StatusMethodNotAllowed {
+				t.Fatalf("%s %s (%s) = %d %s, want it routed", method, path, r.Module, status, body)
+			}
+		})
+	}
+	t.Run("an unknown path is a router 404", func(t *testing.T) {
+		for _, path := range []string{"/v1/nope", "/nope", "/v2/acme/routes/nope"} {
+			if status, body := gw.do(t, http.MethodGet, path, adminKey, ""); !routerNotFound(status, body) {
+				t.Errorf("GET %s = %d %s, want a router 404", path, status, body)
+			}
+		}
+	})
+}
+
+// readmeEndpointPath is a path in the first column of the README's
+// endpoint table, with its method when the row names one.
+var readmeEndpointPath = regexp.MustCompile("`(?:(GET|POST|DELETE) )?(/[^` ]+)`")
+
+// TestReadmeEndpointsAreRoutes checks the README's endpoint table against
+// the binary's table: every path it names (a "{id}" filled in, a "…"
+// ending read as a prefix) is a route, with the method it names.
+func TestReadmeEndpointsAreRoutes(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "\n## Endpoints\n")
+	if !ok {
+		t.Fatal("README has no Endpoints section")
+	}
+	section, _, _ = strings.Cut(section, "\n#")
+	routes := gatewayRoutes(t, gatewayConfig(t, t.TempDir(), ""))
+	checked := 0
+	for _, line := range strings.Split(section, "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 3 || strings.HasPrefix(strings.TrimSpace(cells[1]), "---") {
+			continue
+		}
+		for _, m := range readmeEndpointPath.FindAllStringSubmatch(cells[1], -1) {
+			method, path := m[1], m[2]
+			if path == "/" {
+				continue // "(and with a trailing `/`)"
+			}
+			checked++
+			prefix, isPrefix := strings.CutSuffix(path, "…")
+			if !readmeRouteExists(routes, method, samplePath(prefix), isPrefix) {
+				t.Errorf("the README's endpoint table names %s %s, which no route serves", method, path)
+			}
+		}
+	}
+	if checked < 20 {
+		t.Fatalf("checked %d README paths; the endpoint table was not read", checked)
+	}
+}
+
+func readmeRouteExists(routes []route.Route, method, path string, isPrefix bool) bool {
+	for _, r := range routes {
+		if method != "" && r.Method != "" && r.Method != method {
+			continue
+		}
+		if isPrefix && strings.HasPrefix(samplePath(r.Pattern), path) {
+			return true
+		}
+		if _, ok := route.Match(r.Pattern, path); ok {
+			return true
+		}
+	}
+	return false
+}
