@@ -113,6 +113,11 @@ func (a *Abort) unbind() {
 	a.mu.Unlock()
 }
 
+// abortKey is the request user value under which DoAbortable hands its
+// *Abort to the transport. *Abort must not implement io.Closer: fasthttp
+// closes such user values when it resets a request.
+type abortKey struct{}
+
 // abortableTransport is the HostClient's transport. A round trip
 // registered with an Abort (see DoAbortable) is run here, on a connection
 // the Abort can close until the response headers (and, unless streamed,
@@ -123,9 +128,6 @@ func (a *Abort) unbind() {
 // is given back by CloseStream, since fasthttp's wrapper that does it is
 // not exported.
 type abortableTransport struct {
-	// trips maps the *fasthttp.Request of a registered round trip to its
-	// *Abort.
-	trips sync.Map
 	// streams maps the *fasthttp.Response of an open streamed body to the
 	// *openStream holding its connection.
 	streams sync.Map
@@ -142,11 +144,10 @@ type openStream struct {
 }
 
 func (t *abortableTransport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) (bool, error) {
-	v, ok := t.trips.Load(req)
+	abort, ok := req.UserValue(abortKey{}).(*Abort)
 	if !ok {
 		return fasthttp.DefaultTransport.RoundTrip(hc, req, resp)
 	}
-	abort := v.(*Abort)
 	cc, err := hc.AcquireConn(time.Until(abort.deadline), req.ConnectionClose())
 	if err != nil {
 		return false, err
@@ -236,14 +237,16 @@ func (b *Backend) Guard(maxResponseBytes int) {
 // DoAbortable returns an AbortedError. A streamed body must be closed with
 // CloseStream. Without Guard it is Do.
 func (b *Backend) DoAbortable(req *fasthttp.Request, resp *fasthttp.Response, abort *Abort) error {
-	t, ok := b.client.Transport.(*abortableTransport)
-	if !ok {
+	if _, ok := b.client.Transport.(*abortableTransport); !ok {
 		return b.Do(req, resp)
 	}
 	abort.deadline = time.Now().Add(b.timeouts.Total)
-	t.trips.Store(req, abort)
+	// The Abort rides on the request itself, where the transport finds
+	// it: a map keyed by request would cost an insert and a delete per
+	// round trip. It is removed before the request can be reused.
+	req.SetUserValue(abortKey{}, abort)
 	err := b.client.DoDeadline(req, resp, abort.deadline)
-	t.trips.Delete(req)
+	req.RemoveUserValue(abortKey{})
 	return classify(err)
 }
 
