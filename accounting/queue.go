@@ -5,7 +5,7 @@ import "sync"
 // recordQueue is the Recorder's bounded FIFO of records waiting for the
 // writer. Its buffer grows as records arrive, up to max records, instead of
 // being allocated at queue_size up front: a channel of 65,536 Records holds
-// about 24 MB once the writer has cycled through it, while a gateway whose
+// about 23 MB once the writer has cycled through it, while a gateway whose
 // writer keeps up never has more than a batch or two queued. A buffer a
 // burst grew much larger than a batch is given back once it has drained.
 //
