@@ -2,29 +2,12 @@ package admin
 
 import (
 	"encoding/json"
-	"github.com/tollgate-dev/tollgate/trace"
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/tollgate-dev/tollgate/trace"
 )
-
-func isCallField(name string) bool {
-	switch name {
-	case "id", "op_name", "display_name", "trace_id", "parent_id", "thread_id", "turn_id",
-		"started_at", "ended_at", "exception", "svc_user_id", "svc_run_id", "wb_user_id", "wb_run_id":
-		return true
-	}
-	return isJSONField(name)
-}
-
-// isJSONField reports whether name is a call field holding a JSON document.
-func isJSONField(name string) bool {
-	switch name {
-	case "attributes", "inputs", "output", "summary":
-		return true
-	}
-	return false
-}
 
 const operatorsList = "$and, $or, $not, $eq, $gt, $gte, $lt, $lte, $in, $contains"
 
@@ -328,7 +311,7 @@ func parseFieldPath(v *validation, path string, loc []any) (trace.GetField, bool
 		return trace.GetField{}, false
 	}
 	col := segs[0]
-	if !isCallField(col) || (len(segs) > 1 && !isJSONField(col)) {
+	if !trace.IsCallField(col) || (len(segs) > 1 && !trace.IsJSONField(col)) {
 		v.add(loc, "value_error", "Value error, unknown call field "+strconv.Quote(path), path)
 		return trace.GetField{}, false
 	}

@@ -3,8 +3,9 @@ package admin
 import (
 	"bytes"
 	"encoding/json"
-	"github.com/tollgate-dev/tollgate/trace"
 	"testing"
+
+	"github.com/tollgate-dev/tollgate/trace"
 )
 
 // FuzzParseQuery feeds arbitrary bytes, decoded as a request body is, to

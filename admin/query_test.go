@@ -3,9 +3,10 @@ package admin
 import (
 	"bytes"
 	"encoding/json"
-	"github.com/tollgate-dev/tollgate/trace"
 	"reflect"
 	"testing"
+
+	"github.com/tollgate-dev/tollgate/trace"
 )
 
 func decodeAny(t *testing.T, s string) any {

@@ -121,14 +121,6 @@ func columnSQL(name string) (string, bool) {
 	return "", false
 }
 
-func isJSONColumn(name string) bool {
-	switch name {
-	case "attributes", "inputs", "output", "summary":
-		return true
-	}
-	return false
-}
-
 // nullTested returns, for an $eq with a null literal on one side, the
 // operand on the other, which the comparison tests for null (a missing
 // field included).

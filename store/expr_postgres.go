@@ -107,7 +107,7 @@ func (p postgresExpr) field(f trace.GetField) (pgValue, error) {
 	if !ok {
 		return pgValue{}, fmt.Errorf("unknown call field %q", f.Column)
 	}
-	if !isJSONColumn(f.Column) {
+	if !trace.IsJSONField(f.Column) {
 		if len(f.Path) > 0 {
 			return pgValue{}, fmt.Errorf("call field %q has no keys", f.Column)
 		}
@@ -119,7 +119,7 @@ func (p postgresExpr) field(f trace.GetField) (pgValue, error) {
 func (p postgresExpr) convert(x trace.Convert) (pgValue, error) {
 	if x.To == trace.ToExists {
 		// A JSON null exists, as json_type() says on SQLite.
-		if f, ok := x.Input.(trace.GetField); ok && isJSONColumn(f.Column) {
+		if f, ok := x.Input.(trace.GetField); ok && trace.IsJSONField(f.Column) {
 			col, _ := columnSQL(f.Column)
 			return pgValue{sqlFrag: wrapSQL("(", pgJSONAt(col, f.Path), " IS NOT NULL)"), kind: pgBool}, nil
 		}

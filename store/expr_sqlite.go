@@ -79,7 +79,7 @@ func (s sqliteExpr) field(f trace.GetField) (sqlFrag, error) {
 	if !ok {
 		return sqlFrag{}, fmt.Errorf("unknown call field %q", f.Column)
 	}
-	if !isJSONColumn(f.Column) {
+	if !trace.IsJSONField(f.Column) {
 		if len(f.Path) > 0 {
 			return sqlFrag{}, fmt.Errorf("call field %q has no keys", f.Column)
 		}
@@ -90,7 +90,7 @@ func (s sqliteExpr) field(f trace.GetField) (sqlFrag, error) {
 
 func (s sqliteExpr) convert(x trace.Convert) (sqlFrag, error) {
 	if x.To == trace.ToExists {
-		if f, ok := x.Input.(trace.GetField); ok && isJSONColumn(f.Column) {
+		if f, ok := x.Input.(trace.GetField); ok && trace.IsJSONField(f.Column) {
 			col, _ := columnSQL(f.Column)
 			return sqlFrag{sql: "(json_type(" + col + ", ?) IS NOT NULL)", args: []any{sqliteJSONPath(f.Path)}}, nil
 		}

@@ -85,7 +85,7 @@ type ContainsOp struct {
 type Literal struct{ Value any }
 
 // GetField is {"$getField": "dotted.path"} resolved against the call
-// columns: Column is a call field (see isCallField), Path the keys inside
+// columns: Column is a call field (see IsCallField), Path the keys inside
 // a JSON column (attributes, inputs, output, summary), empty for the column
 // itself.
 type GetField struct {
@@ -135,4 +135,23 @@ type CallsQuery struct {
 	SortBy []SortBy
 	Limit  int
 	Offset int
+}
+
+// IsCallField reports whether name is a call field a query may read.
+func IsCallField(name string) bool {
+	switch name {
+	case "id", "op_name", "display_name", "trace_id", "parent_id", "thread_id", "turn_id",
+		"started_at", "ended_at", "exception", "svc_user_id", "svc_run_id", "wb_user_id", "wb_run_id":
+		return true
+	}
+	return IsJSONField(name)
+}
+
+// IsJSONField reports whether name is a call field holding a JSON document.
+func IsJSONField(name string) bool {
+	switch name {
+	case "attributes", "inputs", "output", "summary":
+		return true
+	}
+	return false
 }
