@@ -305,7 +305,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *completion, bod
 	if c.route.Affinity {
 		affinity = backends.AffinityKey(promptPrefix(body))
 	}
-	c.watch = watchClient(ctx)
+	c.watch = s.clients.watch(ctx)
 	defer c.watch.stop()
 	var triedArr [maxAttempts]*backends.Backend
 	tried := backends.Tried(triedArr[:0])

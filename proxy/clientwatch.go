@@ -10,11 +10,12 @@ import (
 	"github.com/tollgate-dev/tollgate/backends"
 )
 
-// clientPollInterval is how often a request that waits on a backend checks
-// that its client is still connected. It bounds how long a non-streamed
-// request keeps a backend generating, a queue place or a retry backoff
-// after its client has gone: at most this long, plus the time the
-// backend takes to notice its connection closed.
+// clientPollInterval is how often the client of a request that waits on a
+// backend is checked. It bounds how long a non-streamed request keeps a
+// backend generating, a queue place or a retry backoff after its client
+// has gone: at most twice this long (a request is first checked at the
+// first tick after it has waited the interval), plus the time the backend
+// takes to notice its connection closed.
 const clientPollInterval = 200 * time.Millisecond
 
 // clientWatch watches one request's client connection while the request
@@ -27,50 +28,140 @@ const clientPollInterval = 200 * time.Millisecond
 // down its writing side) counts as gone, as it does for nginx; HTTP clients
 // keep their side open while they wait for the answer.
 //
-// It costs a timer while the request is fast: the first check runs one
-// interval after the request started, on the timer's goroutine, and each
-// check arms the next. When the client is found gone, gone is closed (for
-// waits to select on) and the upstream round trip is aborted.
+// When the client is found gone, gone is closed (for waits to select on)
+// and the upstream round trip is aborted. The checks are made by the
+// server's clientWatcher.
 type clientWatch struct {
 	conn  net.Conn
 	gone  chan struct{}
 	abort backends.Abort
 
-	mu      sync.Mutex
-	timer   *time.Timer
-	stopped bool
+	// started is when the watch began; the watcher looks at a request's
+	// client once it has waited clientPollInterval.
+	started time.Time
+	// prev and next link the watch into its watcher's list, under the
+	// watcher's mutex.
+	prev, next *clientWatch
+	watcher    *clientWatcher
 }
 
-// watchClient starts watching ctx's connection. The caller must call stop
-// before the request ends.
-func watchClient(ctx *fasthttp.RequestCtx) *clientWatch {
-	w := &clientWatch{conn: ctx.Conn(), gone: make(chan struct{})}
-	w.mu.Lock()
-	w.timer = time.AfterFunc(clientPollInterval, w.check)
-	w.mu.Unlock()
+// clientWatches recycles watches: a request that is answered quickly costs
+// no allocation.
+var clientWatches = sync.Pool{New: func() any { return new(clientWatch) }}
+
+// clientWatcher checks the clients of all the requests that wait, from one
+// goroutine ticking every clientPollInterval, instead of a timer per
+// request: a request that is answered within the interval costs a link into
+// a list and an unlink, and no timer. The goroutine runs while requests are
+// watched; it exits when the list is empty at a tick, and close stops it.
+type clientWatcher struct {
+	mu      sync.Mutex
+	head    *clientWatch
+	running bool
+	closed  bool
+	// done is closed when the running goroutine exits.
+	done chan struct{}
+	stop chan struct{}
+}
+
+func newClientWatcher() *clientWatcher { return &clientWatcher{stop: make(chan struct{})} }
+
+// watch starts watching ctx's connection. The caller must call stop on the
+// watch before the request ends.
+func (cw *clientWatcher) watch(ctx *fasthttp.RequestCtx) *clientWatch {
+	w := clientWatches.Get().(*clientWatch)
+	if w.gone == nil || isClosed(w.gone) {
+		w.gone = make(chan struct{})
+	}
+	w.conn, w.started, w.watcher = ctx.Conn(), time.Now(), cw
+	cw.mu.Lock()
+	w.next = cw.head
+	if cw.head != nil {
+		cw.head.prev = w
+	}
+	cw.head = w
+	if !cw.running && !cw.closed {
+		cw.running = true
+		cw.done = make(chan struct{})
+		go cw.run(cw.done)
+	}
+	cw.mu.Unlock()
 	return w
 }
 
-func (w *clientWatch) check() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.stopped {
-		return
+// stop ends the watch; no check of it runs after it returns, and w must
+// not be used after.
+func (w *clientWatch) stop() {
+	cw := w.watcher
+	cw.mu.Lock()
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		cw.head = w.next
 	}
-	if connClosed(w.conn) {
-		close(w.gone)
-		w.abort.Abort()
-		return
+	if w.next != nil {
+		w.next.prev = w.prev
 	}
-	w.timer.Reset(clientPollInterval)
+	cw.mu.Unlock()
+	gone := w.gone
+	*w = clientWatch{gone: gone}
+	clientWatches.Put(w)
 }
 
-// stop ends the watch; no check runs after it returns.
-func (w *clientWatch) stop() {
-	w.mu.Lock()
-	w.stopped = true
-	w.timer.Stop()
-	w.mu.Unlock()
+// run checks the watched clients at every tick until none is watched or
+// the watcher is closed.
+func (cw *clientWatcher) run(done chan struct{}) {
+	defer close(done)
+	tick := time.NewTicker(clientPollInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case now := <-tick.C:
+			if !cw.check(now) {
+				return
+			}
+		case <-cw.stop:
+			return
+		}
+	}
+}
+
+// check looks at the client of every request that has waited an interval,
+// and reports whether any request is still watched.
+func (cw *clientWatcher) check(now time.Time) bool {
+	cw.mu.Lock()
+	defer cw.mu.Unlock()
+	if cw.head == nil {
+		cw.running = false
+		return false
+	}
+	for w := cw.head; w != nil; w = w.next {
+		if now.Sub(w.started) < clientPollInterval || isClosed(w.gone) {
+			continue
+		}
+		if connClosed(w.conn) {
+			close(w.gone)
+			w.abort.Abort()
+		}
+	}
+	return true
+}
+
+// close stops the watcher's goroutine and waits for it; requests watched
+// after it are not checked. The server calls it at shutdown.
+func (cw *clientWatcher) close() {
+	cw.mu.Lock()
+	if cw.closed {
+		cw.mu.Unlock()
+		return
+	}
+	cw.closed = true
+	close(cw.stop)
+	done := cw.done
+	cw.mu.Unlock()
+	if done != nil {
+		<-done
+	}
 }
 
 // left reports whether the client was found gone.

@@ -110,6 +110,9 @@ type Server struct {
 	// owners remembers which backend made each Responses API response; it
 	// lives as long as the server, across reloads.
 	owners *responseOwners
+	// clients checks that the clients of waiting requests are still
+	// connected; Shutdown stops it.
+	clients *clientWatcher
 }
 
 // New builds a Server. It does not listen; call Serve.
@@ -132,6 +135,7 @@ func New(opts Options) (*Server, error) {
 		s.log = zap.NewNop()
 	}
 	s.table = s.routes()
+	s.clients = newClientWatcher()
 	s.owners = newResponseOwners(responseOwnerCapacity, responseOwnerTTL, opts.ResponseOwners, s.log)
 	s.Swap(Generation{Config: opts.Config, Registry: opts.Registry, Limiter: opts.Limiter})
 	sc := opts.Config.Server
@@ -220,7 +224,9 @@ func (s *Server) Serve(ln net.Listener) error {
 // Shutdown stops accepting connections and waits for in-flight requests
 // and streams to finish, or for ctx to end.
 func (s *Server) Shutdown(ctx context.Context) error {
-	return s.srv.ShutdownWithContext(ctx)
+	err := s.srv.ShutdownWithContext(ctx)
+	s.clients.close()
+	return err
 }
 
 // routeEntry is one entry of the proxy's routing table: a method and a
