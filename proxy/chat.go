@@ -740,8 +740,7 @@ func (s *Server) settle(c *completion) {
 		c.limiter.Settle(c.res, c.rec.TotalTokens)
 	}
 	s.recorder.Record(c.rec)
-	s.metrics.requests.WithLabelValues(c.rec.Model, c.rec.Backend, statusLabel(c.rec.Status), c.ep.name).Inc()
-	s.metrics.duration.WithLabelValues(c.rec.Model, c.ep.name).Observe(c.rec.Ended.Sub(c.rec.Started).Seconds())
+	s.metrics.countRequest(c.rec.Model, c.rec.Backend, c.rec.Status, c.ep.name, c.rec.Ended.Sub(c.rec.Started))
 	if ce := s.log.Check(zap.InfoLevel, "request"); ce != nil {
 		ce.Write(
 			zap.String("request_id", c.rec.RequestID),

@@ -31,12 +31,60 @@ type metrics struct {
 	limitRefusals  map[string]prometheus.Counter // by LimitError.Kind
 
 	// overhead is the gateway's own share of each request's time (see
-	// observeOverhead); its children are resolved once per model into
-	// overheadByModel, copied on write, so that a request pays one map
-	// lookup and one Observe.
-	overhead        *prometheus.HistogramVec
-	overheadByModel atomic.Pointer[map[string]prometheus.Observer]
-	overheadMu      sync.Mutex
+	// observeOverhead).
+	overhead *prometheus.HistogramVec
+
+	// The children a request uses are resolved once per label set, so
+	// that a request pays one map lookup instead of a vector's label
+	// hashing and locking.
+	overheadByModel seriesCache[string, prometheus.Observer]
+	byOutcome       seriesCache[outcomeLabels, outcomeSeries]
+}
+
+// outcomeLabels are the labels of a finished request's series; outcomeSeries
+// the requests counter and duration histogram they select.
+type outcomeLabels struct {
+	model, backend, endpoint string
+	status                   int
+}
+
+type outcomeSeries struct {
+	count    prometheus.Counter
+	duration prometheus.Observer
+}
+
+// seriesCache maps label values to metric children, copied on write: reads
+// take no lock. Its keys are bounded by the configuration (model, backend
+// and endpoint names) and by HTTP statuses.
+type seriesCache[K comparable, V any] struct {
+	m  atomic.Pointer[map[K]V]
+	mu sync.Mutex
+}
+
+// get returns the child of k, resolving it with resolve the first time.
+func (c *seriesCache[K, V]) get(k K, resolve func(K) V) V {
+	if m := c.m.Load(); m != nil {
+		if v, ok := (*m)[k]; ok {
+			return v
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var old map[K]V
+	if m := c.m.Load(); m != nil {
+		old = *m
+	}
+	if v, ok := old[k]; ok {
+		return v
+	}
+	next := maps.Clone(old)
+	if next == nil {
+		next = make(map[K]V)
+	}
+	v := resolve(k)
+	next[k] = v
+	c.m.Store(&next)
+	return v
 }
 
 // overheadBuckets span the gateway's own time: tens of microseconds when
@@ -106,7 +154,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			"for a stream, the client's time to first event minus the upstream's. It includes queue waits and retry backoffs.",
 		Buckets: overheadBuckets,
 	}, []string{"model"})
-	m.overheadByModel.Store(&map[string]prometheus.Observer{})
 	if reg != nil {
 		reg.MustRegister(m.panics)
 		reg.MustRegister(m.requests, m.duration, m.timeToFirstTok, m.streamsInFlight, m.streamErrors)
@@ -128,27 +175,27 @@ func (m *metrics) countRefusal(err error) {
 // observeOverhead observes d, the gateway's own time on a request to
 // model (a configured model's name).
 func (m *metrics) observeOverhead(model string, d time.Duration) {
-	o, ok := (*m.overheadByModel.Load())[model]
-	if !ok {
-		o = m.overheadFor(model)
-	}
-	o.Observe(max(d, 0).Seconds())
+	m.overheadByModel.get(model, m.resolveOverhead).Observe(max(d, 0).Seconds())
 }
 
-// overheadFor resolves the histogram child of model once and publishes it
-// in a new copy of the map.
-func (m *metrics) overheadFor(model string) prometheus.Observer {
-	m.overheadMu.Lock()
-	defer m.overheadMu.Unlock()
-	old := *m.overheadByModel.Load()
-	if o, ok := old[model]; ok {
-		return o
+func (m *metrics) resolveOverhead(model string) prometheus.Observer {
+	return m.overhead.WithLabelValues(model)
+}
+
+// countRequest counts a finished request to model (a configured model's
+// name, or "" before routing) served by backend, with the status returned
+// to the client, and observes its duration d.
+func (m *metrics) countRequest(model, backend string, status int, endpoint string, d time.Duration) {
+	s := m.byOutcome.get(outcomeLabels{model: model, backend: backend, endpoint: endpoint, status: status}, m.resolveOutcome)
+	s.count.Inc()
+	s.duration.Observe(d.Seconds())
+}
+
+func (m *metrics) resolveOutcome(l outcomeLabels) outcomeSeries {
+	return outcomeSeries{
+		count:    m.requests.WithLabelValues(l.model, l.backend, statusLabel(l.status), l.endpoint),
+		duration: m.duration.WithLabelValues(l.model, l.endpoint),
 	}
-	next := maps.Clone(old)
-	o := m.overhead.WithLabelValues(model)
-	next[model] = o
-	m.overheadByModel.Store(&next)
-	return o
 }
 
 // statusLabel returns the label of a status code without allocating for

@@ -45,3 +45,27 @@ func TestMetricsCountRefusalByKind(t *testing.T) {
 		}
 	}
 }
+
+// TestMetricsCountRequestResolvesOnce checks that counting a finished
+// request costs no allocation once its outcome's series are resolved, and
+// that it counts into the series its labels name.
+func TestMetricsCountRequestResolvesOnce(t *testing.T) {
+	m := newMetrics(prometheus.NewRegistry())
+	m.countRequest("demo", "gpu-1", 200, "chat.completions", time.Millisecond)
+	if n := testing.AllocsPerRun(100, func() {
+		m.countRequest("demo", "gpu-1", 200, "chat.completions", time.Millisecond)
+	}); n != 0 {
+		t.Errorf("countRequest allocates %.1f times per call, want 0", n)
+	}
+	m.countRequest("demo", "gpu-1", 418, "chat.completions", time.Millisecond)
+	// One call, then AllocsPerRun's warm-up call and its 100 runs.
+	if got := testutil.ToFloat64(m.requests.WithLabelValues("demo", "gpu-1", "200", "chat.completions")); got != 102 {
+		t.Errorf("requests{status=200} = %v, want 102", got)
+	}
+	if got := testutil.ToFloat64(m.requests.WithLabelValues("demo", "gpu-1", "418", "chat.completions")); got != 1 {
+		t.Errorf("requests{status=418} = %v, want 1", got)
+	}
+	if n := testutil.CollectAndCount(m.duration); n != 1 {
+		t.Errorf("duration series = %d, want 1 (model and endpoint only)", n)
+	}
+}
