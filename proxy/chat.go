@@ -70,6 +70,13 @@ type completion struct {
 	// go there, where the response lives.
 	previousResponse string
 	owner            string
+	// background is a Responses API request made with "background": true;
+	// backgroundSlot is true while it holds a slot of the server's
+	// background responses, and pendingResponse is the id of the response
+	// its reply left running (see background.go).
+	background      bool
+	backgroundSlot  bool
+	pendingResponse string
 	// upstream is the time spent on the request's upstream round trips,
 	// from sending to the last byte (the response headers for a stream),
 	// summed over attempts: the rest of its time is the gateway's own.
@@ -191,6 +198,15 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, ep *endpoint) {
 	if e := toolChoiceRefusal(&c.req, c.route); e != nil {
 		s.finish(ctx, c, e)
 		return
+	}
+	if c.background && !c.req.Stream {
+		// Its usage comes after the answer: the gateway must be able to
+		// wait for it (a background stream carries it in its events).
+		if !s.background.admit() {
+			s.finish(ctx, c, s.background.tooMany())
+			return
+		}
+		c.backgroundSlot = true
 	}
 
 	if c.req.Stream {
@@ -512,6 +528,9 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *completion, route *backend
 		reply := gjson.Parse(b2s(rbody))
 		uerr = u.setResponses(reply.Get("usage"))
 		s.owners.remember(reply.Get("id").String(), responseOwner{backend: b.Name, team: c.rec.Team, project: c.rec.Project})
+		if c.backgroundSlot {
+			c.pendingResponse = pendingID(reply)
+		}
 	} else {
 		uerr = u.set(gjson.Get(b2s(rbody), "usage"))
 	}
@@ -684,12 +703,17 @@ func appendStreamOptions(dst, opts []byte, continuous bool) []byte {
 
 // setUsage fills the record's counts from what the backend reported.
 func (c *completion) setUsage(u *usageCounts, completion int64) {
-	c.rec.PromptTokens = u.prompt
-	c.rec.CompletionTokens = completion
-	c.rec.CachedTokens = u.cached
-	c.rec.TotalTokens = u.total
-	if !u.reported || c.rec.TotalTokens < c.rec.PromptTokens+c.rec.CompletionTokens {
-		c.rec.TotalTokens = c.rec.PromptTokens + c.rec.CompletionTokens
+	setRecordUsage(&c.rec, u, completion)
+}
+
+// setRecordUsage fills rec's counts from what the backend reported.
+func setRecordUsage(rec *accounting.Record, u *usageCounts, completion int64) {
+	rec.PromptTokens = u.prompt
+	rec.CompletionTokens = completion
+	rec.CachedTokens = u.cached
+	rec.TotalTokens = u.total
+	if !u.reported || rec.TotalTokens < rec.PromptTokens+rec.CompletionTokens {
+		rec.TotalTokens = rec.PromptTokens + rec.CompletionTokens
 	}
 }
 
@@ -736,10 +760,14 @@ func (s *Server) settle(c *completion) {
 		s.streams.Add(-1)
 		c.streamSlot = false
 	}
-	if c.limiter != nil {
-		c.limiter.Settle(c.res, c.rec.TotalTokens)
+	// A background response still running is recorded, and its
+	// reservation settled, once it has finished.
+	if !s.holdBackground(c) {
+		if c.limiter != nil {
+			c.limiter.Settle(c.res, c.rec.TotalTokens)
+		}
+		s.recorder.Record(c.rec)
 	}
-	s.recorder.Record(c.rec)
 	s.metrics.countRequest(c.rec.Model, c.rec.Backend, c.rec.Status, c.ep.name, c.rec.Ended.Sub(c.rec.Started))
 	if ce := s.log.Check(zap.InfoLevel, "request"); ce != nil {
 		ce.Write(

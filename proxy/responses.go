@@ -128,6 +128,10 @@ func (s *Server) storedResponse(ctx *fasthttp.RequestCtx, st *state, rawID []byt
 	if !allowed {
 		return "", responseNotFound(id, nil)
 	}
+	if ctx.IsDelete() {
+		// A deleted response cannot be asked about any more.
+		s.settleBeforeDelete(id)
+	}
 	var candidates []*backends.Backend
 	for _, rt := range st.reg.Routes() {
 		if !rt.Serves(backends.EndpointResponses) {
@@ -241,6 +245,11 @@ func (s *Server) storedResponseAttempt(ctx *fasthttp.RequestCtx, st *state, b *b
 			e = responseNotFound(id, e)
 		}
 		return status, false, e
+	}
+	if suffix == "" || suffix == "/cancel" {
+		// The response object: a background response seen finished is
+		// settled now, if the poller has not already.
+		s.observeBackground(id, body)
 	}
 	ctx.SetStatusCode(status)
 	ctx.Response.Header.SetContentTypeBytes(resp.Header.ContentType())

@@ -113,6 +113,9 @@ type Server struct {
 	// clients checks that the clients of waiting requests are still
 	// connected; Shutdown stops it.
 	clients *clientWatcher
+	// background holds the background responses whose usage is not known
+	// yet, and runs their poller until Shutdown.
+	background *backgroundResponses
 }
 
 // New builds a Server. It does not listen; call Serve.
@@ -137,6 +140,7 @@ func New(opts Options) (*Server, error) {
 	s.table = s.routes()
 	s.clients = newClientWatcher()
 	s.owners = newResponseOwners(responseOwnerCapacity, responseOwnerTTL, opts.ResponseOwners, s.log)
+	s.background = newBackgroundResponses(backgroundCapacity)
 	s.Swap(Generation{Config: opts.Config, Registry: opts.Registry, Limiter: opts.Limiter})
 	sc := opts.Config.Server
 	s.srv = &fasthttp.Server{
@@ -222,10 +226,12 @@ func (s *Server) Serve(ln net.Listener) error {
 }
 
 // Shutdown stops accepting connections and waits for in-flight requests
-// and streams to finish, or for ctx to end.
+// and streams to finish, or for ctx to end; then it stops the poller of
+// background responses, recording those still running with no usage.
 func (s *Server) Shutdown(ctx context.Context) error {
 	err := s.srv.ShutdownWithContext(ctx)
 	s.clients.close()
+	s.stopBackground()
 	return err
 }
 

@@ -86,6 +86,8 @@ func validateResponses(body []byte, c *completion, srv *config.Server) *Validati
 			}
 		case rsPriority:
 			req.Priority = n
+		case rsFirstPlain + 5: // background
+			c.background = val.isTrue()
 		}
 		return nil
 	})
