@@ -24,13 +24,17 @@ func (e *usageError) Error() string { return e.field + " " + e.problem }
 
 // usageFields names the counts of a usage object: chat and text
 // completions and embeddings say prompt/completion, the Responses API
-// input/output.
-type usageFields struct{ prompt, completion, total, cached string }
+// input/output. cached is the path of the cached count, in the details
+// object named details.
+type usageFields struct{ prompt, completion, total, details, cached string }
 
 var (
-	chatUsageFields      = usageFields{"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details.cached_tokens"}
-	responsesUsageFields = usageFields{"input_tokens", "output_tokens", "total_tokens", "input_tokens_details.cached_tokens"}
+	chatUsageFields      = usageFields{"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details", "prompt_tokens_details.cached_tokens"}
+	responsesUsageFields = usageFields{"input_tokens", "output_tokens", "total_tokens", "input_tokens_details", "input_tokens_details.cached_tokens"}
 )
+
+// cachedTokensField is the cached count's name in the details object.
+const cachedTokensField = "cached_tokens"
 
 // parseUsage reads a usage object named by f into u, all or nothing:
 // every count must be a non-negative integer no larger than maxTokenCount,
@@ -45,20 +49,48 @@ func (u *usageCounts) parseUsage(v gjson.Result, f *usageFields) error {
 	if !v.IsObject() {
 		return &usageError{"usage", "is not an object"}
 	}
+	// One pass over the object finds the four counts; as with a lookup by
+	// name, the first of duplicate keys counts. Looking each count up on
+	// its own would scan the object four times, for every reply and for
+	// every streamed event that carries usage.
+	var prompt, completion, total, cached gjson.Result
+	v.ForEach(func(key, val gjson.Result) bool {
+		var dst *gjson.Result
+		switch key.Str {
+		case f.prompt:
+			dst = &prompt
+		case f.completion:
+			dst = &completion
+		case f.total:
+			dst = &total
+		case f.details:
+			// As a lookup by path does, the count is the first found in
+			// a details object: a details key whose value holds none is
+			// passed over.
+			val = val.Get(cachedTokensField)
+			dst = &cached
+		default:
+			return true
+		}
+		if dst.Raw == "" {
+			*dst = val
+		}
+		return true
+	})
 	var (
 		n   usageCounts
 		err error
 	)
-	if n.prompt, err = tokenCount(v, f.prompt); err != nil {
+	if n.prompt, err = tokenCount(prompt, f.prompt); err != nil {
 		return err
 	}
-	if n.completion, err = tokenCount(v, f.completion); err != nil {
+	if n.completion, err = tokenCount(completion, f.completion); err != nil {
 		return err
 	}
-	if n.total, err = tokenCount(v, f.total); err != nil {
+	if n.total, err = tokenCount(total, f.total); err != nil {
 		return err
 	}
-	if n.cached, err = tokenCount(v, f.cached); err != nil {
+	if n.cached, err = tokenCount(cached, f.cached); err != nil {
 		return err
 	}
 	// Both are at most 2^40: the sum cannot overflow.
@@ -78,12 +110,11 @@ func (u *usageCounts) parseUsage(v gjson.Result, f *usageFields) error {
 	return nil
 }
 
-// tokenCount reads one count at path in the usage object v: absent or null
-// is zero; anything but a plain non-negative integer literal up to
+// tokenCount reads one count r, found at path in the usage object: absent
+// or null is zero; anything but a plain non-negative integer literal up to
 // maxTokenCount is an error (a float, an exponent, a string, a negative or
 // huge number).
-func tokenCount(v gjson.Result, path string) (int64, error) {
-	r := v.Get(path)
+func tokenCount(r gjson.Result, path string) (int64, error) {
 	if !r.Exists() || r.Type == gjson.Null {
 		return 0, nil
 	}

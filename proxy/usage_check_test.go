@@ -45,6 +45,11 @@ func TestParseUsage(t *testing.T) {
 		{"cached above the prompt", `{"prompt_tokens":10,"prompt_tokens_details":{"cached_tokens":11}}`, [4]int64{}, "cached_tokens (11) exceeds"},
 		{"not an object", `"lots"`, [4]int64{}, "usage is not an object"},
 		{"array", `[1,2]`, [4]int64{}, "usage is not an object"},
+		{"duplicate keys: the first counts", `{"prompt_tokens":10,"completion_tokens":5,"prompt_tokens":99,"prompt_tokens_details":{"cached_tokens":2},"prompt_tokens_details":{"cached_tokens":9}}`, [4]int64{10, 5, 15, 2}, ""},
+		{"duplicate with a bad first", `{"prompt_tokens":-1,"prompt_tokens":10}`, [4]int64{}, "usage.prompt_tokens is negative"},
+		{"escaped key", `{"prompt\u005ftokens":10,"completion_tokens":5}`, [4]int64{10, 5, 15, 0}, ""},
+		{"details not an object", `{"prompt_tokens":10,"prompt_tokens_details":[8]}`, [4]int64{10, 0, 10, 0}, ""},
+		{"other fields around", `{"queue_time":0.5,"prompt_tokens":10,"x":{"prompt_tokens":99},"completion_tokens":5}`, [4]int64{10, 5, 15, 0}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -78,6 +83,76 @@ func TestParseUsage(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestParseUsageMatchesLookups checks parseUsage's one pass over a usage
+// object against reading each count by its path, as gjson resolves paths
+// (duplicate keys, details that are not objects or hold no count), over
+// usages of both field sets.
+func TestParseUsageMatchesLookups(t *testing.T) {
+	byLookup := func(v gjson.Result, f *usageFields) (usageCounts, string) {
+		var u usageCounts
+		for _, c := range []struct {
+			path string
+			dst  *int64
+		}{{f.prompt, &u.prompt}, {f.completion, &u.completion}, {f.total, &u.total}, {f.cached, &u.cached}} {
+			n, err := tokenCount(v.Get(c.path), c.path)
+			if err != nil {
+				return usageCounts{}, err.Error()
+			}
+			*c.dst = n
+		}
+		return u, ""
+	}
+	for _, js := range []string{
+		`{}`,
+		`{"prompt_tokens":1,"prompt_tokens":2,"total_tokens":3,"total_tokens":4}`,
+		`{"input_tokens":7,"output_tokens":3,"input_tokens_details":{"cached_tokens":1,"cached_tokens":5}}`,
+		`{"prompt_tokens_details":{"cached_tokens":4},"prompt_tokens":9}`,
+		`{"prompt_tokens":9,"prompt_tokens_details":5,"prompt_tokens_details":{"cached_tokens":4}}`,
+		`{"prompt_tokens":9,"prompt_tokens_details":{},"prompt_tokens_details":{"cached_tokens":4}}`,
+		`{"prompt_tokens":9,"prompt_tokens_details":[{"cached_tokens":3}],"prompt_tokens_details":{"cached_tokens":4}}`,
+		`{"input_tokens":9,"input_tokens_details":{"cached_tokens":-4}}`,
+		`{"completion_tokens":null,"prompt_tokens":"3"}`,
+		`{"prompt_tokens":-1,"prompt_tokens":10}`,
+		`{"prompt\u005ftokens":10,"completion_tokens":5}`,
+		` { "prompt_tokens" : 12 , "completion_tokens" :3 , "total_tokens": 15} `,
+	} {
+		v := gjson.Parse(js)
+		for _, f := range []*usageFields{&chatUsageFields, &responsesUsageFields} {
+			want, wantErr := byLookup(v, f)
+			var u usageCounts
+			err := u.parseUsage(v, f)
+			gotErr := ""
+			if err != nil {
+				gotErr = err.Error()
+			}
+			if gotErr != wantErr {
+				t.Errorf("%s with %s: error %q, by lookup %q", js, f.prompt, gotErr, wantErr)
+				continue
+			}
+			if err == nil && [3]int64{u.prompt, u.completion, u.cached} != [3]int64{want.prompt, want.completion, want.cached} {
+				t.Errorf("%s with %s: counts %+v, by lookup %+v", js, f.prompt, u, want)
+			}
+		}
+	}
+}
+
+// TestParseUsageAllocatesNothing guards the reading of every reply's and
+// every usage event's counts.
+func TestParseUsageAllocatesNothing(t *testing.T) {
+	v := gjson.Parse(`{"prompt_tokens":812,"completion_tokens":256,"total_tokens":1068,"prompt_tokens_details":{"cached_tokens":512}}`)
+	var u usageCounts
+	if n := testing.AllocsPerRun(100, func() {
+		if err := u.parseUsage(v, &chatUsageFields); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Errorf("parseUsage allocates %.1f times, want 0", n)
+	}
+	if u.cached != 512 || u.total != 1068 {
+		t.Errorf("counts %+v", u)
+	}
 }
 
 // panicReader is an upstream body whose Read panics, as a bug met by
