@@ -36,8 +36,10 @@ func (h *harness) send(method, path, body string) response {
 }
 
 // TestBackgroundResponseIsCharged makes a background response, answered
-// "queued" with no usage, and checks that the gateway records its usage
-// once it finished, exactly once, however the client reads it.
+// "queued" with no usage, and checks that the gateway's poller records its
+// usage once it finished, exactly once: a GET through the gateway later
+// records nothing more. (A GET or cancel that sees it finished first
+// settles it: TestBackgroundResponseHoldsBudget.)
 func TestBackgroundResponseIsCharged(t *testing.T) {
 	h := newHarness(t, harnessOptions{sim: simulated.Options{Tokens: 5}})
 	queued := h.send(http.MethodPost, "/v1/responses", `{"model":"demo","input":"Say hi","background":true}`)
@@ -46,13 +48,13 @@ func TestBackgroundResponseIsCharged(t *testing.T) {
 	}
 	id := queued.json("id").Str
 
-	// The GET through the gateway, or the poller before it, finds the
-	// response completed and records its usage.
+	// The poller finds the response completed and records its usage,
+	// with no client asking.
+	rec := h.recorder.wait(t, 1)
 	final := h.send(http.MethodGet, "/v1/responses/"+id, "")
 	if final.json("status").Str != "completed" {
 		t.Fatalf("GET: %d %s", final.status, final.body)
 	}
-	rec := h.recorder.wait(t, 1)
 	in, out := final.json("usage.input_tokens").Int(), final.json("usage.output_tokens").Int()
 	if out != 5 || in == 0 {
 		t.Fatalf("usage of the finished response: %s", final.json("usage").Raw)
@@ -138,5 +140,34 @@ func TestBackgroundResponsesBounded(t *testing.T) {
 	}
 	if r := h.send(http.MethodPost, "/v1/responses", `{"model":"demo","input":"x","background":true}`); r.status != http.StatusOK {
 		t.Fatalf("after a cancel: %d %s", r.status, r.body)
+	}
+}
+
+// TestBackgroundResponseAtShutdown stops the gateway while a background
+// response runs: the request is recorded then, with no tokens and an
+// error saying its usage is not known, rather than lost.
+func TestBackgroundResponseAtShutdown(t *testing.T) {
+	var h *harness
+	var id string
+	t.Cleanup(func() {
+		// Cleanups run last registered first: the harness has stopped
+		// the gateway by now.
+		rec := h.recorder.wait(t, 1)
+		if rec.CompletionID != id || rec.TotalTokens != 0 || rec.Status != http.StatusOK ||
+			!strings.Contains(rec.Error, "the gateway stopped before background response "+id+" finished") {
+			t.Errorf("record at shutdown = %+v", rec)
+		}
+		if n := h.recorder.count(); n != 1 {
+			t.Errorf("%d records, want 1", n)
+		}
+	})
+	h = newHarness(t, harnessOptions{sim: simulated.Options{TimeToFirstToken: time.Hour, Tokens: 2}})
+	r := h.send(http.MethodPost, "/v1/responses", `{"model":"demo","input":"x","background":true}`)
+	if r.status != http.StatusOK || r.json("status").Str != "queued" {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	id = r.json("id").Str
+	if n := h.recorder.count(); n != 0 {
+		t.Fatalf("%d records while the response runs, want 0", n)
 	}
 }
