@@ -171,10 +171,12 @@ func TestSlowBackend(t *testing.T) {
 	t.Run("first byte timeout is retried on another backend", func(t *testing.T) {
 		slow := newNode(t, "slow", simulated.Options{TimeToFirstToken: 2 * time.Second})
 		fast := newNode(t, "fast", simulated.Options{})
-		// The slow backend's weight makes it the first choice all but surely.
+		// Between idle backends the weighted draw alone decides (see backends.better), so the
+		// slow backend's weight of a million to one makes it the first choice in all but one
+		// run in a million; at 100 to 1 this test failed about once in a hundred runs.
 		c := newHarness(t, harnessOptions{healthChecks: true,
 			backends: []backendSpec{
-				{slow, "weight: 100\ntimeouts: {first_byte: 600ms}"},
+				{slow, "weight: 1000000\ntimeouts: {first_byte: 600ms}"},
 				{fast, "timeouts: {first_byte: 600ms}"},
 			},
 			models: "  - name: m\n    backends: [slow, fast]\n",
@@ -437,8 +439,9 @@ func TestNoRetryAfterFirstByte(t *testing.T) {
 		}
 	})
 
-	// The failing backend's weight makes it the first choice all but surely; the other one
-	// answers. Only statuses that another backend may not repeat are retried. The failing
+	// The failing backend's weight, a million to one, makes it the first choice in all but one
+	// run in a million (between idle backends the weighted draw alone decides; at 100 to 1 a
+	// run in a hundred drew the other first); the other one answers. Only statuses that another backend may not repeat are retried. The failing
 	// backend starts failing after its first health probe, and the next is 10s away, so it is
 	// still in rotation when the request comes.
 	tests := []struct {
@@ -458,7 +461,7 @@ func TestNoRetryAfterFirstByte(t *testing.T) {
 			failing := newNode(t, "failing", simulated.Options{})
 			good := newNode(t, "good", simulated.Options{})
 			c := newHarness(t, harnessOptions{healthChecks: true,
-				backends: []backendSpec{{failing, "weight: 100\nhealth: {interval: 10s}"}, {good, "health: {interval: 10s}"}},
+				backends: []backendSpec{{failing, "weight: 1000000\nhealth: {interval: 10s}"}, {good, "health: {interval: 10s}"}},
 				models:   "  - name: m\n    backends: [failing, good]\n",
 				extra:    "retries: {backoff: 1ms, max_backoff: 5ms}",
 			})
