@@ -441,9 +441,10 @@ func TestNoRetryAfterFirstByte(t *testing.T) {
 
 	// The failing backend's weight, a million to one, makes it the first choice in all but one
 	// run in a million (between idle backends the weighted draw alone decides; at 100 to 1 a
-	// run in a hundred drew the other first); the other one answers. Only statuses that another backend may not repeat are retried. The failing
-	// backend starts failing after its first health probe, and the next is 10s away, so it is
-	// still in rotation when the request comes.
+	// run in a hundred drew the other first); the other one answers. Only statuses that
+	// another backend may not repeat are retried. The failing backend starts failing after its
+	// first health probe, and the next is 10s away, so it is still in rotation when the
+	// request comes.
 	tests := []struct {
 		fail       int
 		wantStatus int
