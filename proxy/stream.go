@@ -67,6 +67,8 @@ func (s *Server) startStream(ctx *fasthttp.RequestCtx, c *completion, b *backend
 	// The model bytes point into the client's request body, which fasthttp
 	// reuses once the handler returns.
 	sb.c.req.Model = nil
+	// The client watch ends, and is recycled, when forward returns.
+	sb.c.watch = nil
 	sb.scan.reset(resp.BodyStream())
 	sb.scan.limit = c.gen.cfg.Server.MaxEventBytes
 	sb.chunk.reset(!c.req.IncludeUsage, b.ContinuousUsage() && !c.req.ContinuousUsage, replyModel)
