@@ -119,47 +119,20 @@ func costDoc(c *weave.Cost) map[string]any {
 // costQuery serves POST /cost/query {project_id, fields, query, sort_by,
 // limit, offset} → {"results": [...]}.
 func (s *Service) costQuery(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, _ pathParams) *apiError {
-	body, e := bodyObject(rc.PostBody(), true)
-	if e != nil {
-		return e
-	}
-	var v validation
-	q := parseDocQuery(&v, body)
-	_, proj, found, e := s.projectOf(ctx, &v, key, body, bodyLoc, forRead)
-	if e != nil {
-		return e
-	}
-	docs := []map[string]any{}
-	if found {
-		costs, err := s.weave.ListCosts(ctx, proj.ID)
+	return s.serveDocQuery(ctx, rc, key, "results", func(_ string, projectID int64, _ *docQuery) ([]map[string]any, error) {
+		costs, err := s.weave.ListCosts(ctx, projectID)
 		if err != nil {
-			return internalError(err)
+			return nil, err
 		}
+		docs := make([]map[string]any, 0, len(costs))
 		for i := range costs {
 			docs = append(docs, costDoc(&costs[i]))
 		}
-	}
-	writeJSON(rc, fasthttp.StatusOK, map[string][]map[string]any{"results": q.apply(docs)})
-	return nil
+		return docs, nil
+	})
 }
 
 // costPurge serves POST /cost/purge {project_id, query} → {}.
 func (s *Service) costPurge(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, _ pathParams) *apiError {
-	body, e := bodyObject(rc.PostBody(), true)
-	if e != nil {
-		return e
-	}
-	var v validation
-	ids := purgeIDs(&v, body)
-	_, proj, found, e := s.projectOf(ctx, &v, key, body, bodyLoc, forRead)
-	if e != nil {
-		return e
-	}
-	if found {
-		if _, err := s.weave.DeleteCosts(ctx, proj.ID, ids); err != nil {
-			return internalError(err)
-		}
-	}
-	writeJSON(rc, fasthttp.StatusOK, struct{}{})
-	return nil
+	return s.purgeByIDs(ctx, rc, key, s.weave.DeleteCosts)
 }

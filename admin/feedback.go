@@ -244,6 +244,33 @@ func (q *docQuery) apply(docs []map[string]any) []map[string]any {
 // feedbackQuery serves POST /feedback/query {project_id, fields, query,
 // sort_by, limit, offset} → {"result": [...]}.
 func (s *Service) feedbackQuery(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, _ pathParams) *apiError {
+	return s.serveDocQuery(ctx, rc, key, "result", func(raw string, projectID int64, q *docQuery) ([]map[string]any, error) {
+		// Feedback is stored by ref, so a query naming refs reads only those.
+		var refs []string
+		if q.expr != nil {
+			if vals, ok := q.expr.Values("weave_ref"); ok {
+				refs = append(make([]string, 0, len(vals)), vals...)
+			}
+		}
+		items, err := s.weave.ListFeedback(ctx, projectID, refs)
+		if err != nil {
+			return nil, err
+		}
+		docs := make([]map[string]any, 0, len(items))
+		for i := range items {
+			docs = append(docs, feedbackDoc(raw, &items[i]))
+		}
+		return docs, nil
+	})
+}
+
+// serveDocQuery serves a Weave query of documents, POST {project_id, fields,
+// query, sort_by, limit, offset} → {resultKey: [...]}, as the feedback and
+// cost queries are: list returns the documents of the project (raw is its
+// id as the client wrote it), which the query then filters, sorts, pages
+// and projects. A project that does not exist has no documents.
+func (s *Service) serveDocQuery(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, resultKey string,
+	list func(raw string, projectID int64, q *docQuery) ([]map[string]any, error)) *apiError {
 	body, e := bodyObject(rc.PostBody(), true)
 	if e != nil {
 		return e
@@ -256,21 +283,13 @@ func (s *Service) feedbackQuery(ctx context.Context, rc *fasthttp.RequestCtx, ke
 	}
 	docs := []map[string]any{}
 	if found {
-		var refs []string
-		if q.expr != nil {
-			if vals, ok := q.expr.Values("weave_ref"); ok {
-				refs = append(make([]string, 0, len(vals)), vals...)
-			}
-		}
-		items, err := s.weave.ListFeedback(ctx, proj.ID, refs)
+		listed, err := list(raw, proj.ID, &q)
 		if err != nil {
 			return internalError(err)
 		}
-		for i := range items {
-			docs = append(docs, feedbackDoc(raw, &items[i]))
-		}
+		docs = append(docs, listed...)
 	}
-	writeJSON(rc, fasthttp.StatusOK, map[string][]map[string]any{"result": q.apply(docs)})
+	writeJSON(rc, fasthttp.StatusOK, map[string][]map[string]any{resultKey: q.apply(docs)})
 	return nil
 }
 
@@ -290,6 +309,14 @@ func purgeIDs(v *validation, body map[string]any) []string {
 
 // feedbackPurge serves POST /feedback/purge {project_id, query} → {}.
 func (s *Service) feedbackPurge(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, _ pathParams) *apiError {
+	return s.purgeByIDs(ctx, rc, key, s.weave.DeleteFeedback)
+}
+
+// purgeByIDs serves a Weave purge, POST {project_id, query} → {}, whose
+// query names the ids that del deletes, as the feedback and cost purges
+// are. A project that does not exist has nothing to purge.
+func (s *Service) purgeByIDs(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key,
+	del func(ctx context.Context, projectID int64, ids []string) (int, error)) *apiError {
 	body, e := bodyObject(rc.PostBody(), true)
 	if e != nil {
 		return e
@@ -301,7 +328,7 @@ func (s *Service) feedbackPurge(ctx context.Context, rc *fasthttp.RequestCtx, ke
 		return e
 	}
 	if found {
-		if _, err := s.weave.DeleteFeedback(ctx, proj.ID, ids); err != nil {
+		if _, err := del(ctx, proj.ID, ids); err != nil {
 			return internalError(err)
 		}
 	}
