@@ -40,20 +40,8 @@ func (v *validator) toolChoice(val value) *ValidationError {
 	case !val.isObject():
 		return toolChoiceError(val)
 	}
-	var typ, fn value
-	it := v.iter(val)
-	for {
-		k, x, ok := it.next()
-		if !ok {
-			break
-		}
-		switch k {
-		case "type":
-			typ = x
-		case "function":
-			fn = x
-		}
-	}
+	m := v.members(val, "type", "function")
+	typ, fn := m[0], m[1]
 	// The type defaults to "function" in vLLM. OpenAI's other kinds (allowed_tools,
 	// custom) have no equivalent in vLLM, so they are refused here rather than there.
 	if typ.exists() && unquoteIfString(typ) != "function" {
@@ -67,17 +55,7 @@ func (v *validator) toolChoice(val value) *ValidationError {
 	if !fn.isObject() {
 		return typeError("tool_choice.function", `an object with the function's name, such as {"name": "get_weather"}`, fn)
 	}
-	var name value
-	fit := v.iter(fn)
-	for {
-		k, x, ok := fit.next()
-		if !ok {
-			break
-		}
-		if k == "name" {
-			name = x
-		}
-	}
+	name := v.members(fn, "name")[0]
 	switch {
 	case !name.exists():
 		return &ValidationError{Param: "tool_choice.function.name", Message: "tool_choice.function.name is required: the name of the tool to call."}
@@ -123,7 +101,7 @@ func (v *validator) toolChoiceChecks() *ValidationError {
 }
 
 // toolDeclared reports whether one of the tools, which tools has already checked, is
-// a function called name.
+// a function called name. Like tools, it reads the last copy of a repeated key.
 func (v *validator) toolDeclared(name string) bool {
 	it := v.iter(v.toolsArray)
 	for {
@@ -131,25 +109,9 @@ func (v *validator) toolDeclared(name string) bool {
 		if !ok {
 			return false
 		}
-		tit := v.iter(t)
-		for {
-			k, fn, ok := tit.next()
-			if !ok {
-				break
-			}
-			if k != "function" {
-				continue
-			}
-			fit := v.iter(fn)
-			for {
-				fk, x, ok := fit.next()
-				if !ok {
-					break
-				}
-				if fk == "name" && unquote(x.raw) == name {
-					return true
-				}
-			}
+		fn := v.members(t, "function")[0]
+		if unquoteIfString(v.members(fn, "name")[0]) == name {
+			return true
 		}
 	}
 }
@@ -174,22 +136,8 @@ func (v *validator) toolCalls(i int, val value) *ValidationError {
 		if !call.isObject() {
 			return typeError(callParam(i, j, ""), `a tool call object such as {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}`, call)
 		}
-		var id, typ, fn value
-		cit := v.iter(call)
-		for {
-			k, x, ok := cit.next()
-			if !ok {
-				break
-			}
-			switch k {
-			case "id":
-				id = x
-			case "type":
-				typ = x
-			case "function":
-				fn = x
-			}
-		}
+		m := v.members(call, "id", "type", "function")
+		id, typ, fn := m[0], m[1], m[2]
 		switch {
 		case !id.exists():
 			return &ValidationError{Param: callParam(i, j, ".id"), Message: fmt.Sprintf(
@@ -209,20 +157,8 @@ func (v *validator) toolCalls(i int, val value) *ValidationError {
 		case !fn.isObject():
 			return typeError(callParam(i, j, ".function"), "an object with the function's name and arguments", fn)
 		}
-		var name, args value
-		fit := v.iter(fn)
-		for {
-			k, x, ok := fit.next()
-			if !ok {
-				break
-			}
-			switch k {
-			case "name":
-				name = x
-			case "arguments":
-				args = x
-			}
-		}
+		m = v.members(fn, "name", "arguments")
+		name, args := m[0], m[1]
 		switch {
 		case !name.exists():
 			return &ValidationError{Param: callParam(i, j, ".function.name"), Message: fmt.Sprintf(

@@ -1146,6 +1146,29 @@ func (v *validator) responseFormat(val value) *ValidationError {
 	return nil
 }
 
+// maxMembers is how many members members can fetch in one walk.
+const maxMembers = 3
+
+// members walks object obj once and returns the values of its members named keys (at
+// most maxMembers of them), in the order of keys; an absent member is the zero value,
+// which does not exist. As in the backend's JSON parser, the last copy of a repeated key
+// is the one that counts.
+func (v *validator) members(obj value, keys ...string) (vals [maxMembers]value) {
+	it := v.iter(obj)
+	for {
+		k, x, ok := it.next()
+		if !ok {
+			return vals
+		}
+		for i, key := range keys {
+			if k == key {
+				vals[i] = x
+				break
+			}
+		}
+	}
+}
+
 // hasKey reports whether object val has a member named key.
 func (v *validator) hasKey(val value, key string) bool {
 	it := v.iter(val)
@@ -1179,20 +1202,8 @@ func (v *validator) tools(val value) *ValidationError {
 			return &ValidationError{Param: fmt.Sprintf("tools[%d]", i), Message: fmt.Sprintf(
 				`tools[%d] must be an object with "type": "function" and a function, got %s.`, i, describe(t))}
 		}
-		var typ, fn value
-		tit := v.iter(t)
-		for {
-			k, x, ok := tit.next()
-			if !ok {
-				break
-			}
-			switch k {
-			case "type":
-				typ = x
-			case "function":
-				fn = x
-			}
-		}
+		m := v.members(t, "type", "function")
+		typ, fn := m[0], m[1]
 		// The type defaults to "function" in vLLM, so it may be left out, but nothing
 		// else is accepted.
 		if typ.exists() && unquoteIfString(typ) != "function" {
