@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tollgate-dev/tollgate/auth"
+	"github.com/tollgate-dev/tollgate/weave"
 )
 
 // fieldError is one entry of a FastAPI validation error body. Clients (the
@@ -57,6 +58,20 @@ func forbidden(entity string) *apiError {
 
 func notFound(what string) *apiError {
 	return &apiError{status: fasthttp.StatusNotFound, detail: what + " not found"}
+}
+
+// lookupError is the answer to err from reading or changing what the store
+// holds: a 404 naming what when the store has no such thing, a 500 for any
+// other error, nil for none.
+func lookupError(err error, what string) *apiError {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, weave.ErrNotFound):
+		return notFound(what)
+	default:
+		return internalError(err)
+	}
 }
 
 func internalError(cause error) *apiError {

@@ -138,11 +138,8 @@ func (s *Service) putFeedback(ctx context.Context, rc *fasthttp.RequestCtx, key 
 	} else {
 		err = s.weave.PutFeedback(ctx, f)
 	}
-	switch {
-	case errors.Is(err, weave.ErrNotFound):
-		return notFound("Feedback " + oldID)
-	case err != nil:
-		return internalError(err)
+	if e := lookupError(err, "Feedback "+oldID); e != nil {
+		return e
 	}
 	writeJSON(rc, fasthttp.StatusOK, feedbackRes{ID: f.ID, CreatedAt: formatTime(f.CreatedAt), WBUserID: f.WBUserID, Payload: f.Payload})
 	return nil

@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"errors"
 	"io"
 	"strconv"
 
@@ -72,25 +71,13 @@ func (s *Service) fileCreate(ctx context.Context, rc *fasthttp.RequestCtx, key *
 // fileContent serves POST /file/content {project_id, digest} with the
 // file's bytes.
 func (s *Service) fileContent(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, _ pathParams) *apiError {
-	body, e := bodyObject(rc.PostBody(), true)
+	digest, projectID, e := s.digestRequest(ctx, rc, key, "File")
 	if e != nil {
 		return e
 	}
-	var v validation
-	digest, _ := v.reqString(body, "digest", bodyLoc)
-	_, proj, found, e := s.projectOf(ctx, &v, key, body, bodyLoc, forRead)
-	if e != nil {
+	content, err := s.weave.ReadFile(ctx, projectID, digest)
+	if e := lookupError(err, "File "+digest); e != nil {
 		return e
-	}
-	if !found {
-		return notFound("File " + digest)
-	}
-	content, err := s.weave.ReadFile(ctx, proj.ID, digest)
-	switch {
-	case errors.Is(err, weave.ErrNotFound):
-		return notFound("File " + digest)
-	case err != nil:
-		return internalError(err)
 	}
 	rc.SetStatusCode(fasthttp.StatusOK)
 	rc.SetContentType("application/octet-stream")

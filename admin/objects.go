@@ -275,11 +275,8 @@ func (s *Service) objDelete(ctx context.Context, rc *fasthttp.RequestCtx, key *a
 		return notFound("Object " + objectID)
 	}
 	n, err := s.weave.DeleteObjects(ctx, proj.ID, objectID, digests, time.Now())
-	switch {
-	case errors.Is(err, weave.ErrNotFound):
-		return notFound("Object " + objectID)
-	case err != nil:
-		return internalError(err)
+	if e := lookupError(err, "Object "+objectID); e != nil {
+		return e
 	}
 	writeJSON(rc, fasthttp.StatusOK, map[string]int{"num_deleted": n})
 	return nil

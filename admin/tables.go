@@ -104,11 +104,8 @@ func (s *Service) tableUpdate(ctx context.Context, rc *fasthttp.RequestCtx, key 
 		return notFound("Table " + base)
 	}
 	baseRows, err := s.weave.TableRowDigests(ctx, proj.ID, base)
-	switch {
-	case errors.Is(err, weave.ErrNotFound):
-		return notFound("Table " + base)
-	case err != nil:
-		return internalError(err)
+	if e := lookupError(err, "Table "+base); e != nil {
+		return e
 	}
 	res, err := weave.ApplyTableUpdates(baseRows, updates)
 	var ie *weave.IndexError
@@ -239,11 +236,8 @@ func (s *Service) queryTable(ctx context.Context, rc *fasthttp.RequestCtx, key *
 		return nil, notFound("Table " + digest)
 	}
 	digests, err := s.weave.TableRowDigests(ctx, proj.ID, digest)
-	switch {
-	case errors.Is(err, weave.ErrNotFound):
-		return nil, notFound("Table " + digest)
-	case err != nil:
-		return nil, internalError(err)
+	if e := lookupError(err, "Table "+digest); e != nil {
+		return nil, e
 	}
 	type indexed struct {
 		digest string
@@ -311,25 +305,13 @@ func (s *Service) queryTable(ctx context.Context, rc *fasthttp.RequestCtx, key *
 
 // tableQueryStats serves POST /table/query_stats {project_id, digest}.
 func (s *Service) tableQueryStats(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, _ pathParams) *apiError {
-	body, e := bodyObject(rc.PostBody(), true)
+	digest, projectID, e := s.digestRequest(ctx, rc, key, "Table")
 	if e != nil {
 		return e
 	}
-	var v validation
-	digest, _ := v.reqString(body, "digest", bodyLoc)
-	_, proj, found, e := s.projectOf(ctx, &v, key, body, bodyLoc, forRead)
-	if e != nil {
+	digests, err := s.weave.TableRowDigests(ctx, projectID, digest)
+	if e := lookupError(err, "Table "+digest); e != nil {
 		return e
-	}
-	if !found {
-		return notFound("Table " + digest)
-	}
-	digests, err := s.weave.TableRowDigests(ctx, proj.ID, digest)
-	switch {
-	case errors.Is(err, weave.ErrNotFound):
-		return notFound("Table " + digest)
-	case err != nil:
-		return internalError(err)
 	}
 	writeJSON(rc, fasthttp.StatusOK, map[string]int{"count": len(digests)})
 	return nil
@@ -371,4 +353,26 @@ func (s *Service) tableQueryStatsBatch(ctx context.Context, rc *fasthttp.Request
 	}
 	writeJSON(rc, fasthttp.StatusOK, map[string][]stat{"tables": out})
 	return nil
+}
+
+// digestRequest validates a body naming one stored thing by digest,
+// {project_id, digest}, as reading a file or a table's stats does, and
+// returns the digest and the id of the project. A project that does not
+// exist holds nothing: the answer is then a 404 naming what (File, Table)
+// and the digest.
+func (s *Service) digestRequest(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, what string) (string, int64, *apiError) {
+	body, e := bodyObject(rc.PostBody(), true)
+	if e != nil {
+		return "", 0, e
+	}
+	var v validation
+	digest, _ := v.reqString(body, "digest", bodyLoc)
+	_, proj, found, e := s.projectOf(ctx, &v, key, body, bodyLoc, forRead)
+	if e != nil {
+		return "", 0, e
+	}
+	if !found {
+		return "", 0, notFound(what + " " + digest)
+	}
+	return digest, proj.ID, nil
 }
