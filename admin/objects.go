@@ -285,37 +285,17 @@ func (s *Service) objDelete(ctx context.Context, rc *fasthttp.RequestCtx, key *a
 // parseDocSort validates a sort_by list of {"field", "direction"} whose
 // fields are dotted paths into a document.
 func parseDocSort(v *validation, raw any, loc []any) []weave.DocSort {
-	if raw == nil {
-		return nil
-	}
-	list, ok := raw.([]any)
-	if !ok {
-		v.add(loc, "list_type", "Input should be a valid list", raw)
-		return nil
-	}
 	var out []weave.DocSort
-	for i, item := range list {
-		iloc := at(loc, i)
-		obj, ok := v.object(item, iloc, "SortBy")
-		if !ok {
-			continue
-		}
-		field, fok := v.reqString(obj, "field", iloc)
-		dir, dok := v.reqString(obj, "direction", iloc)
-		if dok && dir != "asc" && dir != "desc" {
-			v.addCtx(at(iloc, "direction"), "literal_error", "Input should be 'asc' or 'desc'", dir,
-				map[string]any{"expected": "'asc' or 'desc'"})
-			dok = false
-		}
+	sortItems(v, raw, loc, 0, func(iloc []any, field string, desc, dirOK bool) {
 		path := strings.Split(field, ".")
-		if fok && contains(path, "") {
+		if contains(path, "") {
 			v.add(at(iloc, "field"), "value_error", "Value error, malformed field path "+strconv.Quote(field), field)
-			fok = false
+			return
 		}
-		if fok && dok {
-			out = append(out, weave.DocSort{Field: path, Desc: dir == "desc"})
+		if dirOK {
+			out = append(out, weave.DocSort{Field: path, Desc: desc})
 		}
-	}
+	})
 	return out
 }
 

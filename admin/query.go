@@ -352,19 +352,36 @@ func splitPath(path string) (segs []string, escaped, ok bool) {
 
 // parseSortBy validates a sort_by list of {"field", "direction"}.
 func parseSortBy(v *validation, raw any, loc []any) []trace.SortBy {
+	var out []trace.SortBy
+	sortItems(v, raw, loc, maxSortFields, func(iloc []any, field string, desc, dirOK bool) {
+		if !dirOK {
+			return
+		}
+		if f, ok := parseFieldPath(v, field, at(iloc, "field")); ok {
+			out = append(out, trace.SortBy{Field: f, Desc: desc})
+		}
+	})
+	return out
+}
+
+// sortItems validates a sort_by list of {"field", "direction"} of at most
+// limit items (zero: no bound) and calls each with every item whose field
+// is a string; dirOK says whether its direction is valid too, "asc" or
+// "desc" (desc is then whether it is "desc"). each checks the field as its
+// query names fields.
+func sortItems(v *validation, raw any, loc []any, limit int, each func(iloc []any, field string, desc, dirOK bool)) {
 	if raw == nil {
-		return nil
+		return
 	}
 	list, ok := raw.([]any)
 	if !ok {
 		v.add(loc, "list_type", "Input should be a valid list", raw)
-		return nil
+		return
 	}
-	if len(list) > maxSortFields {
-		v.tooLongList(loc, len(list), maxSortFields)
-		return nil
+	if limit > 0 && len(list) > limit {
+		v.tooLongList(loc, len(list), limit)
+		return
 	}
-	out := make([]trace.SortBy, 0, len(list))
 	for i, item := range list {
 		iloc := at(loc, i)
 		obj, ok := v.object(item, iloc, "SortBy")
@@ -378,14 +395,8 @@ func parseSortBy(v *validation, raw any, loc []any) []trace.SortBy {
 				map[string]any{"expected": "'asc' or 'desc'"})
 			dok = false
 		}
-		if !fok || !dok {
-			continue
+		if fok {
+			each(iloc, field, dir == "desc", dok)
 		}
-		f, ok := parseFieldPath(v, field, at(iloc, "field"))
-		if !ok {
-			continue
-		}
-		out = append(out, trace.SortBy{Field: f, Desc: dir == "desc"})
 	}
-	return out
 }
