@@ -37,8 +37,8 @@ func (s *Server) chatRich(ctx *fasthttp.RequestCtx, req *chatRequest, id, create
 		return
 	}
 	src := &chatEvents{
-		choices: choices,
-		prompt:  req.prompt, cached: req.cached, n: len(choices),
+		chunkFrame: chunkFrame{prompt: req.prompt, cached: req.cached},
+		choices:    choices, n: len(choices),
 	}
 	src.head = appendChunkHead(nil, "chatcmpl-", id, "chat.completion.chunk", created, req.modelRaw)
 	for i := range choices {
@@ -145,23 +145,18 @@ func appendChatRich(b []byte, id, created int64, req *chatRequest, choices []cha
 // step, a chunk per choice that has something at that step (the opening of its tool call, or a
 // token of text or arguments); a finish chunk per choice; the usage chunk when asked for.
 type chatEvents struct {
+	chunkFrame
 	req     *chatRequest
 	choices []chatChoice
-	head    []byte
 	n       int
 	steps   int // the most steps of any choice
 
-	logprobs     bool
-	top          int
-	includeUsage bool
-	continuous   bool
-	prompt       int
-	cached       int
+	logprobs bool
+	top      int
 
-	phase   int // phaseRole, phaseTokens, phaseFinish, phaseUsage, then phaseEOF
-	choice  int
-	step    int
-	emitted int // tokens produced so far, over all choices
+	phase  int // phaseRole, phaseTokens, phaseFinish, phaseUsage, then phaseEOF
+	choice int
+	step   int
 }
 
 func (ce *chatEvents) next(b []byte) ([]byte, eventKind, bool) {
@@ -211,12 +206,8 @@ func (ce *chatEvents) next(b []byte) ([]byte, eventKind, bool) {
 		}
 		return b, eventTail, true
 	case phaseUsage:
-		b = append(b, ce.head...)
-		b = append(b, `],"usage":`...)
-		b = appendUsage(b, ce.prompt, ce.cached, ce.emitted)
-		b = append(b, "}\n\n"...)
 		ce.phase = phaseEOF
-		return b, eventTail, true
+		return ce.usage(b), eventTail, true
 	}
 	return b, 0, false
 }
@@ -259,22 +250,3 @@ func (ce *chatEvents) token(b []byte, i int, c *chatChoice) []byte {
 	b = append(b, `,"finish_reason":null}]`...)
 	return ce.end(b)
 }
-
-func (ce *chatEvents) start(b []byte, choice int) []byte {
-	b = append(b, ce.head...)
-	b = append(b, `{"index":`...)
-	return strconv.AppendInt(b, int64(choice), 10)
-}
-
-// end closes a chunk, with the cumulative usage when continuous_usage_stats asked for it.
-func (ce *chatEvents) end(b []byte) []byte {
-	if ce.continuous {
-		b = append(b, `,"usage":`...)
-		b = appendUsage(b, ce.prompt, ce.cached, ce.emitted)
-	}
-	return append(b, "}\n\n"...)
-}
-
-func (ce *chatEvents) fail(b []byte) []byte { return append(b, midStreamFailure...) }
-
-func (ce *chatEvents) done(b []byte) []byte { return append(b, doneEvent...) }

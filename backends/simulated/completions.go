@@ -102,9 +102,11 @@ func (s *Server) completions(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	src := &completionEvents{
-		outs: outs, n: req.n, echo: req.echo, logprobs: req.logprobs, prompt: prompt,
-		includeUsage: req.includeUsage, continuous: req.continuous,
-		head: appendChunkHead(nil, "cmpl-", id, "text_completion", created, req.modelRaw),
+		chunkFrame: chunkFrame{
+			head:         appendChunkHead(nil, "cmpl-", id, "text_completion", created, req.modelRaw),
+			includeUsage: req.includeUsage, continuous: req.continuous, prompt: prompt,
+		},
+		outs: outs, n: req.n, echo: req.echo, logprobs: req.logprobs,
 	}
 	for _, p := range req.prompts {
 		// Copies: the text may point into the body, which is gone once the handler returns.
@@ -322,22 +324,17 @@ func appendTextCompletion(b []byte, id, created int64, req *completionRequest, o
 // echoed prompt first when echo is set, then one per token), then a finish chunk per choice,
 // then the usage chunk when asked for.
 type completionEvents struct {
+	chunkFrame
 	outs     []output
 	echoes   []string
-	head     []byte
 	n        int
 	echo     bool
 	logprobs int
 	steps    int
 
-	includeUsage bool
-	continuous   bool
-	prompt       int
-
-	phase   int
-	choice  int
-	step    int
-	emitted int
+	phase  int
+	choice int
+	step   int
 }
 
 func (ce *completionEvents) choiceSteps(i int) int {
@@ -388,12 +385,8 @@ func (ce *completionEvents) next(b []byte) ([]byte, eventKind, bool) {
 		}
 		return b, eventTail, true
 	case phaseUsage:
-		b = append(b, ce.head...)
-		b = append(b, `],"usage":`...)
-		b = appendUsage(b, ce.prompt, 0, ce.emitted)
-		b = append(b, "}\n\n"...)
 		ce.phase = phaseEOF
-		return b, eventTail, true
+		return ce.usage(b), eventTail, true
 	}
 	return b, 0, false
 }
@@ -436,21 +429,3 @@ func (ce *completionEvents) token(b []byte, i int) []byte {
 	b = append(b, `,"finish_reason":null,"stop_reason":null}]`...)
 	return ce.end(b)
 }
-
-func (ce *completionEvents) start(b []byte, choice int) []byte {
-	b = append(b, ce.head...)
-	b = append(b, `{"index":`...)
-	return strconv.AppendInt(b, int64(choice), 10)
-}
-
-func (ce *completionEvents) end(b []byte) []byte {
-	if ce.continuous {
-		b = append(b, `,"usage":`...)
-		b = appendUsage(b, ce.prompt, 0, ce.emitted)
-	}
-	return append(b, "}\n\n"...)
-}
-
-func (ce *completionEvents) fail(b []byte) []byte { return append(b, midStreamFailure...) }
-
-func (ce *completionEvents) done(b []byte) []byte { return append(b, doneEvent...) }

@@ -2,6 +2,7 @@ package simulated
 
 import (
 	"io"
+	"strconv"
 	"time"
 )
 
@@ -137,3 +138,44 @@ func (es *eventStream) complete() {
 		es.s.completed.Add(1)
 	}
 }
+
+// chunkFrame is what the chat and completion event sources share: every chunk starts with
+// head and, when continuous_usage_stats asked for it, ends with the usage so far; the last
+// chunk, when include_usage asked for it, carries only the usage. Both end the stream with
+// "data: [DONE]".
+type chunkFrame struct {
+	head         []byte // the chunk's opening, up to its choices array
+	includeUsage bool
+	continuous   bool
+	prompt       int
+	cached       int
+	emitted      int // tokens produced so far, over all choices
+}
+
+// start opens a chunk of the choice numbered choice.
+func (f *chunkFrame) start(b []byte, choice int) []byte {
+	b = append(b, f.head...)
+	b = append(b, `{"index":`...)
+	return strconv.AppendInt(b, int64(choice), 10)
+}
+
+// end closes a chunk, with the cumulative usage when continuous_usage_stats asked for it.
+func (f *chunkFrame) end(b []byte) []byte {
+	if f.continuous {
+		b = append(b, `,"usage":`...)
+		b = appendUsage(b, f.prompt, f.cached, f.emitted)
+	}
+	return append(b, "}\n\n"...)
+}
+
+// usage appends the last chunk, which has no choices and the usage of the whole reply.
+func (f *chunkFrame) usage(b []byte) []byte {
+	b = append(b, f.head...)
+	b = append(b, `],"usage":`...)
+	b = appendUsage(b, f.prompt, f.cached, f.emitted)
+	return append(b, "}\n\n"...)
+}
+
+func (f *chunkFrame) fail(b []byte) []byte { return append(b, midStreamFailure...) }
+
+func (f *chunkFrame) done(b []byte) []byte { return append(b, doneEvent...) }
