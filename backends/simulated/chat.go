@@ -13,18 +13,13 @@ import (
 
 // chat serves one chat completion request.
 func (s *Server) chat(ctx *fasthttp.RequestCtx) {
-	s.requests.Add(1)
-	s.noteStart()
-	s.record(ctx)
-	if s.inject(ctx) {
-		s.completed.Add(1)
+	if !s.admit(ctx) {
 		return
 	}
 
 	var req chatRequest
 	if e := s.parseChat(ctx.PostBody(), &req); e.status != 0 {
-		writeError(ctx, e.status, shapeNested, e)
-		s.completed.Add(1)
+		s.refuse(ctx, e)
 		return
 	}
 	tokens, finish := req.maxTokens, "length"

@@ -42,17 +42,12 @@ type completionRequest struct {
 
 // completions serves one text completion request.
 func (s *Server) completions(ctx *fasthttp.RequestCtx) {
-	s.requests.Add(1)
-	s.noteStart()
-	s.record(ctx)
-	if s.inject(ctx) {
-		s.completed.Add(1)
+	if !s.admit(ctx) {
 		return
 	}
 	var req completionRequest
 	if e := s.parseCompletion(ctx.PostBody(), &req); e.status != 0 {
-		writeError(ctx, e.status, shapeNested, e)
-		s.completed.Add(1)
+		s.refuse(ctx, e)
 		return
 	}
 	prompt := 0

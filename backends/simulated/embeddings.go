@@ -24,17 +24,12 @@ import (
 const maxEmbeddingDimensions = 65536
 
 func (s *Server) embeddings(ctx *fasthttp.RequestCtx) {
-	s.requests.Add(1)
-	s.noteStart()
-	s.record(ctx)
-	if s.inject(ctx) {
-		s.completed.Add(1)
+	if !s.admit(ctx) {
 		return
 	}
 	inputs, dims, base64Format, modelRaw, e := s.parseEmbeddings(ctx.PostBody())
 	if e.status != 0 {
-		writeError(ctx, e.status, shapeNested, e)
-		s.completed.Add(1)
+		s.refuse(ctx, e)
 		return
 	}
 	if d := s.opts.TimeToFirstToken; d > 0 {

@@ -193,17 +193,12 @@ func (s *Server) responseByID(ctx *fasthttp.RequestCtx, rest string) {
 
 // createResponse serves POST /v1/responses.
 func (s *Server) createResponse(ctx *fasthttp.RequestCtx) {
-	s.requests.Add(1)
-	s.noteStart()
-	s.record(ctx)
-	if s.inject(ctx) {
-		s.completed.Add(1)
+	if !s.admit(ctx) {
 		return
 	}
 	r, stream, maxTokens, sp, e := s.parseResponse(ctx.PostBody())
 	if e.status != 0 {
-		writeError(ctx, e.status, shapeNested, e)
-		s.completed.Add(1)
+		s.refuse(ctx, e)
 		return
 	}
 	seq := s.seq.Add(1)

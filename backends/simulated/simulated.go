@@ -365,29 +365,21 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	}
 	switch string(ctx.Path()) {
 	case "/v1/chat/completions", "/chat/completions", "/v1/chat/completions/", "/chat/completions/":
-		if !ctx.IsPost() {
-			writeDetail(ctx, fasthttp.StatusMethodNotAllowed, "Method Not Allowed", "POST")
-			return
+		if postOnly(ctx) {
+			s.chat(ctx)
 		}
-		s.chat(ctx)
 	case "/v1/completions", "/completions", "/v1/completions/", "/completions/":
-		if !ctx.IsPost() {
-			writeDetail(ctx, fasthttp.StatusMethodNotAllowed, "Method Not Allowed", "POST")
-			return
+		if postOnly(ctx) {
+			s.completions(ctx)
 		}
-		s.completions(ctx)
 	case "/v1/embeddings", "/embeddings", "/v1/embeddings/", "/embeddings/":
-		if !ctx.IsPost() {
-			writeDetail(ctx, fasthttp.StatusMethodNotAllowed, "Method Not Allowed", "POST")
-			return
+		if postOnly(ctx) {
+			s.embeddings(ctx)
 		}
-		s.embeddings(ctx)
 	case "/v1/responses", "/responses", "/v1/responses/", "/responses/":
-		if !ctx.IsPost() {
-			writeDetail(ctx, fasthttp.StatusMethodNotAllowed, "Method Not Allowed", "POST")
-			return
+		if postOnly(ctx) {
+			s.createResponse(ctx)
 		}
-		s.createResponse(ctx)
 	case "/v1/models", "/models":
 		if !ctx.IsGet() && !ctx.IsHead() {
 			writeDetail(ctx, fasthttp.StatusMethodNotAllowed, "Method Not Allowed", "GET")
@@ -421,6 +413,35 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		}
 		writeDetail(ctx, fasthttp.StatusNotFound, "Not Found", "")
 	}
+}
+
+// postOnly reports whether the request is a POST, as the generation endpoints take, and
+// answers 405 when it is not.
+func postOnly(ctx *fasthttp.RequestCtx) bool {
+	if ctx.IsPost() {
+		return true
+	}
+	writeDetail(ctx, fasthttp.StatusMethodNotAllowed, "Method Not Allowed", "POST")
+	return false
+}
+
+// admit counts and records a generation request and applies the failure injections. It
+// reports false when an injection has answered the request, which then counts as completed.
+func (s *Server) admit(ctx *fasthttp.RequestCtx) bool {
+	s.requests.Add(1)
+	s.noteStart()
+	s.record(ctx)
+	if s.inject(ctx) {
+		s.completed.Add(1)
+		return false
+	}
+	return true
+}
+
+// refuse answers a generation request with the client error e, and counts it completed.
+func (s *Server) refuse(ctx *fasthttp.RequestCtx, e apiError) {
+	writeError(ctx, e.status, shapeNested, e)
+	s.completed.Add(1)
 }
 
 // inject applies the request-independent failure injections (delay, status, garbage) and reports
