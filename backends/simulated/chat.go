@@ -50,14 +50,10 @@ func (s *Server) chat(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if !req.stream {
-		if d := s.opts.TimeToFirstToken; d > 0 {
-			time.Sleep(d)
-		}
-		// Build the reply straight into the response's own pooled buffer: no copy, no allocation.
-		b := ctx.Response.SwapBody(nil)[:0]
+		s.waitFirstToken()
+		b := replyBuffer(ctx)
 		b = appendCompletion(b, id, created, req.modelRaw, req.n, tokens, finish, req.prompt, req.cached)
-		ctx.Response.SwapBody(b)
-		ctx.SetContentType(contentTypeJSON)
+		setJSON(ctx, b)
 		s.completed.Add(1)
 		return
 	}

@@ -3,7 +3,6 @@ package simulated
 import (
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/valyala/fasthttp"
 )
@@ -22,13 +21,10 @@ type chatChoice struct {
 func (s *Server) chatRich(ctx *fasthttp.RequestCtx, req *chatRequest, id, created int64, call int) {
 	choices := s.chatChoices(req, id, call)
 	if !req.stream {
-		if d := s.opts.TimeToFirstToken; d > 0 {
-			time.Sleep(d)
-		}
-		b := ctx.Response.SwapBody(nil)[:0]
+		s.waitFirstToken()
+		b := replyBuffer(ctx)
 		b = appendChatRich(b, id, created, req, choices)
-		ctx.Response.SwapBody(b)
-		ctx.SetContentType(contentTypeJSON)
+		setJSON(ctx, b)
 		s.completed.Add(1)
 		return
 	}

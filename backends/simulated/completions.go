@@ -82,13 +82,10 @@ func (s *Server) completions(ctx *fasthttp.RequestCtx) {
 	id := s.seq.Add(1)
 	created := time.Now().Unix()
 	if !req.stream {
-		if d := s.opts.TimeToFirstToken; d > 0 {
-			time.Sleep(d)
-		}
-		b := ctx.Response.SwapBody(nil)[:0]
+		s.waitFirstToken()
+		b := replyBuffer(ctx)
 		b = appendTextCompletion(b, id, created, &req, outs, prompt)
-		ctx.Response.SwapBody(b)
-		ctx.SetContentType(contentTypeJSON)
+		setJSON(ctx, b)
 		s.completed.Add(1)
 		return
 	}

@@ -32,11 +32,9 @@ func (s *Server) embeddings(ctx *fasthttp.RequestCtx) {
 		s.refuse(ctx, e)
 		return
 	}
-	if d := s.opts.TimeToFirstToken; d > 0 {
-		time.Sleep(d)
-	}
+	s.waitFirstToken()
 	id := s.seq.Add(1)
-	b := ctx.Response.SwapBody(nil)[:0]
+	b := replyBuffer(ctx)
 	b = append(b, `{"id":"embd-`...)
 	b = strconv.AppendInt(b, id, 10)
 	b = append(b, `","object":"list","created":`...)
@@ -67,8 +65,7 @@ func (s *Server) embeddings(ctx *fasthttp.RequestCtx) {
 	b = append(b, `,"total_tokens":`...)
 	b = strconv.AppendInt(b, int64(tokens), 10)
 	b = append(b, `,"completion_tokens":0,"prompt_tokens_details":null}}`...)
-	ctx.Response.SwapBody(b)
-	ctx.SetContentType(contentTypeJSON)
+	setJSON(ctx, b)
 	s.completed.Add(1)
 }
 

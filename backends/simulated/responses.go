@@ -170,24 +170,21 @@ func (s *Server) responseByID(ctx *fasthttp.RequestCtx, rest string) {
 			r.cancelled.Store(true)
 		}
 		status := r.statusAt(time.Now())
-		b := ctx.Response.SwapBody(nil)[:0]
+		b := replyBuffer(ctx)
 		b = appendResponse(b, r, status, finished(status))
-		ctx.Response.SwapBody(b)
-		ctx.SetContentType(contentTypeJSON)
+		setJSON(ctx, b)
 	case ctx.IsDelete():
 		s.responses.remove(id)
-		b := ctx.Response.SwapBody(nil)[:0]
+		b := replyBuffer(ctx)
 		b = append(b, `{"id":`...)
 		b = appendJSONString(b, id)
 		b = append(b, `,"object":"response","deleted":true}`...)
-		ctx.Response.SwapBody(b)
-		ctx.SetContentType(contentTypeJSON)
+		setJSON(ctx, b)
 	default:
 		status := r.statusAt(time.Now())
-		b := ctx.Response.SwapBody(nil)[:0]
+		b := replyBuffer(ctx)
 		b = appendResponse(b, r, status, finished(status))
-		ctx.Response.SwapBody(b)
-		ctx.SetContentType(contentTypeJSON)
+		setJSON(ctx, b)
 	}
 }
 
@@ -232,21 +229,17 @@ func (s *Server) createResponse(ctx *fasthttp.RequestCtx) {
 		s.responses.put(r)
 	}
 	if r.background && !stream {
-		b := ctx.Response.SwapBody(nil)[:0]
+		b := replyBuffer(ctx)
 		b = appendResponse(b, r, "queued", false)
-		ctx.Response.SwapBody(b)
-		ctx.SetContentType(contentTypeJSON)
+		setJSON(ctx, b)
 		s.completed.Add(1)
 		return
 	}
 	if !stream {
-		if d := s.opts.TimeToFirstToken; d > 0 {
-			time.Sleep(d)
-		}
-		b := ctx.Response.SwapBody(nil)[:0]
+		s.waitFirstToken()
+		b := replyBuffer(ctx)
 		b = appendResponse(b, r, r.status(), true)
-		ctx.Response.SwapBody(b)
-		ctx.SetContentType(contentTypeJSON)
+		setJSON(ctx, b)
 		s.completed.Add(1)
 		return
 	}

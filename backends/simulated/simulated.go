@@ -438,6 +438,24 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) bool {
 	return true
 }
 
+// waitFirstToken waits the time to first token before a reply that is not streamed, which a
+// real server sends once the whole generation is done.
+func (s *Server) waitFirstToken() {
+	if d := s.opts.TimeToFirstToken; d > 0 {
+		time.Sleep(d)
+	}
+}
+
+// replyBuffer returns the response's own pooled body buffer, emptied: a reply built straight
+// into it and handed to setJSON costs no copy and no allocation.
+func replyBuffer(ctx *fasthttp.RequestCtx) []byte { return ctx.Response.SwapBody(nil)[:0] }
+
+// setJSON makes b, built in replyBuffer, the response's JSON body.
+func setJSON(ctx *fasthttp.RequestCtx, b []byte) {
+	ctx.Response.SwapBody(b)
+	ctx.SetContentType(contentTypeJSON)
+}
+
 // refuse answers a generation request with the client error e, and counts it completed.
 func (s *Server) refuse(ctx *fasthttp.RequestCtx, e apiError) {
 	writeError(ctx, e.status, shapeNested, e)
