@@ -125,6 +125,25 @@ func (c conn) query(ctx context.Context, query string, args ...any) (*sql.Rows, 
 	return c.q.QueryContext(ctx, c.d.rebind(query), args...)
 }
 
+// queryStrings runs query, which selects one text column, and returns the
+// values of its rows.
+func (c conn) queryStrings(ctx context.Context, query string, args ...any) ([]string, error) {
+	rows, err := c.query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
 func (c conn) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
 	return c.q.QueryRowContext(ctx, c.d.rebind(query), args...)
 }

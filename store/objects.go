@@ -154,12 +154,8 @@ func scanObject(sc rowScanner, projectID int64, withVal bool) (weave.Object, err
 	if o.CreatedAt, err = parseTraceTime(created); err != nil {
 		return weave.Object{}, err
 	}
-	if deleted.Valid {
-		t, err := parseTraceTime(deleted.String)
-		if err != nil {
-			return weave.Object{}, err
-		}
-		o.DeletedAt = &t
+	if o.DeletedAt, err = parseNullTraceTime(deleted); err != nil {
+		return weave.Object{}, err
 	}
 	return o, nil
 }
@@ -243,21 +239,9 @@ func (d *DB) DeleteObjects(ctx context.Context, projectID int64, objectID string
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
 	var digests []string
 	if len(versions) == 0 {
-		rows, err := c.query(ctx, `SELECT digest FROM weave_objects
+		digests, err = c.queryStrings(ctx, `SELECT digest FROM weave_objects
 			WHERE project_id = ? AND object_id = ? AND deleted_at IS NULL`, projectID, objectID)
 		if err != nil {
-			return 0, fmt.Errorf("delete objects: %w", err)
-		}
-		for rows.Next() {
-			var dg string
-			if err := rows.Scan(&dg); err != nil {
-				rows.Close()
-				return 0, fmt.Errorf("delete objects: %w", err)
-			}
-			digests = append(digests, dg)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
 			return 0, fmt.Errorf("delete objects: %w", err)
 		}
 	} else {

@@ -25,6 +25,19 @@ func parseTraceTime(s string) (time.Time, error) {
 	return t, nil
 }
 
+// parseNullTraceTime is parseTraceTime for a column that may be NULL, which
+// is nil.
+func parseNullTraceTime(s sql.NullString) (*time.Time, error) {
+	if !s.Valid {
+		return nil, nil
+	}
+	t, err := parseTraceTime(s.String)
+	if err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
 // ensureProject returns the id of the project entity/name, creating it on
 // first use. The common case, an existing project, costs one read. It
 // works on its own and inside the usage writer's transaction.
@@ -426,12 +439,8 @@ func scanCall(sc rowScanner, projectID int64) (trace.Call, error) {
 	if c.StartedAt, err = parseTraceTime(started); err != nil {
 		return trace.Call{}, err
 	}
-	if ended.Valid {
-		t, err := parseTraceTime(ended.String)
-		if err != nil {
-			return trace.Call{}, err
-		}
-		c.EndedAt = &t
+	if c.EndedAt, err = parseNullTraceTime(ended); err != nil {
+		return trace.Call{}, err
 	}
 	c.DisplayName, c.ParentID, c.ThreadID, c.TurnID = nullString(display), nullString(parent), nullString(thread), nullString(turn)
 	c.Exception, c.SvcUserID, c.SvcRunID = nullString(exception), nullString(user), nullString(run)
@@ -733,26 +742,13 @@ func (d *DB) DeleteCalls(ctx context.Context, projectID int64, ids []string) (in
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
 	in := inStrings("r.id", ids)
-	rows, err := c.query(ctx, `
+	doomed, err := c.queryStrings(ctx, `
 		WITH RECURSIVE doomed (id) AS (
 			SELECT r.id FROM calls r WHERE r.project_id = ? AND `+in.sql+`
 			UNION
 			SELECT k.id FROM calls k JOIN doomed ON k.parent_id = doomed.id WHERE k.project_id = ?)
 		SELECT id FROM doomed`, append(append([]any{projectID}, in.args...), projectID)...)
 	if err != nil {
-		return 0, fmt.Errorf("delete calls: %w", err)
-	}
-	var doomed []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return 0, fmt.Errorf("delete calls: %w", err)
-		}
-		doomed = append(doomed, id)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return 0, fmt.Errorf("delete calls: %w", err)
 	}
 	// An asked id may also name an end whose start never came.
