@@ -470,28 +470,47 @@ func (s *Service) serveTraceUsage(ctx context.Context, rc *fasthttp.RequestCtx, 
 	if v.failed() {
 		return v.err()
 	}
-	p, found, e := s.resolveProject(ctx, key, projectID, at(bodyLoc, "project_id"), forRead)
+	calls, pricing, e := s.usageCalls(ctx, key, projectID, limit > 0, includeCosts, func(projectID int64) ([]trace.UsageCall, error) {
+		return s.store.TraceUsageCalls(ctx, projectID, filter, query, limit)
+	})
 	if e != nil {
 		return e
 	}
-	var calls []trace.UsageCall
+	writeUsage(rc, computeTraceUsage(calls, pricing, includeCosts), len(calls))
+	return nil
+}
+
+// usageCalls resolves the project a usage request names and, when it exists
+// and want says the request can cover any call, reads the calls with read
+// and, for include_costs, the project's prices. The prices are the
+// configured ones otherwise.
+func (s *Service) usageCalls(ctx context.Context, key *auth.Key, projectID string, want, includeCosts bool,
+	read func(projectID int64) ([]trace.UsageCall, error)) ([]trace.UsageCall, map[string]config.Pricing, *apiError) {
+	p, found, e := s.resolveProject(ctx, key, projectID, at(bodyLoc, "project_id"), forRead)
+	if e != nil {
+		return nil, nil, e
+	}
 	pricing := s.pricing()
-	if found && limit > 0 {
-		var err error
-		if calls, err = s.store.TraceUsageCalls(ctx, p.ID, filter, query, limit); err != nil {
-			return internalError(err)
-		}
-		if includeCosts {
-			if pricing, err = s.projectPricing(ctx, p.ID); err != nil {
-				return internalError(err)
-			}
+	if !found || !want {
+		return nil, pricing, nil
+	}
+	calls, err := read(p.ID)
+	if err != nil {
+		return nil, nil, internalError(err)
+	}
+	if includeCosts {
+		if pricing, err = s.projectPricing(ctx, p.ID); err != nil {
+			return nil, nil, internalError(err)
 		}
 	}
-	u := computeTraceUsage(calls, pricing, includeCosts)
+	return calls, pricing, nil
+}
+
+// writeUsage answers with roll-up u, which covers about rows rows.
+func writeUsage(rc *fasthttp.RequestCtx, u *traceUsage, rows int) {
 	rc.SetStatusCode(fasthttp.StatusOK)
 	rc.SetContentType("application/json")
-	rc.SetBody(u.appendJSON(make([]byte, 0, 64+len(calls)*128)))
-	return nil
+	rc.SetBody(u.appendJSON(make([]byte, 0, 64+rows*128)))
 }
 
 // projectPricing returns the prices include_costs uses in a project, per
@@ -547,28 +566,15 @@ func (s *Service) serveCallsUsage(ctx context.Context, rc *fasthttp.RequestCtx, 
 	if v.failed() {
 		return v.err()
 	}
-	p, found, e := s.resolveProject(ctx, key, projectID, at(bodyLoc, "project_id"), forRead)
+	calls, pricing, e := s.usageCalls(ctx, key, projectID, limit > 0 && len(ids) > 0, includeCosts, func(projectID int64) ([]trace.UsageCall, error) {
+		return s.store.CallsUsageCalls(ctx, projectID, ids, limit)
+	})
 	if e != nil {
 		return e
 	}
-	var calls []trace.UsageCall
-	pricing := s.pricing()
-	if found && limit > 0 && len(ids) > 0 {
-		var err error
-		if calls, err = s.store.CallsUsageCalls(ctx, p.ID, ids, limit); err != nil {
-			return internalError(err)
-		}
-		if includeCosts {
-			if pricing, err = s.projectPricing(ctx, p.ID); err != nil {
-				return internalError(err)
-			}
-		}
-	}
 	u := computeTraceUsage(calls, pricing, includeCosts)
 	u.keepSubtrees(calls, ids)
-	rc.SetStatusCode(fasthttp.StatusOK)
-	rc.SetContentType("application/json")
-	rc.SetBody(u.appendJSON(make([]byte, 0, 64+len(ids)*128)))
+	writeUsage(rc, u, len(ids))
 	return nil
 }
 
