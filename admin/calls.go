@@ -580,12 +580,7 @@ func (s *Service) callsDelete(ctx context.Context, rc *fasthttp.RequestCtx, key 
 	}
 	var v validation
 	projectID, _ := v.reqString(body, "project_id", bodyLoc)
-	var ids []string
-	if raw, ok := body["call_ids"]; !ok {
-		v.add(at(bodyLoc, "call_ids"), "missing", "Field required", body)
-	} else if ids = v.stringList(raw, at(bodyLoc, "call_ids")); len(ids) > maxDeleteCalls {
-		v.tooLongList(at(bodyLoc, "call_ids"), len(ids), maxDeleteCalls)
-	}
+	ids := v.reqStringList(body, "call_ids", bodyLoc, maxDeleteCalls)
 	if v.failed() {
 		return v.err()
 	}

@@ -280,6 +280,21 @@ func (v *validation) optString(obj map[string]any, key string, loc []any) *strin
 	return &s
 }
 
+// reqStringList reads a required list of strings of at most limit items
+// (the general bound on lists applies besides).
+func (v *validation) reqStringList(obj map[string]any, key string, loc []any, limit int) []string {
+	raw, ok := obj[key]
+	if !ok {
+		v.add(at(loc, key), "missing", "Field required", obj)
+		return nil
+	}
+	list := v.stringList(raw, at(loc, key))
+	if len(list) > limit {
+		v.tooLongList(at(loc, key), len(list), limit)
+	}
+	return list
+}
+
 // optStringList reads an optional list of strings; absent and null give nil.
 func (v *validation) optStringList(obj map[string]any, key string, loc []any) []string {
 	raw, ok := obj[key]

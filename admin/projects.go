@@ -128,12 +128,7 @@ func (s *Service) projectsInfo(ctx context.Context, rc *fasthttp.RequestCtx, key
 	}
 	var v validation
 	v.strict(body, bodyLoc, "project_ids")
-	var ids []string
-	if raw, ok := body["project_ids"]; !ok {
-		v.add(at(bodyLoc, "project_ids"), "missing", "Field required", body)
-	} else {
-		ids = v.stringList(raw, at(bodyLoc, "project_ids"))
-	}
+	ids := v.reqStringList(body, "project_ids", bodyLoc, maxListItems)
 	type ref struct{ entity, name, raw string }
 	refs := make([]ref, 0, len(ids))
 	for i, id := range ids {

@@ -555,12 +555,7 @@ func (s *Service) serveCallsUsage(ctx context.Context, rc *fasthttp.RequestCtx, 
 	var v validation
 	v.strict(body, bodyLoc, "project_id", "call_ids", "include_costs", "limit")
 	projectID, _ := v.reqString(body, "project_id", bodyLoc)
-	var ids []string
-	if raw, ok := body["call_ids"]; !ok {
-		v.add(at(bodyLoc, "call_ids"), "missing", "Field required", body)
-	} else if ids = v.stringList(raw, at(bodyLoc, "call_ids")); len(ids) > maxUsageCallIDs {
-		v.tooLongList(at(bodyLoc, "call_ids"), len(ids), maxUsageCallIDs)
-	}
+	ids := v.reqStringList(body, "call_ids", bodyLoc, maxUsageCallIDs)
 	includeCosts := v.optBool(body, "include_costs", bodyLoc, false)
 	limit := v.optNonNegInt(body, "limit", bodyLoc, defaultTraceUsageLimit)
 	if v.failed() {
