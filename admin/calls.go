@@ -558,12 +558,8 @@ func (s *Service) callUpdate(ctx context.Context, rc *fasthttp.RequestCtx, key *
 	if !found {
 		return notFound("Call " + strconv.Quote(id))
 	}
-	err := s.store.UpdateCall(ctx, p.ID, id, *name)
-	if errors.Is(err, trace.ErrNotFound) {
-		return notFound("Call " + strconv.Quote(id))
-	}
-	if err != nil {
-		return internalError(err)
+	if e := lookupError(s.store.UpdateCall(ctx, p.ID, id, *name), "Call "+strconv.Quote(id)); e != nil {
+		return e
 	}
 	writeJSON(rc, fasthttp.StatusOK, struct{}{})
 	return nil

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tollgate-dev/tollgate/auth"
+	"github.com/tollgate-dev/tollgate/trace"
 	"github.com/tollgate-dev/tollgate/weave"
 )
 
@@ -60,14 +61,14 @@ func notFound(what string) *apiError {
 	return &apiError{status: fasthttp.StatusNotFound, detail: what + " not found"}
 }
 
-// lookupError is the answer to err from reading or changing what the store
+// lookupError is the answer to err from reading or changing what a store
 // holds: a 404 naming what when the store has no such thing, a 500 for any
 // other error, nil for none.
 func lookupError(err error, what string) *apiError {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, weave.ErrNotFound):
+	case errors.Is(err, weave.ErrNotFound), errors.Is(err, trace.ErrNotFound):
 		return notFound(what)
 	default:
 		return internalError(err)

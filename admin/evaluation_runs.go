@@ -226,11 +226,8 @@ func (s *Service) finishEvaluationRun(ctx context.Context, rc *fasthttp.RequestC
 		return internalError(err)
 	}
 	now := time.Now()
-	if err := s.store.FinishCall(ctx, proj.ID, p.id, run.OpName, now, summary, exception); err != nil {
-		if errors.Is(err, trace.ErrNotFound) {
-			return notFound("Evaluation run")
-		}
-		return internalError(err)
+	if e := lookupError(s.store.FinishCall(ctx, proj.ID, p.id, run.OpName, now, summary, exception), "Evaluation run"); e != nil {
+		return e
 	}
 	if run.EndedAt != nil {
 		writeJSON(rc, fasthttp.StatusOK, map[string]bool{"success": true})
