@@ -37,9 +37,11 @@ func (s *Server) chatRich(ctx *fasthttp.RequestCtx, req *chatRequest, id, create
 		choices:    choices, n: len(choices),
 	}
 	src.head = appendChunkHead(nil, "chatcmpl-", id, "chat.completion.chunk", created, req.modelRaw)
+	steps := make([]int, len(choices))
 	for i := range choices {
-		src.steps = max(src.steps, choices[i].steps())
+		steps[i] = choices[i].steps()
 	}
+	src.setSteps(steps)
 	// The request body is gone once the handler returns: the events keep only copies.
 	src.logprobs, src.top = req.logprobs, req.topLogprobs
 	src.includeUsage, src.continuous = req.includeUsage, req.continuous
@@ -145,14 +147,9 @@ type chatEvents struct {
 	req     *chatRequest
 	choices []chatChoice
 	n       int
-	steps   int // the most steps of any choice
 
 	logprobs bool
 	top      int
-
-	phase  int // phaseRole, phaseTokens, phaseFinish, phaseUsage, then phaseEOF
-	choice int
-	step   int
 }
 
 func (ce *chatEvents) next(b []byte) ([]byte, eventKind, bool) {
@@ -166,24 +163,9 @@ func (ce *chatEvents) next(b []byte) ([]byte, eventKind, bool) {
 		}
 		return b, eventHead, true
 	case phaseTokens:
-		for ce.step < ce.steps {
-			for ce.choice < ce.n {
-				i := ce.choice
-				ce.choice++
-				c := &ce.choices[i]
-				if ce.step >= c.steps() {
-					continue
-				}
-				kind := eventToken
-				if first := ce.firstAt(ce.step); first == i {
-					kind = eventStep
-				}
-				return ce.token(b, i, c), kind, true
-			}
-			ce.choice = 0
-			ce.step++
+		if i, kind, ok := ce.nextToken(); ok {
+			return ce.token(b, i, &ce.choices[i]), kind, true
 		}
-		ce.phase, ce.choice = phaseFinish, 0
 		return ce.next(b)
 	case phaseFinish:
 		c := &ce.choices[ce.choice]
@@ -194,28 +176,13 @@ func (ce *chatEvents) next(b []byte) ([]byte, eventKind, bool) {
 		b = append(b, c.out.stopReason...)
 		b = append(b, "}]"...)
 		b = ce.end(b)
-		if ce.choice++; ce.choice == ce.n {
-			ce.phase = phaseUsage
-			if !ce.includeUsage {
-				ce.phase = phaseEOF
-			}
-		}
+		ce.finished()
 		return b, eventTail, true
 	case phaseUsage:
 		ce.phase = phaseEOF
 		return ce.usage(b), eventTail, true
 	}
 	return b, 0, false
-}
-
-// firstAt is the first choice that has an event at step.
-func (ce *chatEvents) firstAt(step int) int {
-	for i := range ce.choices {
-		if step < ce.choices[i].steps() {
-			return i
-		}
-	}
-	return -1
 }
 
 // token renders choice i's event at the current step.

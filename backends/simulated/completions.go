@@ -104,9 +104,11 @@ func (s *Server) completions(ctx *fasthttp.RequestCtx) {
 		// Copies: the text may point into the body, which is gone once the handler returns.
 		src.echoes = append(src.echoes, strings.Clone(p.text))
 	}
+	steps := make([]int, len(outs))
 	for i := range outs {
-		src.steps = max(src.steps, src.choiceSteps(i))
+		steps[i] = src.stepsOf(i)
 	}
+	src.setSteps(steps)
 	startStream(ctx, newEventStream(s, src, failAfter, breakAfter), breakAfter)
 }
 
@@ -322,14 +324,11 @@ type completionEvents struct {
 	n        int
 	echo     bool
 	logprobs int
-	steps    int
-
-	phase  int
-	choice int
-	step   int
 }
 
-func (ce *completionEvents) choiceSteps(i int) int {
+// stepsOf is the number of generation steps of choice i: one per token, and the echoed prompt
+// first.
+func (ce *completionEvents) stepsOf(i int) int {
 	if ce.echo {
 		return ce.outs[i].tokens() + 1
 	}
@@ -342,23 +341,9 @@ func (ce *completionEvents) next(b []byte) ([]byte, eventKind, bool) {
 	}
 	switch ce.phase {
 	case phaseTokens:
-		for ce.step < ce.steps {
-			for ce.choice < len(ce.outs) {
-				i := ce.choice
-				ce.choice++
-				if ce.step >= ce.choiceSteps(i) {
-					continue
-				}
-				kind := eventToken
-				if ce.firstAt(ce.step) == i {
-					kind = eventStep
-				}
-				return ce.token(b, i), kind, true
-			}
-			ce.choice = 0
-			ce.step++
+		if i, kind, ok := ce.nextToken(); ok {
+			return ce.token(b, i), kind, true
 		}
-		ce.phase, ce.choice = phaseFinish, 0
 		return ce.next(b)
 	case phaseFinish:
 		o := &ce.outs[ce.choice]
@@ -369,27 +354,13 @@ func (ce *completionEvents) next(b []byte) ([]byte, eventKind, bool) {
 		b = append(b, o.stopReason...)
 		b = append(b, "}]"...)
 		b = ce.end(b)
-		if ce.choice++; ce.choice == len(ce.outs) {
-			ce.phase = phaseUsage
-			if !ce.includeUsage {
-				ce.phase = phaseEOF
-			}
-		}
+		ce.finished()
 		return b, eventTail, true
 	case phaseUsage:
 		ce.phase = phaseEOF
 		return ce.usage(b), eventTail, true
 	}
 	return b, 0, false
-}
-
-func (ce *completionEvents) firstAt(step int) int {
-	for i := range ce.outs {
-		if step < ce.choiceSteps(i) {
-			return i
-		}
-	}
-	return -1
 }
 
 func (ce *completionEvents) token(b []byte, i int) []byte {

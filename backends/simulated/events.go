@@ -142,7 +142,8 @@ func (es *eventStream) complete() {
 // chunkFrame is what the chat and completion event sources share: every chunk starts with
 // head and, when continuous_usage_stats asked for it, ends with the usage so far; the last
 // chunk, when include_usage asked for it, carries only the usage. Both end the stream with
-// "data: [DONE]".
+// "data: [DONE]". It also keeps their order of events, vLLM's: step by step, an event per
+// choice that has a token at that step; then a finish event per choice; then the usage.
 type chunkFrame struct {
 	head         []byte // the chunk's opening, up to its choices array
 	includeUsage bool
@@ -150,6 +151,64 @@ type chunkFrame struct {
 	prompt       int
 	cached       int
 	emitted      int // tokens produced so far, over all choices
+
+	choiceSteps []int // the generation steps of each choice
+	steps       int   // the most steps of any choice
+	phase       int   // phaseRole, phaseTokens, phaseFinish, phaseUsage, then phaseEOF
+	choice      int
+	step        int
+}
+
+// setSteps sets the number of generation steps of each choice.
+func (f *chunkFrame) setSteps(choiceSteps []int) {
+	f.choiceSteps = choiceSteps
+	for _, n := range choiceSteps {
+		f.steps = max(f.steps, n)
+	}
+}
+
+// nextToken moves to the next token event and returns its choice and whether it is the first
+// event of its step. ok is false once all are out; the finish events come next.
+func (f *chunkFrame) nextToken() (choice int, kind eventKind, ok bool) {
+	for f.step < f.steps {
+		for f.choice < len(f.choiceSteps) {
+			i := f.choice
+			f.choice++
+			if f.step >= f.choiceSteps[i] {
+				continue
+			}
+			kind := eventToken
+			if f.firstAt(f.step) == i {
+				kind = eventStep
+			}
+			return i, kind, true
+		}
+		f.choice = 0
+		f.step++
+	}
+	f.phase, f.choice = phaseFinish, 0
+	return 0, 0, false
+}
+
+// firstAt is the first choice that has an event at step.
+func (f *chunkFrame) firstAt(step int) int {
+	for i, n := range f.choiceSteps {
+		if step < n {
+			return i
+		}
+	}
+	return -1
+}
+
+// finished moves past the finish event of the current choice: to the next choice's, and after
+// the last one to the usage when include_usage asked for it, else to the end.
+func (f *chunkFrame) finished() {
+	if f.choice++; f.choice == len(f.choiceSteps) {
+		f.phase = phaseUsage
+		if !f.includeUsage {
+			f.phase = phaseEOF
+		}
+	}
 }
 
 // start opens a chunk of the choice numbered choice.
