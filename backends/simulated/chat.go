@@ -112,22 +112,43 @@ func countHeader(ctx *fasthttp.RequestCtx, name string) (int, bool) {
 // chatRequest is what the server needs from a chat completion request. The strings point into the
 // request body and are valid only while the handler runs.
 type chatRequest struct {
-	model         string // decoded model id; "" when the request names none
-	modelRaw      string // the JSON literal echoed as the reply's "model"
-	prompt        int
-	cached        int // prompt tokens served from the prefix cache
-	maxTokens     int // from max_completion_tokens, else max_tokens; 0 when neither is set
-	n             int
-	stream        bool
-	streamOptions bool // stream_options is present and not null
-	includeUsage  bool
-	continuous    bool
+	model     string // decoded model id; "" when the request names none
+	modelRaw  string // the JSON literal echoed as the reply's "model"
+	prompt    int
+	cached    int // prompt tokens served from the prefix cache
+	maxTokens int // from max_completion_tokens, else max_tokens; 0 when neither is set
+	n         int
+	streamRequest
 
 	messages    gjson.Result
 	sampling    sampling
 	logprobs    bool
 	topLogprobs int
 	tools       toolRequest
+}
+
+// streamRequest is what a chat or text completion request asks of its stream.
+type streamRequest struct {
+	stream        bool
+	streamOptions bool // stream_options is present and not null
+	includeUsage  bool
+	continuous    bool
+}
+
+// setStreamOptions reads stream_options, an object.
+func (r *streamRequest) setStreamOptions(v gjson.Result) {
+	r.streamOptions = true
+	r.includeUsage = v.Get("include_usage").Type == gjson.True
+	r.continuous = v.Get("continuous_usage_stats").Type == gjson.True
+}
+
+// checkStreamOptions refuses stream_options on a request that is not streamed, as vLLM does;
+// a gateway that adds them to such a request should find out here rather than in production.
+func (r *streamRequest) checkStreamOptions() apiError {
+	if r.streamOptions && !r.stream {
+		return badRequest("stream_options", "Stream options can only be defined when `stream=True`.")
+	}
+	return apiError{}
 }
 
 // parseChat reads the fields the server uses in one pass over the top-level object with gjson
@@ -167,11 +188,11 @@ func (s *Server) parseChat(body []byte, r *chatRequest) (e apiError) {
 			if v.Type == gjson.Null {
 				break
 			}
-			if v.Type != gjson.Number || v.Num != float64(int(v.Num)) || v.Num < 0 || v.Num > maxTopLogprobs {
+			var ok bool
+			if r.topLogprobs, ok = logprobCount(v); !ok {
 				e = badRequest("top_logprobs", "top_logprobs must be an integer from 0 to "+strconv.Itoa(maxTopLogprobs)+".")
 				return false
 			}
-			r.topLogprobs = int(v.Num)
 		case "messages":
 			if !v.IsArray() {
 				e = badRequest("messages", "messages must be an array of message objects.")
@@ -231,9 +252,7 @@ func (s *Server) parseChat(body []byte, r *chatRequest) (e apiError) {
 			case v.Type == gjson.Null:
 				r.streamOptions = false
 			case v.IsObject():
-				r.streamOptions = true
-				r.includeUsage = v.Get("include_usage").Type == gjson.True
-				r.continuous = v.Get("continuous_usage_stats").Type == gjson.True
+				r.setStreamOptions(v)
 			default:
 				e = badRequest("stream_options", "stream_options must be an object.")
 				return false
@@ -252,10 +271,8 @@ func (s *Server) parseChat(body []byte, r *chatRequest) (e apiError) {
 	if !haveMessages {
 		return badRequest("messages", "Field required: messages.")
 	}
-	// vLLM refuses this combination, and a gateway that adds stream_options to a non-streaming
-	// request should find out here rather than in production.
-	if r.streamOptions && !r.stream {
-		return badRequest("stream_options", "Stream options can only be defined when `stream=True`.")
+	if e := r.checkStreamOptions(); e.status != 0 {
+		return e
 	}
 	if r.topLogprobs > 0 && !r.logprobs {
 		return badRequest("top_logprobs", "when using `top_logprobs`, `logprobs` must be set to true.")
@@ -294,6 +311,15 @@ func (s *Server) serves(model string) bool {
 		}
 	}
 	return false
+}
+
+// logprobCount returns v as an int when it is an integral JSON number from 0 to
+// maxTopLogprobs: how many alternatives a reply lists per token.
+func logprobCount(v gjson.Result) (int, bool) {
+	if v.Type != gjson.Number || v.Num != float64(int(v.Num)) || v.Num < 0 || v.Num > maxTopLogprobs {
+		return 0, false
+	}
+	return int(v.Num), true
 }
 
 // positiveInt returns v as an int when it is an integral JSON number from 1 to limit.

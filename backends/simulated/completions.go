@@ -27,17 +27,14 @@ type completionPrompt struct {
 }
 
 type completionRequest struct {
-	modelRaw      string
-	prompts       []completionPrompt
-	n             int
-	maxTokens     int
-	echo          bool
-	logprobs      int // -1 when not asked for
-	stream        bool
-	streamOptions bool
-	includeUsage  bool
-	continuous    bool
-	sampling      sampling
+	modelRaw  string
+	prompts   []completionPrompt
+	n         int
+	maxTokens int
+	echo      bool
+	logprobs  int // -1 when not asked for
+	streamRequest
+	sampling sampling
 }
 
 // completions serves one text completion request.
@@ -169,18 +166,16 @@ func (s *Server) parseCompletion(body []byte, r *completionRequest) (e apiError)
 			if v.Type == gjson.Null {
 				break
 			}
-			if v.Type != gjson.Number || v.Num != float64(int(v.Num)) || v.Num < 0 || v.Num > maxTopLogprobs {
+			var ok bool
+			if r.logprobs, ok = logprobCount(v); !ok {
 				e = badRequest("logprobs", "logprobs must be an integer from 0 to "+strconv.Itoa(maxTopLogprobs)+".")
 				return false
 			}
-			r.logprobs = int(v.Num)
 		case "stream":
 			r.stream = v.Type == gjson.True
 		case "stream_options":
 			if v.IsObject() {
-				r.streamOptions = true
-				r.includeUsage = v.Get("include_usage").Type == gjson.True
-				r.continuous = v.Get("continuous_usage_stats").Type == gjson.True
+				r.setStreamOptions(v)
 			}
 		default:
 			if ok, fe := r.sampling.field(key.Str, v); ok && fe.status != 0 {
@@ -196,8 +191,8 @@ func (s *Server) parseCompletion(body []byte, r *completionRequest) (e apiError)
 	if !havePrompt {
 		return badRequest("prompt", "Field required: prompt.")
 	}
-	if r.streamOptions && !r.stream {
-		return badRequest("stream_options", "Stream options can only be defined when `stream=True`.")
+	if e := r.checkStreamOptions(); e.status != 0 {
+		return e
 	}
 	if bestOf > 0 && bestOf < r.n {
 		return badRequest("best_of", "best_of must be greater than or equal to n, got n="+strconv.Itoa(r.n)+" and best_of="+strconv.Itoa(bestOf)+".")
