@@ -127,14 +127,13 @@ func ValidateChatDepth(body []byte, req *ChatRequest, depth int) *ValidationErro
 
 // ValidateChatLimits is ValidateChat within the server's limits.
 func ValidateChatLimits(body []byte, req *ChatRequest, lim BodyLimits) *ValidationError {
-	*req = ChatRequest{N: 1}
-	s, first, verr := checkDocument(body, lim.MaxDepth, `The request body is empty; send a JSON object with a "messages" array.`)
+	var v validator
+	first, verr := v.start(body, req, lim, `The request body is empty; send a JSON object with a "messages" array.`)
 	if verr != nil {
 		return verr
 	}
-
-	v := validator{body: body, s: s, req: req, limits: lim, addGenerationPrompt: true}
-	it := iter{s: s, i: first + 1, obj: true}
+	v.addGenerationPrompt = true
+	it := iter{s: v.s, i: first + 1, obj: true}
 	for {
 		key, start, ok := it.member()
 		if !ok {
@@ -161,6 +160,20 @@ func ValidateChatLimits(body []byte, req *ChatRequest, lim BodyLimits) *Validati
 		}
 	}
 	return v.crossChecks()
+}
+
+// start begins the validation of body, which every endpoint's starts the same
+// way: req is reset to a request of one sequence, the body is checked with
+// checkDocument (empty is the error for an empty one), and v is set to walk it
+// within lim. It returns the offset of the body's opening brace.
+func (v *validator) start(body []byte, req *ChatRequest, lim BodyLimits, empty string) (int, *ValidationError) {
+	*req = ChatRequest{N: 1}
+	s, first, verr := checkDocument(body, lim.MaxDepth, empty)
+	if verr != nil {
+		return 0, verr
+	}
+	*v = validator{body: body, s: s, req: req, limits: lim}
+	return first, nil
 }
 
 // checkDocument checks what every endpoint's body must be: not empty (else

@@ -135,13 +135,11 @@ var completionFields = []field{
 // bounds chat's are held to.
 func validateCompletions(body []byte, c *completion, srv *config.Server) *ValidationError {
 	req := &c.req
-	*req = ChatRequest{N: 1}
-	lim := bodyLimits(srv)
-	s, first, verr := checkDocument(body, lim.MaxDepth, `The request body is empty; send a JSON object with a "prompt".`)
+	var v validator
+	first, verr := v.start(body, req, bodyLimits(srv), `The request body is empty; send a JSON object with a "prompt".`)
 	if verr != nil {
 		return verr
 	}
-	v := validator{body: body, s: s, req: req, limits: lim}
 	var bestOf int64 = 1
 	var promptLogprobs int64
 	seen, verr := v.walkFields(first, completionFields, func(i int, val value, n int64) *ValidationError {

@@ -32,12 +32,11 @@ var embeddingFields = []field{
 // never streamed.
 func validateEmbeddings(body []byte, c *completion, srv *config.Server) *ValidationError {
 	req := &c.req
-	*req = ChatRequest{N: 1}
-	s, first, verr := checkDocument(body, srv.MaxJSONDepth, `The request body is empty; send a JSON object with an "input".`)
+	var v validator
+	first, verr := v.start(body, req, BodyLimits{MaxDepth: srv.MaxJSONDepth}, `The request body is empty; send a JSON object with an "input".`)
 	if verr != nil {
 		return verr
 	}
-	v := validator{body: body, s: s, req: req}
 	seen, verr := v.walkFields(first, embeddingFields, func(i int, val value, n int64) *ValidationError {
 		switch i {
 		case emModel:
