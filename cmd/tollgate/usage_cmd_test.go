@@ -62,35 +62,58 @@ func usageTable(t *testing.T, args ...string) [][]string {
 	return rows
 }
 
+// seedUsage stores recs in the store cfg and returns the path of a
+// configuration file for it.
+func seedUsage(t *testing.T, cfg config.Store, recs ...accounting.Record) string {
+	t.Helper()
+	ctx := context.Background()
+	db, err := store.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.InsertRecords(ctx, recs)
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return usageCmdConfig(t, cfg)
+}
+
+// usageRecord is a request call of model demo on backend sim by key admin
+// for acme/bot, an hour ago, that answered 200 with in prompt and out
+// completion tokens; tests change the fields they vary.
+func usageRecord(call string, in, out int64) accounting.Record {
+	at := time.Now().Add(-time.Hour)
+	return accounting.Record{
+		RequestID: call, CallID: call, TraceID: call, KeyName: "admin", Team: "acme", Project: "bot",
+		Model: "demo", Backend: "sim", Status: 200,
+		PromptTokens: in, CompletionTokens: out, TotalTokens: in + out, Started: at, Ended: at,
+	}
+}
+
+// checkTable compares the rows usageTable returned with want.
+func checkTable(t *testing.T, got, want [][]string) {
+	t.Helper()
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("table\n%v\nwant\n%v", got, want)
+	}
+}
+
 func TestUsageCommandByEndpoint(t *testing.T) {
 	storetest.ForEachConfig(t, func(t *testing.T, cfg config.Store) {
-		ctx := context.Background()
-		db, err := store.Open(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		at := time.Now().Add(-time.Hour)
 		rec := func(call, endpoint string, in, out, cached int64) accounting.Record {
-			return accounting.Record{
-				RequestID: call, CallID: call, TraceID: call, KeyName: "admin", Team: "acme", Project: "bot",
-				Model: "demo", Backend: "sim", Endpoint: endpoint, Status: 200,
-				PromptTokens: in, CompletionTokens: out, TotalTokens: in + out, CachedTokens: cached,
-				Started: at, Ended: at,
-			}
+			r := usageRecord(call, in, out)
+			r.Endpoint, r.CachedTokens = endpoint, cached
+			return r
 		}
-		err = db.InsertRecords(ctx, []accounting.Record{
+		path := seedUsage(t, cfg,
 			rec("c1", "chat.completions", 10, 5, 2),
 			rec("c2", "", 1, 1, 0),
 			rec("t1", "completions", 7, 3, 0),
 			rec("e1", "embeddings", 40, 0, 0),
 			rec("e2", "embeddings", 60, 0, 0),
 			rec("r1", "responses", 20, 30, 4),
-		})
-		db.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		path := usageCmdConfig(t, cfg)
+		)
 		got := usageTable(t, "-config", path, "-by", "endpoint")
 		want := [][]string{
 			{"ENDPOINT", "REQUESTS", "INPUT", "CACHED", "OUTPUT", "TOTAL"},
@@ -100,9 +123,7 @@ func TestUsageCommandByEndpoint(t *testing.T) {
 			{"completions", "1", "7", "0", "3", "10"},
 			{"TOTAL", "6", "138", "6", "39", "177"},
 		}
-		if !reflect.DeepEqual(got, want) {
-			t.Errorf("table\n%v\nwant\n%v", got, want)
-		}
+		checkTable(t, got, want)
 	})
 }
 
@@ -111,31 +132,19 @@ func TestUsageCommandByEndpoint(t *testing.T) {
 // negative count adds nothing.
 func TestUsageCommandSaturates(t *testing.T) {
 	storetest.ForEachConfig(t, func(t *testing.T, cfg config.Store) {
-		ctx := context.Background()
-		db, err := store.Open(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		at := time.Now().Add(-time.Hour)
 		rec := func(call, project string, in, out int64) accounting.Record {
-			return accounting.Record{
-				RequestID: call, CallID: call, TraceID: call, KeyName: "admin", Team: "acme", Project: project,
-				Model: "demo", Backend: "sim", Status: 200,
-				PromptTokens: in, CompletionTokens: out, TotalTokens: in + out, Started: at, Ended: at,
-			}
+			r := usageRecord(call, in, out)
+			r.Project = project
+			return r
 		}
-		err = db.InsertRecords(ctx, []accounting.Record{
+		path := seedUsage(t, cfg,
 			rec("a1", "huge", 1<<62, 1<<62),
 			rec("a2", "huge", 1<<62, 0),
 			rec("m1", "max", math.MaxInt64, 2),
 			rec("n1", "small", -50, 9),
-		})
-		db.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
+		)
 		const maxInt = "9223372036854775807"
-		got := usageTable(t, "-config", usageCmdConfig(t, cfg), "-by", "project")
+		got := usageTable(t, "-config", path, "-by", "project")
 		want := [][]string{
 			{"PROJECT", "REQUESTS", "INPUT", "CACHED", "OUTPUT", "TOTAL"},
 			{"acme/huge", "2", maxInt, "0", "4611686018427387904", maxInt},
@@ -143,9 +152,7 @@ func TestUsageCommandSaturates(t *testing.T) {
 			{"acme/small", "1", "0", "0", "9", "9"},
 			{"TOTAL", "4", maxInt, "0", "4611686018427387915", maxInt},
 		}
-		if !reflect.DeepEqual(got, want) {
-			t.Errorf("table\n%v\nwant\n%v", got, want)
-		}
+		checkTable(t, got, want)
 	})
 }
 
@@ -154,32 +161,20 @@ func TestUsageCommandSaturates(t *testing.T) {
 // what they streamed, and refusals counted although no backend served them.
 func TestUsageCommandByStatus(t *testing.T) {
 	storetest.ForEachConfig(t, func(t *testing.T, cfg config.Store) {
-		ctx := context.Background()
-		db, err := store.Open(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		at := time.Now().Add(-time.Hour)
 		rec := func(call string, status int, errText string, incomplete bool, backend string, in, out int64) accounting.Record {
-			return accounting.Record{
-				RequestID: call, CallID: call, TraceID: call, KeyName: "admin", Team: "acme", Project: "bot",
-				Model: "demo", Backend: backend, Status: status, Error: errText, Stream: incomplete, Incomplete: incomplete,
-				PromptTokens: in, CompletionTokens: out, TotalTokens: in + out, Started: at, Ended: at,
-			}
+			r := usageRecord(call, in, out)
+			r.Backend, r.Status, r.Error, r.Stream, r.Incomplete = backend, status, errText, incomplete, incomplete
+			return r
 		}
-		err = db.InsertRecords(ctx, []accounting.Record{
+		path := seedUsage(t, cfg,
 			rec("ok-1", 200, "", false, "sim", 10, 20),
 			rec("ok-2", 200, "", false, "sim", 10, 20),
 			rec("aborted", 200, "client closed the stream: broken pipe", true, "sim", 8, 5),
 			rec("broken", 200, "upstream stream broken: unexpected EOF", true, "sim", 8, 2),
 			rec("limited", 429, "rate limit", false, "", 0, 0),
 			rec("failed", 502, "backend sim: status 500", false, "sim", 0, 0),
-		})
-		db.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := usageTable(t, "-config", usageCmdConfig(t, cfg), "-by", "status")
+		)
+		got := usageTable(t, "-config", path, "-by", "status")
 		want := [][]string{
 			{"STATUS", "REQUESTS", "INPUT", "CACHED", "OUTPUT", "TOTAL"},
 			{"complete", "2", "20", "0", "40", "60"},
@@ -189,8 +184,6 @@ func TestUsageCommandByStatus(t *testing.T) {
 			{"server_error", "1", "0", "0", "0", "0"},
 			{"TOTAL", "6", "36", "0", "47", "83"},
 		}
-		if !reflect.DeepEqual(got, want) {
-			t.Errorf("table\n%v\nwant\n%v", got, want)
-		}
+		checkTable(t, got, want)
 	})
 }
