@@ -70,30 +70,13 @@ func TestResponseOwnersTeamMigration(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tx, err := d.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, stmt := range []string{
+		d = rewindAndReopen(t, d, cfg,
 			`ALTER TABLE response_owners DROP COLUMN team`,
 			`ALTER TABLE response_owners DROP COLUMN project`,
 			`DELETE FROM schema_migrations WHERE component = 'responses' AND version = 2`,
 			fmt.Sprintf(`INSERT INTO response_owners (response_id, backend, expires) VALUES ('resp_old', 'vllm-a', %d)`,
 				time.Now().Add(time.Hour).UnixNano()),
-		} {
-			if err := d.TxExec(ctx, tx, stmt); err != nil {
-				t.Fatalf("%s: %v", stmt, err)
-			}
-		}
-		if err := tx.Commit(); err != nil {
-			t.Fatal(err)
-		}
-		d.Close()
-
-		d, err = store.Open(ctx, cfg)
-		if err != nil {
-			t.Fatalf("reopen: %v", err)
-		}
+		)
 		defer d.Close()
 		backend, team, project, found, err := d.ResponseOwner(ctx, "resp_old")
 		if err != nil || !found || backend != "vllm-a" || team != "" || project != "" {

@@ -84,6 +84,32 @@ func TestUsageByEndpoint(t *testing.T) {
 	})
 }
 
+// rewindAndReopen takes the store cfg, open as d, back to before a
+// migration by running stmts in one transaction, closes d and returns the
+// store reopened, which applies the migration again.
+func rewindAndReopen(t *testing.T, d *store.DB, cfg config.Store, stmts ...string) *store.DB {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := d.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range stmts {
+		if err := d.TxExec(ctx, tx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	d, err = store.Open(ctx, cfg)
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	return d
+}
+
 // TestUsageEndpointMigration takes a store back to usage version 1 (no
 // endpoint column) with a record in it, and reopens it: version 2 applies
 // again and files the old record under chat completions.
@@ -97,27 +123,10 @@ func TestUsageEndpointMigration(t *testing.T) {
 		if err := d.InsertRecords(ctx, []accounting.Record{endpointRec("old", "embeddings", 5, 0)}); err != nil {
 			t.Fatal(err)
 		}
-		tx, err := d.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, stmt := range []string{
+		d = rewindAndReopen(t, d, cfg,
 			`ALTER TABLE usage_records DROP COLUMN endpoint`,
 			`DELETE FROM schema_migrations WHERE component = 'usage' AND version = 2`,
-		} {
-			if err := d.TxExec(ctx, tx, stmt); err != nil {
-				t.Fatalf("%s: %v", stmt, err)
-			}
-		}
-		if err := tx.Commit(); err != nil {
-			t.Fatal(err)
-		}
-		d.Close()
-
-		d, err = store.Open(ctx, cfg)
-		if err != nil {
-			t.Fatalf("reopen: %v", err)
-		}
+		)
 		defer d.Close()
 		var endpoint string
 		if err := d.QueryRow(ctx, `SELECT endpoint FROM usage_records WHERE call_id = 'old'`).Scan(&endpoint); err != nil {
