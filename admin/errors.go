@@ -281,6 +281,21 @@ func (v *validation) optString(obj map[string]any, key string, loc []any) *strin
 	return &s
 }
 
+// reqList reads a required list, of which null is not one; it returns nil
+// when the list is missing or is no list.
+func (v *validation) reqList(obj map[string]any, key string, loc []any) []any {
+	raw := obj[key]
+	if raw == nil {
+		v.add(at(loc, key), "missing", "Field required", obj)
+		return nil
+	}
+	list, ok := raw.([]any)
+	if !ok {
+		v.add(at(loc, key), "list_type", "Input should be a valid list", raw)
+	}
+	return list
+}
+
 // reqStringList reads a required list of strings of at most limit items
 // (the general bound on lists applies besides).
 func (v *validation) reqStringList(obj map[string]any, key string, loc []any, limit int) []string {

@@ -44,18 +44,11 @@ func (s *Service) tableCreate(ctx context.Context, rc *fasthttp.RequestCtx, key 
 	if !ok {
 		return v.err()
 	}
-	var rows []map[string]any
-	switch list, ok := tbl["rows"].([]any); {
-	case tbl["rows"] == nil:
-		v.add(at(loc, "rows"), "missing", "Field required", tbl)
-	case !ok:
-		v.add(at(loc, "rows"), "list_type", "Input should be a valid list", tbl["rows"])
-	default:
-		rows = make([]map[string]any, 0, len(list))
-		for i, r := range list {
-			if m, ok := rowObject(&v, r, at(loc, "rows", i)); ok {
-				rows = append(rows, m)
-			}
+	list := v.reqList(tbl, "rows", loc)
+	rows := make([]map[string]any, 0, len(list))
+	for i, r := range list {
+		if m, ok := rowObject(&v, r, at(loc, "rows", i)); ok {
+			rows = append(rows, m)
 		}
 	}
 	_, proj, _, e := s.projectOf(ctx, &v, key, tbl, loc, forWrite)
@@ -84,16 +77,9 @@ func (s *Service) tableUpdate(ctx context.Context, rc *fasthttp.RequestCtx, key 
 	var v validation
 	base, _ := v.reqString(body, "base_digest", bodyLoc)
 	var updates []weave.TableUpdate
-	switch list, ok := body["updates"].([]any); {
-	case body["updates"] == nil:
-		v.add(at(bodyLoc, "updates"), "missing", "Field required", body)
-	case !ok:
-		v.add(at(bodyLoc, "updates"), "list_type", "Input should be a valid list", body["updates"])
-	default:
-		for i, item := range list {
-			if u, ok := parseTableUpdate(&v, item, at(bodyLoc, "updates", i)); ok {
-				updates = append(updates, u)
-			}
+	for i, item := range v.reqList(body, "updates", bodyLoc) {
+		if u, ok := parseTableUpdate(&v, item, at(bodyLoc, "updates", i)); ok {
+			updates = append(updates, u)
 		}
 	}
 	_, proj, found, e := s.projectOf(ctx, &v, key, body, bodyLoc, forWrite)
