@@ -381,22 +381,14 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 			s.createResponse(ctx)
 		}
 	case "/v1/models", "/models":
-		if !ctx.IsGet() && !ctx.IsHead() {
-			writeDetail(ctx, fasthttp.StatusMethodNotAllowed, "Method Not Allowed", "GET")
-			return
-		}
-		if s.inject(ctx) {
+		if !getOnly(ctx) || s.inject(ctx) {
 			return
 		}
 		ctx.SetContentType(contentTypeJSON)
 		ctx.SetBody(s.modelsBody)
 		s.ctl.listings.Add(1)
 	case "/health":
-		if !ctx.IsGet() && !ctx.IsHead() {
-			writeDetail(ctx, fasthttp.StatusMethodNotAllowed, "Method Not Allowed", "GET")
-			return
-		}
-		if s.inject(ctx) {
+		if !getOnly(ctx) || s.inject(ctx) {
 			return
 		}
 		// vLLM answers its health check with 200 and an empty body.
@@ -422,6 +414,16 @@ func postOnly(ctx *fasthttp.RequestCtx) bool {
 		return true
 	}
 	writeDetail(ctx, fasthttp.StatusMethodNotAllowed, "Method Not Allowed", "POST")
+	return false
+}
+
+// getOnly reports whether the request is a GET or a HEAD, as the model list and the health
+// check take, and answers 405 when it is not.
+func getOnly(ctx *fasthttp.RequestCtx) bool {
+	if ctx.IsGet() || ctx.IsHead() {
+		return true
+	}
+	writeDetail(ctx, fasthttp.StatusMethodNotAllowed, "Method Not Allowed", "GET")
 	return false
 }
 
