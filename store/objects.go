@@ -80,20 +80,10 @@ func (d *DB) putOpObject(ctx context.Context, w weave.ObjectWrite) error {
 			return fmt.Errorf("put op: %w", err)
 		}
 	}
-	for attempt := 1; ; attempt++ {
-		_, err := d.conn().exec(ctx, `
-			INSERT INTO ops (project_id, object_id, version_index, digest, code, created_at)
-			SELECT ?, ?, COALESCE(MAX(version_index) + 1, 0), ?, ?, ?
-			FROM ops WHERE project_id = ? AND object_id = ?
-			ON CONFLICT (project_id, object_id, digest) DO UPDATE SET deleted_at = NULL`,
-			w.ProjectID, w.ObjectID, w.Digest, code, formatTraceTime(w.At), w.ProjectID, w.ObjectID)
-		if err == nil {
-			return nil
-		}
-		if !isUniqueViolation(err) || attempt == putObjectAttempts {
-			return fmt.Errorf("put op: %w", err)
-		}
+	if err := d.insertOpVersion(ctx, w.ProjectID, w.ObjectID, w.Digest, code, w.At); err != nil {
+		return fmt.Errorf("put op: %w", err)
 	}
+	return nil
 }
 
 // versionCond selects one version of an object: a digest, "latest" or

@@ -117,19 +117,8 @@ const putOpVersionAttempts = 32
 // version. Publishing the code of a deleted version restores it.
 func (d *DB) PutOpVersion(ctx context.Context, projectID int64, objectID, code string, at time.Time) (trace.OpVersion, error) {
 	digest := opDigest(code)
-	for attempt := 1; ; attempt++ {
-		_, err := d.conn().exec(ctx, `
-			INSERT INTO ops (project_id, object_id, version_index, digest, code, created_at)
-			SELECT ?, ?, COALESCE(MAX(version_index) + 1, 0), ?, ?, ?
-			FROM ops WHERE project_id = ? AND object_id = ?
-			ON CONFLICT (project_id, object_id, digest) DO UPDATE SET deleted_at = NULL`,
-			projectID, objectID, digest, code, formatTraceTime(at), projectID, objectID)
-		if err == nil {
-			break
-		}
-		if !isUniqueViolation(err) || attempt == putOpVersionAttempts {
-			return trace.OpVersion{}, fmt.Errorf("put op version: %w", err)
-		}
+	if err := d.insertOpVersion(ctx, projectID, objectID, digest, code, at); err != nil {
+		return trace.OpVersion{}, fmt.Errorf("put op version: %w", err)
 	}
 	op := trace.OpVersion{ObjectID: objectID, Digest: digest}
 	var created string
@@ -143,6 +132,23 @@ func (d *DB) PutOpVersion(ctx context.Context, projectID int64, objectID, code s
 		return trace.OpVersion{}, err
 	}
 	return op, nil
+}
+
+// insertOpVersion stores code as the version digest of the op, as
+// PutOpVersion and an op object put do: one statement, retried when
+// PostgreSQL refuses a version_index another publisher took meanwhile.
+func (d *DB) insertOpVersion(ctx context.Context, projectID int64, objectID, digest, code string, at time.Time) error {
+	for attempt := 1; ; attempt++ {
+		_, err := d.conn().exec(ctx, `
+			INSERT INTO ops (project_id, object_id, version_index, digest, code, created_at)
+			SELECT ?, ?, COALESCE(MAX(version_index) + 1, 0), ?, ?, ?
+			FROM ops WHERE project_id = ? AND object_id = ?
+			ON CONFLICT (project_id, object_id, digest) DO UPDATE SET deleted_at = NULL`,
+			projectID, objectID, digest, code, formatTraceTime(at), projectID, objectID)
+		if err == nil || !isUniqueViolation(err) || attempt == putOpVersionAttempts {
+			return err
+		}
+	}
 }
 
 // ListOpVersions lists the project's live op versions by object_id, newest
