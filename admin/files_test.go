@@ -3,10 +3,8 @@ package admin_test
 import (
 	"bytes"
 	"testing"
-	"time"
 
 	"github.com/valyala/fasthttp"
-	"github.com/valyala/fasthttp/fasthttputil"
 
 	"github.com/tollgate-dev/tollgate/admin"
 	"github.com/tollgate-dev/tollgate/auth"
@@ -48,24 +46,7 @@ func TestFileSizeBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := admin.New(admin.Options{Keys: kr, Store: db, MaxFileBytes: 8})
-	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) { svc.Handle(ctx) }, NoDefaultDate: true,
-		MaxIdleWorkerDuration: 10 * time.Millisecond}
-	ln := fasthttputil.NewInmemoryListener()
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		if err := srv.Shutdown(); err != nil {
-			t.Error(err)
-		}
-		if err := <-served; err != nil {
-			t.Error(err)
-		}
-		if err := db.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	e := &env{t: t, ln: ln, db: db}
+	e := serveEnv(t, db, admin.New(admin.Options{Keys: kr, Store: db, MaxFileBytes: 8}))
 	if r := e.uploadFile(t, bearer(aliceKey), "team-a/p", "f", []byte("12345678")); r.status != fasthttp.StatusOK {
 		t.Fatalf("8 bytes: status %d: %s", r.status, r.body)
 	}

@@ -51,6 +51,13 @@ func newEnv(t *testing.T) *env {
 	svc := admin.New(admin.Options{Keys: kr, Store: db, Pricing: map[string]config.Pricing{
 		"m": {PromptPerMTok: 1e6, CompletionPerMTok: 2e6},
 	}})
+	return serveEnv(t, db, svc)
+}
+
+// serveEnv serves svc, backed by db, on an in-memory listener until the
+// test ends, and then closes db.
+func serveEnv(t *testing.T, db *store.DB, svc *admin.Service) *env {
+	t.Helper()
 	srv := &fasthttp.Server{
 		Handler: func(ctx *fasthttp.RequestCtx) {
 			if !svc.Handle(ctx) {
