@@ -135,23 +135,18 @@ type sides struct {
 	fronts [numSides]*proc
 }
 
-func (b *bench) sides(backendAddr, bareAddr string, conns int) sides {
+// sides returns the endpoints of a measurement against the backend at
+// backendAddr: directly, through the bare proxy bareProxy at bareAddr,
+// and through the gateway.
+func (b *bench) sides(backendAddr string, bareProxy *proc, bareAddr string, conns int) sides {
 	return sides{
 		eps: [numSides]*endpoint{
 			newEndpoint("direct", backendAddr, b.key, conns),
 			newEndpoint("bare", bareAddr, b.key, conns),
 			newEndpoint("gateway", b.gatewayAddr, b.key, conns),
 		},
-		fronts: [numSides]*proc{nil, b.bareFront(bareAddr), b.gateway},
+		fronts: [numSides]*proc{nil, bareProxy, b.gateway},
 	}
-}
-
-// bareFront is the bare proxy process listening on addr.
-func (b *bench) bareFront(addr string) *proc {
-	if addr == b.bareStreamAddr {
-		return b.bareStream
-	}
-	return b.bareFast
 }
 
 func (s sides) close() {
@@ -163,7 +158,7 @@ func (s sides) close() {
 // measure runs every measurement in turn.
 func (b *bench) measure(ctx context.Context) error {
 	o := b.o
-	sd := b.sides(b.fastAddr, b.bareFastAddr, max(o.openConns, o.conns))
+	sd := b.sides(b.fastAddr, b.bareFast, b.bareFastAddr, max(o.openConns, o.conns))
 	defer sd.close()
 	body := chatBody(modelFast, 16, false)
 
@@ -443,7 +438,7 @@ func (b *bench) othersRow(sec string, cpu [numSides]cpuDelta) {
 // and to the gaps between events of a stream, against the bare proxy.
 func (b *bench) streamLatency(ctx context.Context) error {
 	o := b.o
-	sd := b.sides(b.streamAddr, b.bareStreamAddr, o.streamConc)
+	sd := b.sides(b.streamAddr, b.bareStream, b.bareStreamAddr, o.streamConc)
 	defer sd.close()
 	body := chatBody(modelStream, o.streamTokens, true)
 	b.logf("streams: %d concurrent, %d × (%s direct, %s bare, %s gateway)", o.streamConc, o.rounds, o.phase, o.phase, o.phase)
