@@ -3,10 +3,13 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/tollgate-dev/tollgate/accounting"
 	"github.com/tollgate-dev/tollgate/config"
@@ -365,7 +368,7 @@ func BenchmarkInsertRecords(b *testing.B) {
 			for b.Loop() {
 				for i := range batch {
 					n++
-					batch[i] = usageRec(fmt.Sprint("call-", n), "acme", "bot", "m", "k", usageT0.Add(time.Duration(n)), 800, 200, 0)
+					batch[i] = proxyLikeRec(b, n)
 				}
 				if err := d.InsertRecords(ctx, batch); err != nil {
 					b.Fatal(err)
@@ -375,6 +378,21 @@ func BenchmarkInsertRecords(b *testing.B) {
 			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N*batchSize), "cpu-ns/record")
 		})
 	}
+}
+
+// proxyLikeRec is record n as the proxy makes it for a chat completion:
+// UUIDv7 call id, request and trace ids equal to it, and the backend's
+// random completion id, which the Weave fold links.
+func proxyLikeRec(tb testing.TB, n int) accounting.Record {
+	id, err := uuid.NewV7()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	r := usageRec(id.String(), "acme", "bot", "m", "k", usageT0.Add(time.Duration(n)*time.Microsecond), 800, 200, 0)
+	r.RequestID, r.TraceID = r.CallID, r.CallID
+	r.Endpoint = "chat.completions"
+	r.CompletionID = fmt.Sprintf("chatcmpl-%016x%016x", rand.Uint64(), rand.Uint64())
+	return r
 }
 
 // processCPU is the user and system CPU time this process has used.
