@@ -34,6 +34,12 @@ type Record struct {
 	// reply's "id"), by which a Weave SDK's trace of the same completion
 	// is joined to the gateway's call; empty when no reply carried one.
 	CompletionID string
+	// CompletionCreated is the unix second the backend dated that
+	// completion with (its "created", "created_at" for a response; of a
+	// stream, the last chunk's that is not 0, as the Weave SDK keeps it):
+	// the join's key leads with it, so that links of one second are
+	// written together. 0 means the completion carried no date.
+	CompletionCreated int64
 	// Endpoint is the OpenAI endpoint called: "chat.completions",
 	// "completions", "embeddings" or "responses". Empty means
 	// "chat.completions" (records made before endpoints were told apart).

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -541,7 +542,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *completion, route *backend
 		return attemptResult{done: true}
 	}
 	c.setUsage(&u, u.completion)
-	c.rec.CompletionID = completionIDOf(rbody)
+	c.rec.CompletionID, c.rec.CompletionCreated = completionKeyOf(rbody)
 	if c.payloads {
 		c.rec.Input = append([]byte(nil), body...)
 		c.rec.Output = append([]byte(nil), rbody...)
@@ -793,8 +794,22 @@ func hasPrefixFold(s, prefix []byte) bool {
 	return len(s) >= len(prefix) && bytes.EqualFold(s[:len(prefix)], prefix)
 }
 
-// completionIDOf returns the "id" of a completion (or of a streamed chunk)
-// as a new string, since the body is a pooled buffer: the usage record
-// keeps it, so that a Weave SDK's trace of the completion is joined to the
-// gateway's call.
-func completionIDOf(body []byte) string { return gjson.GetBytes(body, "id").String() }
+// completionKeyOf returns the "id" of a completion reply as a new string,
+// since the body is a pooled buffer, and its date: "created" (a chat or
+// text completion) or "created_at" (a response), 0 when absent. The usage
+// record keeps both, by which a Weave SDK's trace of the completion is
+// joined to the gateway's call. One walk of the top-level members, which
+// stops once both are found (both lead the object, as backends write it).
+func completionKeyOf(body []byte) (id string, created int64) {
+	var haveID, haveDate bool
+	gjson.Parse(b2s(body)).ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "id":
+			id, haveID = strings.Clone(v.String()), true
+		case "created", "created_at":
+			created, haveDate = v.Int(), true
+		}
+		return !haveID || !haveDate
+	})
+	return id, created
+}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"strings"
 
 	"github.com/tidwall/gjson"
 )
@@ -54,6 +55,14 @@ type chunkProcessor struct {
 	responses       bool
 	responseID      string
 	responseIDNoted bool
+
+	// completionID is the first chunk's id, copied, and created the last
+	// chunk's "created" that is not 0, which is what the Weave SDK's
+	// stream reducer keeps as its call's output: a backend that dates
+	// every chunk (llama.cpp, Ollama) crosses a second in a long stream.
+	// The usage record keeps both (see accounting.Record).
+	completionID string
+	created      int64
 }
 
 func (c *chunkProcessor) reset(stripUsage, stripContinuous bool, publicModel []byte) {
@@ -98,6 +107,14 @@ func (c *chunkProcessor) process(dst, ev []byte) []byte {
 	)
 	gjson.Parse(b2s(data)).ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
+		case "id":
+			if c.completionID == "" {
+				c.completionID = strings.Clone(v.String())
+			}
+		case "created":
+			if n := v.Int(); n != 0 {
+				c.created = n
+			}
 		case "model":
 			if v.Type == gjson.String && v.Index > 0 {
 				modelStart, modelEnd = v.Index, v.Index+len(v.Raw)

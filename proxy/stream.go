@@ -144,11 +144,6 @@ func (sb *streamBody) fill() {
 		sb.upstreamTTFT += time.Since(sb.headersAt)
 	}
 	sb.out = sb.chunk.process(sb.out, ev)
-	if sb.c.rec.CompletionID == "" && !sb.chunk.responses {
-		if from, to, ok := eventData(ev); ok { // the first chunk's id, copied: ev is the scanner's
-			sb.c.rec.CompletionID = completionIDOf(ev[from:to])
-		}
-	}
 	for len(sb.out) < maxCoalesce && sb.chunk.usageErr == nil {
 		ev := sb.scan.buffered()
 		if ev == nil {
@@ -222,6 +217,7 @@ func (sb *streamBody) CloseWithError(clientErr error) error {
 
 	c := &sb.c
 	c.setUsage(&sb.chunk.usage, sb.chunk.completionTokens())
+	c.rec.CompletionID, c.rec.CompletionCreated = sb.chunk.completionID, sb.chunk.created
 	c.rec.Status = fasthttp.StatusOK
 	switch {
 	case clientErr != nil:
