@@ -128,23 +128,50 @@ func collect(results []workerResult, elapsed time.Duration) loadResult {
 	return r
 }
 
-// runOpenLoop sends rate requests per second for d, on a fixed schedule
-// whatever the responses do: request i is due at start + i/rate. Workers
-// (one connection each at most) take due requests from a queue; when all
-// are busy, due requests wait in the queue, and since latency is measured
-// from the scheduled time, that wait is counted rather than omitted.
+// runOpenLoop sends rate requests of body per second to e for d, on a
+// fixed schedule; see runOpenLoopWith.
+func runOpenLoop(ctx context.Context, e *endpoint, body []byte, rate int, d time.Duration, workers int) (loadResult, error) {
+	return runOpenLoopWith(ctx, rate, d, workers, func() (func(int) error, func()) {
+		req := e.newRequest(body)
+		resp := fasthttp.AcquireResponse()
+		send := func(int) error { return e.do(req, resp) }
+		release := func() {
+			fasthttp.ReleaseRequest(req)
+			fasthttp.ReleaseResponse(resp)
+		}
+		return send, release
+	})
+}
+
+// newSender returns one open-loop worker's send, which sends request i of
+// the schedule and returns an error if it failed, and release, called
+// once the worker is done.
+type newSender func() (send func(i int) error, release func())
+
+// dueRequest is request i of an open loop's schedule, due at at.
+type dueRequest struct {
+	at time.Time
+	i  int
+}
+
+// runOpenLoopWith sends rate requests per second for d, on a fixed
+// schedule whatever the responses do: request i is due at start + i/rate.
+// Workers (one connection each at most, each with its own sender) take
+// due requests from a queue; when all are busy, due requests wait in the
+// queue, and since latency is measured from the scheduled time, that wait
+// is counted rather than omitted.
 //
 // The schedule is kept by a goroutine locked to its own OS thread sleeping
 // in nanosleep with a 1 ns timer slack: Go's timers round sub-millisecond
 // sleeps up to about a millisecond on Linux, which would turn a 5k/s
 // schedule into bursts of five.
-func runOpenLoop(ctx context.Context, e *endpoint, body []byte, rate int, d time.Duration, workers int) (loadResult, error) {
+func runOpenLoopWith(ctx context.Context, rate int, d time.Duration, workers int, sender newSender) (loadResult, error) {
 	if rate <= 0 {
 		return loadResult{}, errors.New("open loop: rate must be positive")
 	}
 	n := int(float64(rate) * d.Seconds())
 	interval := time.Second / time.Duration(rate)
-	due := make(chan time.Time, min(n, 1<<16))
+	due := make(chan dueRequest, min(n, 1<<16))
 	results := make([]workerResult, workers)
 	var wg sync.WaitGroup
 	for w := range workers {
@@ -154,21 +181,19 @@ func runOpenLoop(ctx context.Context, e *endpoint, body []byte, rate int, d time
 			res := &results[w]
 			res.lat = make([]time.Duration, 0, n/workers+16)
 			res.lag = make([]time.Duration, 0, n/workers+16)
-			req := e.newRequest(body)
-			resp := fasthttp.AcquireResponse()
-			defer fasthttp.ReleaseRequest(req)
-			defer fasthttp.ReleaseResponse(resp)
+			send, release := sender()
+			defer release()
 			// The queue is closed when the schedule ends, which ends
 			// the worker once it has sent what was due.
-			for at := range due {
+			for r := range due {
 				sent := time.Now()
-				if err := e.do(req, resp); err != nil {
+				if err := send(r.i); err != nil {
 					res.fail(err)
 					continue
 				}
 				res.ok++
-				res.lat = append(res.lat, time.Since(at))
-				res.lag = append(res.lag, sent.Sub(at))
+				res.lat = append(res.lat, time.Since(r.at))
+				res.lag = append(res.lag, sent.Sub(r.at))
 			}
 		}()
 	}
@@ -180,8 +205,8 @@ func runOpenLoop(ctx context.Context, e *endpoint, body []byte, rate int, d time
 	return collect(results, time.Since(start)), schedErr
 }
 
-// schedule puts the due time of each of n requests on due, at its time.
-func schedule(ctx context.Context, due chan<- time.Time, start time.Time, interval time.Duration, n int) error {
+// schedule puts each of n requests on due, at its time.
+func schedule(ctx context.Context, due chan<- dueRequest, start time.Time, interval time.Duration, n int) error {
 	runtime.LockOSThread()
 	// Unlocking (rather than letting the thread die with the goroutine)
 	// keeps the thread: a thread that exits would deliver the parent-death
@@ -206,7 +231,7 @@ func schedule(ctx context.Context, due chan<- time.Time, start time.Time, interv
 			ts := syscall.NsecToTimespec(int64(left))
 			_ = syscall.Nanosleep(&ts, nil)
 		}
-		due <- at
+		due <- dueRequest{at: at, i: i}
 	}
 	return nil
 }

@@ -61,6 +61,15 @@ type options struct {
 	binDir       string
 	keep         bool
 	logLevel     string
+
+	// only, when "soak", skips the measurements against the bare proxy.
+	only string
+	// soak is the length of the soak load; 0 runs no soak.
+	soak            time.Duration
+	soakWarmup      time.Duration
+	soakRate        int
+	soakStreamShare float64
+	soakAbandon     float64
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -83,6 +92,13 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.binDir, "bin-dir", "", "use the tollgate, mockllm and bareproxy binaries in `dir` instead of building them")
 	fs.BoolVar(&o.keep, "keep", false, "keep the run's directory (config, logs, SQLite file) and print where it is")
 	fs.StringVar(&o.logLevel, "gateway-log-level", "info", "the gateway's log.level; info logs a line per request, as a default install does")
+	fs.StringVar(&o.only, "only", "", "run only this part: `soak` skips the direct/bare/gateway measurements (then -soak must be set)")
+	fs.DurationVar(&o.soak, "soak", 0, "after the measurements, hold the gateway under a mixed open-loop load for `duration` and check "+
+		"that its memory, goroutines, descriptors and in-flight gauges come back to where they were after the warm-up; 0 runs no soak")
+	fs.DurationVar(&o.soakWarmup, "soak-warmup", time.Minute, "load of the soak's mix before its baseline is sampled")
+	fs.IntVar(&o.soakRate, "soak-rate", 1000, "open-loop `rate` of the soak, in requests per second")
+	fs.Float64Var(&o.soakStreamShare, "soak-stream-share", 0.25, "share of the soak's requests that are streams (-stream-tokens events at -stream-itl)")
+	fs.Float64Var(&o.soakAbandon, "soak-abandon", 0.1, "share of the soak's streams the client closes after the first event")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -125,6 +141,20 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("-stream-tokens %d: want 1 to 4096", o.streamTokens)
 	case o.streamITL < 0 || o.slowITL <= 0 || o.slowITL > 10*time.Second:
 		return o, errors.New("-stream-itl must not be negative, -slow-itl must be more than 0 and at most 10s")
+	}
+	switch {
+	case o.only != "" && o.only != "soak":
+		return o, fmt.Errorf("-only %q: the only part that runs alone is soak", o.only)
+	case o.only == "soak" && o.soak == 0:
+		return o, errors.New("-only soak needs -soak")
+	case o.soak < 0 || o.soak > 24*time.Hour:
+		return o, fmt.Errorf("-soak %s: want 0 to 24h", o.soak)
+	case o.soakWarmup < 0 || o.soakWarmup > time.Hour:
+		return o, fmt.Errorf("-soak-warmup %s: want 0 to 1h", o.soakWarmup)
+	case o.soakRate < 1 || o.soakRate > 200000:
+		return o, fmt.Errorf("-soak-rate %d: want 1 to 200000", o.soakRate)
+	case !(o.soakStreamShare >= 0 && o.soakStreamShare <= 1) || !(o.soakAbandon >= 0 && o.soakAbandon <= 1):
+		return o, errors.New("-soak-stream-share and -soak-abandon must be from 0 to 1")
 	}
 	for _, r := range o.rates {
 		if r > 200000 {
@@ -171,7 +201,11 @@ func run(args []string, stdout, stderr io.Writer) (err error) {
 
 	// Each open stream costs the gateway two sockets, and the benchmark
 	// and the slow mock one each; the margin covers everything else.
-	want := uint64(2*slices.Max(append([]int{0}, o.openStreams...)) + 4096)
+	held := o.openStreams
+	if o.only == "soak" {
+		held = nil
+	}
+	want := uint64(2*slices.Max(append([]int{0}, held...)) + 4096)
 	nofile, limitNote, err := raiseNoFile(want)
 	if err != nil {
 		return err
@@ -196,6 +230,7 @@ func run(args []string, stdout, stderr io.Writer) (err error) {
 			Phase: o.phase.String(), Rounds: o.rounds, Rates: o.rates, OpenLoopConns: o.openConns, Conns: o.conns,
 			StreamConc: o.streamConc, StreamTokens: o.streamTokens, StreamITL: o.streamITL.String(),
 			OpenStreams: o.openStreams, SlowITL: o.slowITL.String(), GatewayLog: o.logLevel,
+			Only: o.only, SoakRate: o.soakRate, SoakStreamShare: o.soakStreamShare, SoakAbandon: o.soakAbandon,
 		},
 	}
 	if limitNote != "" {
@@ -208,8 +243,16 @@ func run(args []string, stdout, stderr io.Writer) (err error) {
 	if err := b.setup(ctx); err != nil {
 		return interrupted(ctx, err)
 	}
-	if err := b.measure(ctx); err != nil {
-		return interrupted(ctx, err)
+	if o.only != "soak" {
+		if err := b.measure(ctx); err != nil {
+			return interrupted(ctx, err)
+		}
+	}
+	if o.soak > 0 {
+		b.rep.Settings.Soak, b.rep.Settings.SoakWarmup = o.soak.String(), o.soakWarmup.String()
+		if err := b.soak(ctx); err != nil {
+			return interrupted(ctx, err)
+		}
 	}
 	if w := b.foreign.wall; w > 0 {
 		cores := b.foreign.others().Seconds() / w.Seconds()

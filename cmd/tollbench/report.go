@@ -132,6 +132,8 @@ type report struct {
 	StealCores float64  `json:"hypervisor_steal_cores"`
 	Notes      []string `json:"notes,omitempty"`
 	Elapsed    string   `json:"elapsed"`
+	// Soak holds the soak's samples, when it ran.
+	Soak *soakResult `json:"soak,omitempty"`
 }
 
 // settings are the options of the run, as the JSON reports them.
@@ -147,6 +149,13 @@ type settings struct {
 	OpenStreams   []int  `json:"open_streams"`
 	SlowITL       string `json:"slow_itl"`
 	GatewayLog    string `json:"gateway_log_level"`
+	// Only is "soak" when the measurements were skipped.
+	Only            string  `json:"only,omitempty"`
+	Soak            string  `json:"soak,omitempty"`
+	SoakWarmup      string  `json:"soak_warmup,omitempty"`
+	SoakRate        int     `json:"soak_rate,omitempty"`
+	SoakStreamShare float64 `json:"soak_stream_share,omitempty"`
+	SoakAbandon     float64 `json:"soak_abandon,omitempty"`
 }
 
 func (r *report) add(rw row) {
@@ -171,10 +180,18 @@ func (r *report) writeTable(w io.Writer) error {
 	fmt.Fprintf(&b, "machine: %s, %d cores, %d MiB, kernel %s, %s, open-file limit %d\n",
 		m.CPU, m.Cores, m.MemoryMiB, m.Kernel, m.GoVersion, m.NoFileLimit)
 	s := r.Settings
-	fmt.Fprintf(&b, "phases: %s each, %d rounds of direct/bare/gateway; open loop rates %v on up to %d conns; closed loop %d conns\n",
-		s.Phase, s.Rounds, s.Rates, s.OpenLoopConns, s.Conns)
-	fmt.Fprintf(&b, "streams: %d concurrent, %d events at %s; open streams %v at %s per event; gateway log level %s\n\n",
-		s.StreamConc, s.StreamTokens, s.StreamITL, s.OpenStreams, s.SlowITL, s.GatewayLog)
+	if s.Only != "soak" {
+		fmt.Fprintf(&b, "phases: %s each, %d rounds of direct/bare/gateway; open loop rates %v on up to %d conns; closed loop %d conns\n",
+			s.Phase, s.Rounds, s.Rates, s.OpenLoopConns, s.Conns)
+		fmt.Fprintf(&b, "streams: %d concurrent, %d events at %s; open streams %v at %s per event\n",
+			s.StreamConc, s.StreamTokens, s.StreamITL, s.OpenStreams, s.SlowITL)
+	}
+	if s.Soak != "" {
+		fmt.Fprintf(&b, "soak: %s after a %s warm-up, %d req/s open loop on up to %d conns, %.0f%% streams of %d events at %s, "+
+			"%.0f%% of those abandoned after the first event\n",
+			s.Soak, s.SoakWarmup, s.SoakRate, s.OpenLoopConns, 100*s.SoakStreamShare, s.StreamTokens, s.StreamITL, 100*s.SoakAbandon)
+	}
+	fmt.Fprintf(&b, "gateway log level %s\n\n", s.GatewayLog)
 	if _, err := io.WriteString(w, b.String()); err != nil {
 		return err
 	}
