@@ -97,6 +97,14 @@ func (d dialect) sumTokens(x string) string {
 	return "CAST(TOTAL(" + positive + ") AS INTEGER)"
 }
 
+// addTokens is the SQL of a + b for two token sums that are not negative
+// (sumTokens values, or the columns usage_rollup keeps them in),
+// saturating at math.MaxInt64 as accounting.AddTokens does. Comparing
+// before adding keeps it in exact integers on both engines.
+func addTokens(a, b string) string {
+	return "CASE WHEN " + a + " > 9223372036854775807 - " + b + " THEN 9223372036854775807 ELSE " + a + " + " + b + " END"
+}
+
 // querier is what *sql.DB, *sql.Conn and *sql.Tx share.
 type querier interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)

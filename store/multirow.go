@@ -49,6 +49,32 @@ func (m multiRowInsert) sql(rows int) string {
 // compiled again for every batch. appendRow appends the cols arguments of
 // row i to args and returns the result.
 func (m multiRowInsert) exec(ctx context.Context, c conn, n int, appendRow func(args []any, i int) ([]any, error)) error {
+	return m.each(n, appendRow, func(_, rows int, args []any) error {
+		return m.execRows(ctx, c, rows, args)
+	})
+}
+
+// execReturning is exec for an insert whose tail ends in "RETURNING k" of
+// one text column k, the rows' key: after each statement it calls
+// inserted with the statement's first row, its row count and the keys it
+// returned, which name the rows it really inserted (not those ON CONFLICT
+// DO NOTHING skipped), in no particular order. keys is reused by the next
+// statement.
+func (m multiRowInsert) execReturning(ctx context.Context, c conn, n int, appendRow func(args []any, i int) ([]any, error),
+	inserted func(first, rows int, keys []string) error) error {
+	var keys []string
+	return m.each(n, appendRow, func(first, rows int, args []any) error {
+		var err error
+		if keys, err = m.queryRows(ctx, c, rows, args, keys[:0]); err != nil {
+			return err
+		}
+		return inserted(first, rows, keys)
+	})
+}
+
+// each splits n rows into statements as exec says and calls run with the
+// first row, the row count and the arguments of each.
+func (m multiRowInsert) each(n int, appendRow func(args []any, i int) ([]any, error), run func(first, rows int, args []any) error) error {
 	args := make([]any, 0, min(n, rowsPerInsert)*m.cols)
 	for start := 0; start < n; {
 		rows := min(rowsPerInsert, 1<<(bits.Len(uint(n-start))-1))
@@ -62,7 +88,7 @@ func (m multiRowInsert) exec(ctx context.Context, c conn, n int, appendRow func(
 		if len(args) != rows*m.cols {
 			return fmt.Errorf("rows %d to %d: %d arguments, want %d", start, start+rows-1, len(args), rows*m.cols)
 		}
-		if err := m.execRows(ctx, c, rows, args); err != nil {
+		if err := run(start, rows, args); err != nil {
 			return fmt.Errorf("rows %d to %d: %w", start, start+rows-1, err)
 		}
 		start += rows
@@ -79,4 +105,27 @@ func (m multiRowInsert) execRows(ctx context.Context, c conn, rows int, args []a
 	defer stmt.Close()
 	_, err = stmt.ExecContext(ctx, args...)
 	return err
+}
+
+// queryRows runs the statement for rows rows with args and appends the
+// one text column of each row it returns to keys.
+func (m multiRowInsert) queryRows(ctx context.Context, c conn, rows int, args []any, keys []string) ([]string, error) {
+	stmt, err := c.cached(ctx, m.sql(rows))
+	if err != nil {
+		return keys, err
+	}
+	defer stmt.Close()
+	res, err := stmt.QueryContext(ctx, args...)
+	if err != nil {
+		return keys, err
+	}
+	defer res.Close()
+	for res.Next() {
+		var k string
+		if err := res.Scan(&k); err != nil {
+			return keys, err
+		}
+		keys = append(keys, k)
+	}
+	return keys, res.Err()
 }

@@ -18,7 +18,8 @@ var (
 
 // insertUsage ignores a call_id already stored: the recorder writes a
 // batch again when a commit is reported failed, and a record written twice
-// must not fail the batch forever.
+// must not fail the batch forever. It returns the call ids it inserted, the
+// records the batch adds to usage_rollup.
 var insertUsage = multiRowInsert{
 	head: `INSERT INTO usage_records (
 	call_id, request_id, trace_id, parent_id, key_name, team, project,
@@ -26,13 +27,15 @@ var insertUsage = multiRowInsert{
 	prompt_tokens, completion_tokens, total_tokens, cached_tokens, started, ended
 ) VALUES `,
 	cols: 21,
-	tail: ` ON CONFLICT (call_id) DO NOTHING`,
+	tail: ` ON CONFLICT (call_id) DO NOTHING RETURNING call_id`,
 }
 
-// InsertRecords writes recs, their usage rows and their trace calls, in one
-// transaction. Several replicas may insert at once on PostgreSQL: call ids
-// are distinct between them, and insertGatewayCalls creates projects in a
-// fixed order, so their transactions cannot deadlock.
+// InsertRecords writes recs, their usage rows, their usage roll-up and
+// their trace calls, in one transaction. Several replicas may insert at
+// once on PostgreSQL: call ids are distinct between them, insertGatewayCalls
+// creates projects in a fixed order, and the roll-up rows, which replicas
+// share, are updated last and in key order, so their transactions cannot
+// deadlock and hold those rows only until they commit.
 func (d *DB) InsertRecords(ctx context.Context, recs []accounting.Record) error {
 	if len(recs) == 0 {
 		return nil
@@ -42,7 +45,8 @@ func (d *DB) InsertRecords(ctx context.Context, recs []accounting.Record) error 
 		return fmt.Errorf("insert records: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	err = insertUsage.exec(ctx, c, len(recs), func(args []any, i int) ([]any, error) {
+	var rollup usageRollup
+	err = insertUsage.execReturning(ctx, c, len(recs), func(args []any, i int) ([]any, error) {
 		r := &recs[i]
 		return append(args,
 			r.CallID, r.RequestID, r.TraceID, r.ParentID, r.KeyName, r.Team, r.Project,
@@ -50,12 +54,18 @@ func (d *DB) InsertRecords(ctx context.Context, recs []accounting.Record) error 
 			r.PromptTokens, r.CompletionTokens, r.TotalTokens, r.CachedTokens,
 			unixNano(r.Started), unixNano(r.Ended),
 		), nil
+	}, func(first, rows int, ids []string) error {
+		rollup.addInserted(recs[first:first+rows], ids)
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("insert records: usage: %w", err)
 	}
 	if err := insertGatewayCalls(ctx, c, recs); err != nil {
 		return fmt.Errorf("insert records: %w", err)
+	}
+	if err := rollup.write(ctx, c); err != nil {
+		return fmt.Errorf("insert records: usage roll-up: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("insert records: commit: %w", err)
@@ -89,31 +99,26 @@ func unixNano(t time.Time) int64 {
 // negative) counts its prompt and completion tokens, so that a proxy
 // leaving the total unset cannot reset a budget. The sums saturate (see
 // dialect.sumTokens): a spend is never negative and never wraps.
+//
+// It reads usage_rollup, whose resolution is a second: a record counts as
+// started at the start of the second it started in, so that since is
+// exact when it is a whole second, as budget windows (midnight, the first
+// of the month) are.
 func (d *DB) SpentTokens(ctx context.Context, since time.Time) ([]accounting.SpentRow, error) {
-	// The three parts are summed apart and added here, saturating: adding
-	// prompt and completion tokens in SQL, row by row, could overflow
-	// before any sum saw them.
 	c := d.conn()
-	rows, err := c.query(ctx, `SELECT team, project, key_name, `+
-		c.d.sumTokens("total_tokens")+`, `+
-		c.d.sumTokens("CASE WHEN total_tokens > 0 THEN 0 ELSE prompt_tokens END")+`, `+
-		c.d.sumTokens("CASE WHEN total_tokens > 0 THEN 0 ELSE completion_tokens END")+`
-		FROM usage_records WHERE started >= ?
-		GROUP BY team, project, key_name`, since.UnixNano())
+	rows, err := c.query(ctx, `SELECT team, project, key_name, `+c.d.sumTokens("spent_tokens")+`
+		FROM usage_rollup WHERE started_sec >= ?
+		GROUP BY team, project, key_name`, ceilSecond(since.UnixNano()))
 	if err != nil {
 		return nil, fmt.Errorf("spent tokens: %w", err)
 	}
 	defer rows.Close()
 	var out []accounting.SpentRow
 	for rows.Next() {
-		var (
-			r                         accounting.SpentRow
-			total, prompt, completion int64
-		)
-		if err := rows.Scan(&r.Subject.Team, &r.Subject.Project, &r.Subject.Key, &total, &prompt, &completion); err != nil {
+		var r accounting.SpentRow
+		if err := rows.Scan(&r.Subject.Team, &r.Subject.Project, &r.Subject.Key, &r.Tokens); err != nil {
 			return nil, fmt.Errorf("spent tokens: %w", err)
 		}
-		r.Tokens = accounting.AddTokens(total, accounting.AddTokens(prompt, completion))
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
@@ -126,6 +131,12 @@ func (d *DB) SpentTokens(ctx context.Context, since time.Time) ([]accounting.Spe
 // order, then by group. Buckets with no usage have no row. Token sums
 // saturate (see dialect.sumTokens), so that no stored count can make the
 // read fail.
+//
+// It reads usage_rollup, whose resolution is a second: a record counts as
+// started at the start of the second it started in, both to fall in
+// [q.Start, q.End) and to fall in a bucket. Bounds and widths that are
+// whole seconds (the usage API's) are exact; others (`tollgate usage`
+// ends its range now) move each edge up to the next second.
 func (d *DB) UsageBuckets(ctx context.Context, q accounting.UsageQuery) ([]accounting.UsageRow, error) {
 	if q.BucketWidth <= 0 {
 		return nil, fmt.Errorf("usage buckets: bucket width %v is not positive", q.BucketWidth)
@@ -137,7 +148,7 @@ func (d *DB) UsageBuckets(ctx context.Context, q accounting.UsageQuery) ([]accou
 	args := []any{start, int64(q.BucketWidth)}
 	groupCols := []string{"bucket"}
 	var sb strings.Builder
-	sb.WriteString("SELECT (started - ?) / ? AS bucket")
+	sb.WriteString("SELECT (started_sec * 1000000000 - ?) / ? AS bucket")
 	if q.GroupByProject {
 		sb.WriteString(", team, project")
 		groupCols = append(groupCols, "team", "project")
@@ -163,7 +174,7 @@ func (d *DB) UsageBuckets(ctx context.Context, q accounting.UsageQuery) ([]accou
 		sb.WriteString(", ''")
 	}
 	if q.GroupByStatus {
-		sb.WriteString(", " + usageStatusExpr + " AS status_class")
+		sb.WriteString(", status_class")
 		groupCols = append(groupCols, "status_class")
 	} else {
 		sb.WriteString(", ''")
@@ -171,9 +182,9 @@ func (d *DB) UsageBuckets(ctx context.Context, q accounting.UsageQuery) ([]accou
 	dl := d.dialect
 	sb.WriteString(", " + dl.sumTokens("prompt_tokens") + ", " + dl.sumTokens("completion_tokens") +
 		", " + dl.sumTokens("cached_tokens") + `,
-		SUM(CASE WHEN backend <> '' THEN 1 ELSE 0 END), COUNT(*)
-		FROM usage_records WHERE started >= ? AND started < ?`)
-	args = append(args, start, q.End.UnixNano())
+		CAST(SUM(requests) AS BIGINT), CAST(SUM(records) AS BIGINT)
+		FROM usage_rollup WHERE started_sec >= ? AND started_sec < ?`)
+	args = append(args, ceilSecond(start), ceilSecond(q.End.UnixNano()))
 	if q.Teams != nil {
 		sb.WriteString(" AND team IN (" + placeholders(len(q.Teams)) + ")")
 		for _, t := range q.Teams {
@@ -229,24 +240,6 @@ func (d *DB) UsageBuckets(ctx context.Context, q accounting.UsageQuery) ([]accou
 	}
 	return out, nil
 }
-
-// usageStatusExpr classes a record by its outcome, as accounting.UsageStatuses
-// names them. The order of the cases matters: a client that closed a
-// stream left status 200 and an error behind, and a stream the backend
-// broke off kept its 200 too, so incomplete records are classed before
-// their status is read. The proxy describes a stream its client closed
-// with an error that starts "client closed" (proxy/stream.go); a request
-// whose client left before any answer has nginx's 499. The same SQL runs
-// on both engines: incomplete is an INTEGER on SQLite and a BOOLEAN on
-// PostgreSQL, and either is a condition as it stands.
-const usageStatusExpr = `(CASE
-		WHEN status = 499 OR (incomplete AND error LIKE 'client closed%') THEN 'client_closed'
-		WHEN incomplete THEN 'stream_broken'
-		WHEN status >= 500 THEN 'server_error'
-		WHEN status >= 400 THEN 'client_error'
-		WHEN status >= 200 AND status < 300 AND error = '' THEN 'complete'
-		ELSE 'server_error'
-	END)`
 
 // placeholders is n comma-separated "?".
 func placeholders(n int) string {

@@ -209,10 +209,15 @@ func TestUsageSumsSaturate(t *testing.T) {
 
 // TestUsageSumsSaturateSQLiteReals stores what only SQLite lets another
 // writer put in an INTEGER column, REALs beyond int64 (1e300, and a number
-// that overflows to infinity): reads saturate instead of failing to scan.
+// that overflows to infinity), in a store from before usage version 3: the
+// roll-up the migration fills saturates instead of failing to scan.
 func TestUsageSumsSaturateSQLiteReals(t *testing.T) {
-	d := storetest.OpenEngine(t, storetest.SQLite)
+	cfg := storetest.Config(t, storetest.SQLite)
 	ctx := context.Background()
+	d, err := store.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := d.InsertRecords(ctx, []accounting.Record{usageRec("small", "acme", "bot", "m", "k", usageT0, 5, 5, 0)}); err != nil {
 		t.Fatal(err)
 	}
@@ -232,6 +237,8 @@ func TestUsageSumsSaturateSQLiteReals(t *testing.T) {
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
+	d = rewindRollup(t, d, cfg)
+	defer d.Close()
 	got, err := d.UsageBuckets(ctx, accounting.UsageQuery{Start: usageT0, End: usageT0.Add(time.Hour), BucketWidth: time.Hour})
 	if err != nil {
 		t.Fatalf("UsageBuckets: %v", err)

@@ -330,8 +330,9 @@ func TestSecondHandleReadsWhileWriting(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-		if err := d.TxExec(ctx, tx, `INSERT INTO usage_records (call_id, request_id, trace_id, key_name, team, project, model, status, started, ended)
-			VALUES ('x', 'x', 'x', 'k', 'acme', 'bot', 'm', 200, ?, ?)`, usageT0.UnixNano(), usageT0.UnixNano()); err != nil {
+		if err := d.TxExec(ctx, tx, `INSERT INTO usage_rollup (started_sec, team, project, key_name, model, endpoint, status_class,
+			prompt_tokens, completion_tokens, cached_tokens, total_tokens, spent_tokens, requests, records)
+			VALUES (?, 'acme', 'bot', 'k', 'm', 'chat.completions', 'complete', 1, 1, 0, 2, 2, 1, 1)`, usageT0.Unix()); err != nil {
 			t.Fatal(err)
 		}
 		// The writer holds its transaction open; the reader is not blocked.
