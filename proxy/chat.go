@@ -542,7 +542,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *completion, route *backend
 		return attemptResult{done: true}
 	}
 	c.setUsage(&u, u.completion)
-	c.rec.CompletionID, c.rec.CompletionCreated = completionKeyOf(rbody)
+	c.rec.CompletionID, c.rec.CompletionCreated = completionKeyOf(rbody, c.ep.responses)
 	if c.payloads {
 		c.rec.Input = append([]byte(nil), body...)
 		c.rec.Output = append([]byte(nil), rbody...)
@@ -796,17 +796,22 @@ func hasPrefixFold(s, prefix []byte) bool {
 
 // completionKeyOf returns the "id" of a completion reply as a new string,
 // since the body is a pooled buffer, and its date: "created" (a chat or
-// text completion) or "created_at" (a response), 0 when absent. The usage
-// record keeps both, by which a Weave SDK's trace of the completion is
-// joined to the gateway's call. One walk of the top-level members, which
-// stops once both are found (both lead the object, as backends write it).
-func completionKeyOf(body []byte) (id string, created int64) {
+// text completion) or, for a response, "created_at"; 0 when absent. The
+// usage record keeps both, by which a Weave SDK's trace of the completion
+// is joined to the gateway's call (the store reads the SDK's copy of the
+// reply by the same rule). One walk of the top-level members, which stops
+// once both are found: backends write them first.
+func completionKeyOf(body []byte, response bool) (id string, created int64) {
+	dateKey := "created"
+	if response {
+		dateKey = "created_at"
+	}
 	var haveID, haveDate bool
 	gjson.Parse(b2s(body)).ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
 		case "id":
 			id, haveID = strings.Clone(v.String()), true
-		case "created", "created_at":
+		case dateKey:
 			created, haveDate = v.Int(), true
 		}
 		return !haveID || !haveDate

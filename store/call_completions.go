@@ -33,9 +33,22 @@ import (
 // row it has just inserted and patches the SDK call's attributes; the
 // SDK's end deletes the gateway's row and patches its own. Both orders leave the same SDK call
 // (the merged attributes are the same JSON merge patch) and no gateway
-// row. The link's primary key (entity, completion_id) serializes the two:
-// on PostgreSQL the second INSERT waits for the first transaction and then
-// sees its row; SQLite has one writer.
+// row. The link's primary key (entity, created, completion_id) serializes
+// the two: on PostgreSQL the second INSERT waits for the first transaction
+// and then sees its row; SQLite has one writer.
+//
+// created is the completion's own date (unix seconds, set by the backend:
+// "created", "created_at" for a response; 0 when absent), which both
+// writers read from the same object: the gateway from the reply or the
+// stream's chunks (accounting.Record.CompletionCreated), the SDK from its
+// call's output, which is that reply, or the SDK's reduction of those
+// chunks. It leads the key, after the entity, because completion ids are
+// random: keyed by id alone, every link of a batch landed on a different
+// B-tree page, all of which the commit wrote (and SQLite's checkpoint
+// copied again), more of them the larger the table; keyed by date first,
+// a batch's links land on the few pages of the last seconds. Links made
+// before the key had a date (traces version 4) have created 0: an SDK end
+// whose dated link misses looks for one of those too.
 //
 // A link never crosses entities: the SDK call's team must be the gateway
 // call's team, so that nobody can pull another team's call into a trace by
@@ -51,35 +64,42 @@ func isDeadlock(err error) bool {
 // Weave SDK.
 func isSDKSource(s string) bool { return s == "js-sdk" || s == "python-sdk" }
 
-// completionID returns the completion id a traced OpenAI call's output
+// completionKey returns the completion id a traced OpenAI call's output
 // carries (a chat completion, streamed or not, a text completion or a
-// response), or "".
-func completionID(output []byte) string {
+// response), or "", and the completion's date: "created", or "created_at"
+// for a response, 0 when absent. It is the rule the gateway reads the
+// reply by (proxy's completionKeyOf); the Weave SDK's reduction of a
+// stream keeps the last chunk's "created" that is not 0, as the gateway
+// does.
+func completionKey(output []byte) (id string, created int64) {
 	if len(output) == 0 || output[0] != '{' {
-		return ""
+		return "", 0
 	}
-	r := gjson.GetManyBytes(output, "id", "object")
+	r := gjson.GetManyBytes(output, "id", "object", "created", "created_at")
 	if r[0].Type != gjson.String || r[0].Str == "" {
-		return ""
+		return "", 0
 	}
 	switch r[1].Str {
-	case "chat.completion", "chat.completion.chunk", "text_completion", "response":
-		return r[0].Str
+	case "chat.completion", "chat.completion.chunk", "text_completion":
+		return r[0].Str, r[2].Int()
+	case "response":
+		return r[0].Str, r[3].Int()
 	}
-	return ""
+	return "", 0
 }
 
 const (
 	linkCompletionSQL = `
-		INSERT INTO call_completions (entity, completion_id, project_id, call_id, sdk) VALUES (?, ?, ?, ?, ?)
-		ON CONFLICT (entity, completion_id) DO NOTHING`
-	readLinkSQL = `SELECT project_id, call_id, sdk FROM call_completions WHERE entity = ? AND completion_id = ?`
+		INSERT INTO call_completions (entity, created, completion_id, project_id, call_id, sdk) VALUES (?, ?, ?, ?, ?, ?)
+		ON CONFLICT (entity, created, completion_id) DO NOTHING`
+	readLinkSQL = `SELECT project_id, call_id, sdk FROM call_completions WHERE entity = ? AND created = ? AND completion_id = ?`
 )
 
 // linkSDKCompletion links the SDK call projectID/callID, which has just
-// ended with a completion as its output, to that completion, and folds the
-// gateway's call into it if the gateway recorded one already.
-func linkSDKCompletion(ctx context.Context, c conn, projectID int64, callID, completion string) error {
+// ended with a completion (completion, dated created) as its output, to
+// that completion, and folds the gateway's call into it if the gateway
+// recorded one already.
+func linkSDKCompletion(ctx context.Context, c conn, projectID int64, callID, completion string, created int64) error {
 	var entity string
 	var attrs []byte
 	err := c.queryRow(ctx, `SELECT p.entity, c.attributes FROM calls c JOIN projects p ON p.id = c.project_id
@@ -90,17 +110,31 @@ func linkSDKCompletion(ctx context.Context, c conn, projectID int64, callID, com
 	if !isSDKSource(gjson.GetBytes(attrs, "weave.source").Str) {
 		return nil
 	}
-	res, err := c.exec(ctx, linkCompletionSQL, entity, completion, projectID, callID, true)
+	res, err := c.exec(ctx, linkCompletionSQL, entity, created, completion, projectID, callID, true)
 	if err != nil {
 		return fmt.Errorf("link completion: %w", err)
 	}
-	if n, err := res.RowsAffected(); err != nil || n == 1 {
-		return err
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("link completion: %w", err)
+	}
+	if n == 1 {
+		if created == 0 {
+			return nil
+		}
+		// The gateway may have linked the completion before links were
+		// dated (traces version 4), with created 0. That link is no
+		// gateway's to race for any more: only this end reads it.
+		created = 0
 	}
 	var gwProject int64
 	var gwCall string
 	var sdk bool
-	if err := c.queryRow(ctx, readLinkSQL, entity, completion).Scan(&gwProject, &gwCall, &sdk); err != nil {
+	err = c.queryRow(ctx, readLinkSQL, entity, created, completion).Scan(&gwProject, &gwCall, &sdk)
+	if n == 1 && errors.Is(err, sql.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
 		return fmt.Errorf("link completion: %w", err)
 	}
 	if sdk {
@@ -122,8 +156,8 @@ func linkSDKCompletion(ctx context.Context, c conn, projectID int64, callID, com
 			return fmt.Errorf("fold gateway call: %w", err)
 		}
 	}
-	if _, err := c.exec(ctx, `UPDATE call_completions SET project_id = ?, call_id = ?, sdk = ? WHERE entity = ? AND completion_id = ?`,
-		projectID, callID, true, entity, completion); err != nil {
+	if _, err := c.exec(ctx, `UPDATE call_completions SET project_id = ?, call_id = ?, sdk = ? WHERE entity = ? AND created = ? AND completion_id = ?`,
+		projectID, callID, true, entity, created, completion); err != nil {
 		return fmt.Errorf("link completion: %w", err)
 	}
 	return nil
@@ -152,9 +186,21 @@ func foldGatewayAttributes(ctx context.Context, c conn, projectID int64, callID 
 // insertCompletionLink inserts the links of a batch's records that carry
 // a completion id, keeping the ones that exist.
 var insertCompletionLink = multiRowInsert{
-	head: `INSERT INTO call_completions (entity, completion_id, project_id, call_id, sdk) VALUES `,
-	cols: 5,
-	tail: ` ON CONFLICT (entity, completion_id) DO NOTHING`,
+	head: `INSERT INTO call_completions (entity, created, completion_id, project_id, call_id, sdk) VALUES `,
+	cols: 6,
+	tail: ` ON CONFLICT (entity, created, completion_id) DO NOTHING`,
+}
+
+// linkKey is the primary key of a link.
+type linkKey struct {
+	entity     string
+	created    int64
+	completion string
+}
+
+// recordLink is the key of a record's link.
+func recordLink(rec *accounting.Record) linkKey {
+	return linkKey{recordProject(rec)[0], rec.CompletionCreated, rec.CompletionID}
 }
 
 // sdkLink is an SDK call a completion is linked to.
@@ -183,16 +229,17 @@ func linkGatewayCompletions(ctx context.Context, c conn, recs []accounting.Recor
 	// In key order, so that two batches linking the same completions lock
 	// them in the same order.
 	slices.SortFunc(linked, func(a, b int) int {
-		return cmp.Or(strings.Compare(recordProject(&recs[a])[0], recordProject(&recs[b])[0]),
-			strings.Compare(recs[a].CompletionID, recs[b].CompletionID))
+		ka, kb := recordLink(&recs[a]), recordLink(&recs[b])
+		return cmp.Or(strings.Compare(ka.entity, kb.entity), cmp.Compare(ka.created, kb.created),
+			strings.Compare(ka.completion, kb.completion))
 	})
-	held := make(map[[2]string]sdkLink)
+	held := make(map[linkKey]sdkLink)
 	for start := 0; start < len(linked); start += rowsPerInsert {
 		part := linked[start:min(start+rowsPerInsert, len(linked))]
 		args := make([]any, 0, insertCompletionLink.cols*len(part))
 		for _, i := range part {
 			tp := recordProject(&recs[i])
-			args = append(args, tp[0], recs[i].CompletionID, projects[tp], recs[i].CallID, false)
+			args = append(args, tp[0], recs[i].CompletionCreated, recs[i].CompletionID, projects[tp], recs[i].CallID, false)
 		}
 		if _, err := c.exec(ctx, insertCompletionLink.sql(len(part)), args...); err != nil {
 			return fmt.Errorf("link completions: %w", err)
@@ -203,6 +250,9 @@ func linkGatewayCompletions(ctx context.Context, c conn, recs []accounting.Recor
 			args = append(args, recordProject(&recs[i])[0])
 		}
 		for _, i := range part {
+			args = append(args, recs[i].CompletionCreated)
+		}
+		for _, i := range part {
 			args = append(args, recs[i].CompletionID)
 		}
 		if err := readSDKLinks(ctx, c, len(part), args, held); err != nil {
@@ -211,7 +261,7 @@ func linkGatewayCompletions(ctx context.Context, c conn, recs []accounting.Recor
 	}
 	for _, i := range linked {
 		tp := recordProject(&recs[i])
-		l, ok := held[[2]string{tp[0], recs[i].CompletionID}]
+		l, ok := held[recordLink(&recs[i])]
 		if !ok {
 			continue
 		}
@@ -237,19 +287,20 @@ func linkGatewayCompletions(ctx context.Context, c conn, recs []accounting.Recor
 	return nil
 }
 
-// readSDKLinks adds to held the SDK links among n (entity, completion)
-// pairs: args are true, the n entities, then the n completion ids.
-func readSDKLinks(ctx context.Context, c conn, n int, args []any, held map[[2]string]sdkLink) error {
-	rows, err := c.query(ctx, `SELECT entity, completion_id, project_id, call_id FROM call_completions
-		WHERE sdk = ? AND entity IN (`+tracePlaceholders(n)+`) AND completion_id IN (`+tracePlaceholders(n)+`)`, args...)
+// readSDKLinks adds to held the SDK links among n link keys: args are
+// true, the n entities, the n dates, then the n completion ids.
+func readSDKLinks(ctx context.Context, c conn, n int, args []any, held map[linkKey]sdkLink) error {
+	in := tracePlaceholders(n)
+	rows, err := c.query(ctx, `SELECT entity, created, completion_id, project_id, call_id FROM call_completions
+		WHERE sdk = ? AND entity IN (`+in+`) AND created IN (`+in+`) AND completion_id IN (`+in+`)`, args...)
 	if err != nil {
 		return fmt.Errorf("link completions: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var key [2]string
+		var key linkKey
 		var l sdkLink
-		if err := rows.Scan(&key[0], &key[1], &l.projectID, &l.callID); err != nil {
+		if err := rows.Scan(&key.entity, &key.created, &key.completion, &l.projectID, &l.callID); err != nil {
 			return fmt.Errorf("link completions: %w", err)
 		}
 		held[key] = l

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strconv"
 	"sync"
@@ -13,16 +14,22 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/tollgate-dev/tollgate/accounting"
+	"github.com/tollgate-dev/tollgate/config"
 	"github.com/tollgate-dev/tollgate/store"
 	"github.com/tollgate-dev/tollgate/trace"
 )
+
+// completionCreated is the date the backend gave the completions of these
+// tests (their "created").
+var completionCreated = callT0.Unix()
 
 // gatewayRecord is a completion the gateway served for team acme, filed
 // under the key's default project.
 func gatewayRecord(callID, completionID string) accounting.Record {
 	return accounting.Record{
 		RequestID: "req-" + callID, CallID: callID, TraceID: callID, KeyName: "ci", Team: "acme", Project: "inference",
-		Model: "demo", ServedModel: "demo", Backend: "sim-1", Status: 200, CompletionID: completionID,
+		Model: "demo", ServedModel: "demo", Backend: "sim-1", Status: 200,
+		CompletionID: completionID, CompletionCreated: completionCreated,
 		PromptTokens: 7, CompletionTokens: 3, TotalTokens: 10, Started: callT0, Ended: callT0.Add(time.Second),
 	}
 }
@@ -30,6 +37,12 @@ func gatewayRecord(callID, completionID string) accounting.Record {
 // sdkCall is the start and end of a wrapped OpenAI call as a Weave SDK
 // logs it, whose output is the completion the gateway returned.
 func sdkCall(projectID int64, id, completionID, source string) (trace.CallStart, trace.CallEnd) {
+	return sdkCallOutput(projectID, id, source,
+		`{"id":"`+completionID+`","object":"chat.completion","created":`+strconv.FormatInt(completionCreated, 10)+`,"model":"demo","choices":[]}`)
+}
+
+// sdkCallOutput is sdkCall with the output given.
+func sdkCallOutput(projectID int64, id, source, output string) (trace.CallStart, trace.CallEnd) {
 	attrs := `{"weave":{"source":"` + source + `","client_version":"0.11.1"}}`
 	if source == "" {
 		attrs = `{}`
@@ -39,7 +52,7 @@ func sdkCall(projectID int64, id, completionID, source string) (trace.CallStart,
 			StartedAt: callT0, Attributes: json.RawMessage(attrs), Inputs: json.RawMessage(`{"model":"demo"}`),
 		}, trace.CallEnd{
 			ProjectID: projectID, ID: id, EndedAt: callT0.Add(2 * time.Second),
-			Output:  json.RawMessage(`{"id":"` + completionID + `","object":"chat.completion","model":"demo","choices":[]}`),
+			Output:  json.RawMessage(output),
 			Summary: json.RawMessage(`{"usage":{"demo":{"requests":1,"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}}}`),
 		}
 }
@@ -268,6 +281,132 @@ func TestCompletionFoldRace(t *testing.T) {
 			if err != nil || gjson.GetBytes(c.Attributes, "gateway.call_id").Str != "gw-"+strconv.Itoa(i) {
 				t.Fatalf("sdk-%d: %s, %v", i, c.Attributes, err)
 			}
+		}
+	})
+}
+
+// TestCompletionFoldKey: the link is keyed by the completion's id and its
+// date, read from the SDK's output as the gateway reads the reply: a
+// chat completion's or a stream's reduction's "created", a response's
+// "created_at", 0 for none. Each case is stored in both orders.
+func TestCompletionFoldKey(t *testing.T) {
+	forEachStore(t, func(t *testing.T, db *store.DB) {
+		ctx := context.Background()
+		app, err := db.EnsureProject(ctx, "acme", "app")
+		if err != nil {
+			t.Fatal(err)
+		}
+		inference, err := db.EnsureProject(ctx, "acme", "inference")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, tc := range []struct {
+			name    string
+			created int64 // the gateway's record's
+			output  string
+			folds   bool
+		}{
+			{"stream", 1764000001, `{"id":"chatcmpl-%s","object":"chat.completion.chunk","created":1764000001,"model":"demo"}`, true},
+			{"text completion", 1764000002, `{"id":"cmpl-%s","object":"text_completion","created":1764000002}`, true},
+			{"response", 1764000003, `{"id":"resp_%s","object":"response","created_at":1764000003,"status":"completed"}`, true},
+			{"undated", 0, `{"id":"chatcmpl-%s","object":"chat.completion","model":"demo"}`, true},
+			{"a response's created is not its date", 1764000004, `{"id":"resp_%s","object":"response","created":1764000004}`, false},
+			{"another second", 1764000005, `{"id":"chatcmpl-%s","object":"chat.completion","created":1764000006}`, false},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				for _, sdkFirst := range []bool{false, true} {
+					n := strconv.Itoa(2*i + map[bool]int{false: 0, true: 1}[sdkFirst])
+					output := fmt.Sprintf(tc.output, n)
+					rec := gatewayRecord("gw-key-"+n, gjson.Get(output, "id").Str)
+					rec.CompletionCreated = tc.created
+					s, e := sdkCallOutput(app.ID, "sdk-key-"+n, "js-sdk", output)
+					if sdkFirst {
+						if _, err := db.WriteCalls(ctx, []trace.CallWrite{{Start: &s}, {End: &e}}); err != nil {
+							t.Fatal(err)
+						}
+					}
+					if err := db.InsertRecords(ctx, []accounting.Record{rec}); err != nil {
+						t.Fatal(err)
+					}
+					if !sdkFirst {
+						if _, err := db.WriteCalls(ctx, []trace.CallWrite{{Start: &s}, {End: &e}}); err != nil {
+							t.Fatal(err)
+						}
+					}
+					c, err := db.ReadCall(ctx, app.ID, s.ID)
+					if err != nil {
+						t.Fatal(err)
+					}
+					_, gwErr := db.ReadCall(ctx, inference.ID, rec.CallID)
+					folded := gjson.GetBytes(c.Attributes, "gateway.call_id").Str == rec.CallID
+					if folded != tc.folds || folded != errors.Is(gwErr, trace.ErrNotFound) {
+						t.Errorf("SDK first %v: folded %v (gateway call read: %v), want %v; attributes %s",
+							sdkFirst, folded, gwErr, tc.folds, c.Attributes)
+					}
+				}
+			})
+		}
+	})
+}
+
+// TestCompletionLinkMigration takes a store back to before links were
+// dated (traces version 4) with a gateway call linked the old way, and
+// reopens it: the link, kept with created 0, still folds into the SDK
+// call of that completion, which is dated.
+func TestCompletionLinkMigration(t *testing.T) {
+	forEachStoreConfig(t, func(t *testing.T, cfg config.Store) {
+		ctx := context.Background()
+		d, err := store.Open(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := gatewayRecord("gw-old", "chatcmpl-old")
+		rec.CompletionID = "" // linked below, the old way
+		if err := d.InsertRecords(ctx, []accounting.Record{rec}); err != nil {
+			t.Fatal(err)
+		}
+		inference, err := d.EnsureProject(ctx, "acme", "inference")
+		if err != nil {
+			t.Fatal(err)
+		}
+		d = rewindAndReopen(t, d, cfg,
+			`DROP TABLE call_completions`,
+			`CREATE TABLE call_completions (
+				entity        TEXT NOT NULL,
+				completion_id TEXT NOT NULL,
+				project_id    BIGINT NOT NULL REFERENCES projects (id),
+				call_id       TEXT NOT NULL,
+				sdk           BOOLEAN NOT NULL,
+				PRIMARY KEY (entity, completion_id))`,
+			`CREATE INDEX call_completions_call ON call_completions (project_id, call_id)`,
+			fmt.Sprintf(`INSERT INTO call_completions (entity, completion_id, project_id, call_id, sdk)
+				VALUES ('acme', 'chatcmpl-old', %d, 'gw-old', false)`, inference.ID),
+			`DELETE FROM schema_migrations WHERE component = 'traces' AND version = 4`,
+		)
+		defer d.Close()
+		app, err := d.EnsureProject(ctx, "acme", "app")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, e := sdkCall(app.ID, "sdk-old", "chatcmpl-old", "js-sdk")
+		if _, err := d.WriteCalls(ctx, []trace.CallWrite{{Start: &s}, {End: &e}}); err != nil {
+			t.Fatal(err)
+		}
+		c, err := d.ReadCall(ctx, app.ID, "sdk-old")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.ReadCall(ctx, inference.ID, "gw-old"); !errors.Is(err, trace.ErrNotFound) ||
+			gjson.GetBytes(c.Attributes, "gateway.call_id").Str != "gw-old" {
+			t.Fatalf("a link from before the migration did not fold: gateway call read %v, SDK attributes %s", err, c.Attributes)
+		}
+		// Both links now name the SDK call, so that deleting it frees them.
+		if _, err := d.DeleteCalls(ctx, app.ID, []string{"sdk-old"}); err != nil {
+			t.Fatal(err)
+		}
+		var links int
+		if err := d.QueryRow(ctx, `SELECT COUNT(*) FROM call_completions`).Scan(&links); err != nil || links != 0 {
+			t.Fatalf("links left after the SDK call was deleted: %d (%v)", links, err)
 		}
 	})
 }

@@ -61,8 +61,9 @@ type gatewayAttributes struct {
 	Stream      bool   `json:"stream"`
 	Incomplete  bool   `json:"incomplete"`
 	ServedModel string `json:"served_model"`
-	// CompletionID is the reply's id, by which an SDK's call of the same
-	// completion finds this one (see call_completions.go).
+	// CompletionID is the reply's id, by which, with the reply's date, an
+	// SDK's call of the same completion finds this one (see
+	// call_completions.go).
 	CompletionID string `json:"completion_id,omitempty"`
 }
 

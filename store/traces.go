@@ -401,8 +401,8 @@ func writeEnd(ctx context.Context, c conn, stmt *sql.Stmt, e *trace.CallEnd, now
 		}
 		return true, nil
 	}
-	if id := completionID(e.Output); id != "" {
-		return false, linkSDKCompletion(ctx, c, e.ProjectID, e.ID, id)
+	if id, created := completionKey(e.Output); id != "" {
+		return false, linkSDKCompletion(ctx, c, e.ProjectID, e.ID, id, created)
 	}
 	return false, nil
 }

@@ -148,7 +148,7 @@ var traceMigrations = []migration{
 		//     call until an SDK call that traced the same completion
 		//     arrives, then the SDK's (into which the gateway's call is
 		//     folded). Its primary key is what makes the two writers of
-		//     a link, which may race, agree on one.
+		//     a link, which may race, agree on one (version 4 dates it).
 		component: "traces",
 		version:   2,
 		sqlite: []string{
@@ -206,6 +206,41 @@ var traceMigrations = []migration{
 			`ALTER TABLE call_ends ADD COLUMN kept_at BIGINT NOT NULL DEFAULT 0`,
 			`UPDATE call_ends SET kept_at = CAST(EXTRACT(EPOCH FROM now()) AS BIGINT) * 1000000000`,
 			`CREATE INDEX call_ends_kept_at ON call_ends (kept_at)`,
+		},
+	},
+	{
+		// Version 4 keys call_completions by (entity, created,
+		// completion_id), created being the completion's own date (unix
+		// seconds, 0 when it has none), so that the links of one second
+		// are written together rather than each on its own page of a
+		// B-tree ordered by random ids (see call_completions.go). Links
+		// made before have created 0; an SDK end looks for those too.
+		// On SQLite the table is rebuilt WITHOUT ROWID: the primary key
+		// is then the table itself, one B-tree written per link instead
+		// of a rowid table and an index of it. call_completions_call
+		// serves DeleteCalls, which frees the links of deleted calls; its
+		// call ids are UUIDv7, so it is written at its end.
+		component: "traces",
+		version:   4,
+		sqlite: []string{
+			`CREATE TABLE call_completions_v4 (
+				entity        TEXT NOT NULL,
+				created       INTEGER NOT NULL,
+				completion_id TEXT NOT NULL,
+				project_id    INTEGER NOT NULL REFERENCES projects (id),
+				call_id       TEXT NOT NULL,
+				sdk           INTEGER NOT NULL,
+				PRIMARY KEY (entity, created, completion_id)) WITHOUT ROWID`,
+			`INSERT INTO call_completions_v4 (entity, created, completion_id, project_id, call_id, sdk)
+				SELECT entity, 0, completion_id, project_id, call_id, sdk FROM call_completions`,
+			`DROP TABLE call_completions`,
+			`ALTER TABLE call_completions_v4 RENAME TO call_completions`,
+			`CREATE INDEX call_completions_call ON call_completions (project_id, call_id)`,
+		},
+		postgres: []string{
+			`ALTER TABLE call_completions ADD COLUMN created BIGINT NOT NULL DEFAULT 0`,
+			`ALTER TABLE call_completions DROP CONSTRAINT call_completions_pkey`,
+			`ALTER TABLE call_completions ADD PRIMARY KEY (entity, created, completion_id)`,
 		},
 	},
 }

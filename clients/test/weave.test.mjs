@@ -142,7 +142,16 @@ test('the Weave SDK logs to the gateway, and every token is counted once', async
     assert.equal(gw.key_name, 'demo', JSON.stringify(gw));
     assert.equal(gw.served_model, 'demo');
     assert.ok(gw.request_id && gw.call_id && gw.completion_id === c.output.id, JSON.stringify(gw));
+    // The fold's key is the completion's id and its date, which the SDK
+    // logs as the backend set it: the reply's "created", or, reduced from
+    // a stream, its chunks'.
+    assert.ok(Number.isInteger(c.output.created) && c.output.created > 1.7e9, JSON.stringify(c.output));
   }
+  assert.deepEqual(
+    llm.map((c) => c.output.object).sort(),
+    ['chat.completion', 'chat.completion', 'chat.completion', 'chat.completion', 'chat.completion.chunk'],
+    'four completions and one stream, as the SDK logs them',
+  );
 
   // Every root's roll-up is exactly its completions' tokens, once: in the
   // root's own summary as /calls/stream_query gives it (the SDK's, which
