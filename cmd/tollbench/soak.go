@@ -141,6 +141,14 @@ func (c *soakCounts) tally() soakTally {
 	return t
 }
 
+func (t soakTally) failed() int64 {
+	var n int64
+	for _, f := range t.Failed {
+		n += f
+	}
+	return n
+}
+
 func (t soakTally) total() int64 {
 	var n int64
 	for _, s := range t.Sent {
@@ -237,6 +245,9 @@ type soakSample struct {
 	FDs        int                `json:"open_fds"`
 	Goroutines float64            `json:"goroutines"`
 	Metrics    map[string]float64 `json:"metrics"`
+	// Failed counts the requests of the load (warm-up or soak) that had
+	// failed when the sample was taken.
+	Failed int64 `json:"failed"`
 	// ScrapeError says why /metrics could not be read; the figures from
 	// /proc are there all the same.
 	ScrapeError string `json:"scrape_error,omitempty"`
@@ -437,13 +448,8 @@ func soakRows(r *soakResult) []row {
 	rows = append(rows, row{Section: sec, Metric: "achieved rate", Unit: unitRate, Value: r.Achieved,
 		Note: fmt.Sprintf("gateway CPU %.2f cores on average", r.GatewayCPU.Seconds()/max(r.Duration.Seconds(), 1e-9))})
 
-	var failed int64
+	failed := r.Warmup.failed() + r.Load.failed()
 	var byKind []string
-	for _, t := range []soakTally{r.Warmup, r.Load} {
-		for k := range numSoakKinds {
-			failed += t.Failed[k]
-		}
-	}
 	for k := range numSoakKinds {
 		byKind = append(byKind, fmt.Sprintf("%s %d of %d", soakKindNames[k],
 			r.Warmup.Failed[k]+r.Load.Failed[k], r.Warmup.Sent[k]+r.Load.Sent[k]))
@@ -532,7 +538,7 @@ func (b *bench) soak(ctx context.Context) error {
 		return fmt.Errorf("soak warm-up: %w", err)
 	}
 	res.Warmup = warm.counts.tally()
-	early, base, err := b.soakDrained(ctx, e, probe, 0, "baseline")
+	early, base, err := b.soakDrained(ctx, warm, probe, 0, "baseline")
 	if err != nil {
 		return err
 	}
@@ -551,10 +557,12 @@ func (b *bench) soak(ctx context.Context) error {
 	}
 	done := make(chan loadDone, 1)
 	start := time.Now()
-	// The load ends by itself after o.soak or when ctx ends; it is
-	// always waited for below.
+	// The load ends by itself after o.soak, when ctx ends, or when a
+	// sample fails (the gateway is gone); it is always waited for below.
+	loadCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	go func() {
-		r, err := load.run(ctx, o.soakRate, o.soak, o.openConns)
+		r, err := load.run(loadCtx, o.soakRate, o.soak, o.openConns)
 		done <- loadDone{r, err}
 	}()
 	tick := time.NewTicker(soakInterval)
@@ -573,14 +581,19 @@ wait:
 			s, err := probe.sample(time.Since(start), "load")
 			if err != nil {
 				sampleErr = err
+				cancel()
 				continue
 			}
+			s.Failed = load.counts.tally().failed()
 			res.Samples = append(res.Samples, s)
 			b.logSample(s)
 		}
 	}
-	if err := errors.Join(ld.err, sampleErr); err != nil {
-		return fmt.Errorf("soak: %w", err)
+	if sampleErr != nil {
+		return fmt.Errorf("soak: %w", sampleErr)
+	}
+	if ld.err != nil {
+		return fmt.Errorf("soak: %w", ld.err)
 	}
 	cpu1, err := readCPU(pid)
 	if err != nil {
@@ -591,7 +604,7 @@ wait:
 	if ld.r.Elapsed > 0 {
 		res.Achieved = float64(ld.r.OK) / ld.r.Elapsed.Seconds()
 	}
-	early, end, err := b.soakDrained(ctx, e, probe, time.Since(start), "end")
+	early, end, err := b.soakDrained(ctx, load, probe, time.Since(start), "end")
 	if err != nil {
 		return err
 	}
@@ -618,7 +631,8 @@ wait:
 // close and every in-flight gauge to read 0, then samples the gateway after
 // soakEarly and after soakSettle, and returns both. A gauge that never
 // drops to 0 is sampled as it is, to be reported.
-func (b *bench) soakDrained(ctx context.Context, e *endpoint, probe *soakProbe, at time.Duration, phase string) (early, settled soakSample, err error) {
+func (b *bench) soakDrained(ctx context.Context, l *soakLoad, probe *soakProbe, at time.Duration, phase string) (early, settled soakSample, err error) {
+	e := l.e
 	e.client.CloseIdleConnections()
 	deadline := time.Now().Add(soakDrainTimeout)
 	for time.Now().Before(deadline) {
@@ -639,6 +653,7 @@ func (b *bench) soakDrained(ctx context.Context, e *endpoint, probe *soakProbe, 
 			return soakSample{}, err
 		}
 		s, err := probe.sample(at+time.Since(drained), phase)
+		s.Failed = l.counts.tally().failed()
 		if err == nil && s.ScrapeError != "" {
 			err = errors.New(s.ScrapeError)
 		}
@@ -657,8 +672,8 @@ func (b *bench) logSample(s soakSample) {
 	for _, name := range soakGauges {
 		g = append(g, fmt.Sprintf("%s %g", strings.TrimPrefix(name, "tollgate_"), s.Metrics[name]))
 	}
-	b.logf("soak %s %s: RSS %.1f MiB, %d fds, %.0f goroutines, %s", s.Phase, s.At.Round(time.Second),
-		mib(s.RSS), s.FDs, s.Goroutines, strings.Join(g, ", "))
+	b.logf("soak %s %s: RSS %.1f MiB, %d fds, %.0f goroutines, %s; %d requests failed", s.Phase, s.At.Round(time.Second),
+		mib(s.RSS), s.FDs, s.Goroutines, strings.Join(g, ", "), s.Failed)
 }
 
 // countUsage reads the gateway's usage records since began by status from
