@@ -69,11 +69,11 @@ func openSQLite(ctx context.Context, path string) (*DB, error) {
 	q.Add("_pragma", "temp_store(MEMORY)")
 	// Every pooled connection keeps its own page cache, 2000 KiB by
 	// default, and the gateway's two (writer and a reader) filled theirs:
-	// about 3 MiB of the resident set after load. The usage writer appends
-	// at the right edge of its indexes or lands on a random leaf of the
-	// completion id index, which no cache of a few MiB holds once the
-	// table grows, so a smaller cache did not slow BenchmarkInsertRecords
-	// measurably; pages it misses come from the OS page cache.
+	// about 3 MiB of the resident set after load. The usage writer's keys
+	// (UUIDv7 ids, times) mostly grow, so it works at the right edge of
+	// each b-tree, a few pages per tree; a smaller cache did not slow
+	// BenchmarkInsertRecords measurably, and the pages it misses come from
+	// the OS page cache.
 	q.Add("_pragma", "cache_size(-256)")
 	dsn := "file:" + path + "?" + q.Encode()
 	db, err := sql.Open("sqlite", dsn)
