@@ -31,8 +31,14 @@ type streamBody struct {
 
 	scan  eventScanner
 	chunk chunkProcessor
-	out   []byte
-	pos   int
+	// out holds what the client gets for the last events read, when it
+	// did not fit in the buffer Read was given (which is where it goes
+	// otherwise); pos is how much of it was sent. outPooled is out's
+	// pool entry (see getBuf), nil when out is not from a pool. out is
+	// given back once sent, so an idle stream holds none.
+	out       []byte
+	outPooled *[]byte
+	pos       int
 
 	// upstreamErr is why the upstream stream ended early; nil after a
 	// clean end.
@@ -57,6 +63,12 @@ var streamBodies = sync.Pool{New: func() any { return new(streamBody) }}
 // delay, and events never wait for one another.
 const maxCoalesce = 16 << 10
 
+// eventHeadroom is what processing can add to an event, beyond the public
+// model id that replaces the upstream one: the gateway's own in-band error
+// and [DONE], which replace or follow it. Events are processed into a
+// buffer only when they fit with this much to spare.
+const eventHeadroom = 512
+
 // startStream answers 200 with an event stream fed by resp. Ownership of
 // resp, of b's acquisition and of c's reservation moves to the streamBody.
 // replyModel, when non-nil, is the quoted model id every chunk must name.
@@ -74,7 +86,7 @@ func (s *Server) startStream(ctx *fasthttp.RequestCtx, c *completion, b *backend
 	sb.chunk.reset(!c.req.IncludeUsage, b.ContinuousUsage() && !c.req.ContinuousUsage, replyModel)
 	sb.chunk.backend = b.Name
 	sb.chunk.responses = c.ep.responses
-	sb.out, sb.pos = sb.out[:0], 0
+	sb.releaseOut()
 	sb.upstreamErr, sb.ended, sb.eof, sb.firstEvent = nil, false, false, false
 	sb.headersAt, sb.upstreamTTFT, sb.upstreamFirst = time.Now(), c.upstream, false
 
@@ -104,15 +116,21 @@ func (sb *streamBody) Read(p []byte) (n int, err error) {
 			n, err = sb.recovered(p, r)
 		}
 	}()
-	for sb.pos >= len(sb.out) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	for n == 0 {
+		if sb.pos < len(sb.out) {
+			n = copy(p, sb.out[sb.pos:])
+			sb.pos += n
+			break
+		}
+		sb.releaseOut()
 		if sb.ended {
 			return 0, io.EOF
 		}
-		sb.out, sb.pos = sb.out[:0], 0
-		sb.fill()
+		n = sb.fill(p)
 	}
-	n = copy(p, sb.out[sb.pos:])
-	sb.pos += n
 	if !sb.firstEvent && n > 0 {
 		sb.firstEvent = true
 		ttft := time.Since(sb.c.rec.Started)
@@ -129,50 +147,84 @@ func (sb *streamBody) Read(p []byte) (n int, err error) {
 	return n, nil
 }
 
-// fill reads one upstream event, plus any others already buffered, into
-// out. When the upstream ends without [DONE] — broken off, timed out, or
-// speaking something other than SSE — it appends an in-band error event
-// and [DONE], which is how clients learn of an error after the 200.
-func (sb *streamBody) fill() {
-	ev, err := sb.scan.next()
+// fill reads one upstream event, plus any others already buffered, and
+// returns the length of what the client gets for them in p; when that
+// would not fit in p, it goes to out instead, and fill returns 0. The
+// events are processed straight from the scanner's buffer into p, which
+// is also where the wait for them took place (see nextInto): the stream
+// holds no buffer of its own while it waits, and an event is copied once
+// on its way through. When the upstream ends without [DONE] — broken off,
+// timed out, or speaking something other than SSE — it appends an in-band
+// error event and [DONE], which is how clients learn of an error after
+// the 200.
+func (sb *streamBody) fill(p []byte) int {
+	defer sb.scan.release()
+	ev, err := sb.scan.nextInto(p)
+	room := len(ev) + len(sb.chunk.publicModel) + eventHeadroom
+	dst := p[:0:len(p)]
+	if room > len(p) {
+		sb.out, sb.outPooled = getBuf(room)
+		dst = sb.out[:0]
+	}
 	if err != nil {
-		sb.endUpstream(err)
-		return
+		return sb.settle(p, sb.endUpstream(dst, err))
 	}
 	if !sb.upstreamFirst {
 		sb.upstreamFirst = true
 		sb.upstreamTTFT += time.Since(sb.headersAt)
 	}
-	sb.out = sb.chunk.process(sb.out, ev)
-	for len(sb.out) < maxCoalesce && sb.chunk.usageErr == nil {
-		ev := sb.scan.buffered()
+	dst = sb.chunk.process(dst, ev)
+	for len(dst) < maxCoalesce && sb.chunk.usageErr == nil {
+		ev := sb.scan.bufferedUpTo(cap(dst) - len(dst) - len(sb.chunk.publicModel) - eventHeadroom)
 		if ev == nil {
 			break
 		}
-		sb.out = sb.chunk.process(sb.out, ev)
+		dst = sb.chunk.process(dst, ev)
 	}
 	if sb.chunk.usageErr != nil {
-		sb.endUpstream(sb.chunk.usageErr)
-		return
+		return sb.settle(p, sb.endUpstream(dst, sb.chunk.usageErr))
 	}
 	if sb.chunk.responses {
 		sb.noteResponseOwner()
 	}
+	return sb.settle(p, dst)
 }
 
-// endUpstream handles the end of the upstream body.
-func (sb *streamBody) endUpstream(err error) {
+// settle returns the length of dst, the events fill processed, when they
+// are in p; otherwise they are in out (from the pool, or grown past it by
+// an append, which the headroom makes rare), to be sent from there.
+func (sb *streamBody) settle(p, dst []byte) int {
+	if sb.out == nil && cap(dst) == len(p) {
+		return len(dst)
+	}
+	if sb.out == nil || cap(dst) != cap(sb.out) {
+		// An append outgrew its buffer: the new one is out, unpooled.
+		sb.releaseOut()
+	}
+	sb.out, sb.pos = dst, 0
+	return 0
+}
+
+// releaseOut gives out back, once sent.
+func (sb *streamBody) releaseOut() {
+	putBuf(sb.outPooled)
+	sb.out, sb.outPooled, sb.pos = nil, nil, 0
+}
+
+// endUpstream handles the end of the upstream body, and returns dst with
+// what the client gets for it appended.
+func (sb *streamBody) endUpstream(dst []byte, err error) []byte {
 	sb.ended = true
 	if errors.Is(err, io.EOF) {
 		sb.eof = true
 		if sb.chunk.done {
-			return
+			return dst
 		}
 		err = errUpstreamTruncated
 	}
 	if sb.chunk.done {
 		// The stream was complete; whatever came after [DONE] is moot.
-		return
+		return dst
 	}
 	sb.upstreamErr = err
 	e := upstreamError(err, sb.backend.Name)
@@ -187,10 +239,9 @@ func (sb *streamBody) endUpstream(err error) {
 		e.Message = invalidUsageMessage(sb.backend.Name)
 	}
 	if sb.chunk.responses {
-		sb.out = appendResponsesError(sb.out, e, sb.chunk.events)
-		return
+		return appendResponsesError(dst, e, sb.chunk.events)
 	}
-	sb.out = appendInBandError(sb.out, e)
+	return appendInBandError(dst, e)
 }
 
 var errUpstreamTruncated = errors.New("upstream stream ended without [DONE]")
@@ -260,9 +311,7 @@ func (sb *streamBody) CloseWithError(clientErr error) error {
 	sb.srv, sb.backend, sb.resp = nil, nil, nil
 	sb.c = completion{}
 	sb.scan.reset(nil)
-	if cap(sb.out) > maxCoalesce*2 {
-		sb.out = nil
-	}
+	sb.releaseOut()
 	streamBodies.Put(sb)
 	return nil
 }
@@ -280,7 +329,8 @@ func (sb *streamBody) recovered(p []byte, r any) (int, error) {
 	if sb.upstreamErr == nil {
 		sb.upstreamErr = errors.New("internal error while relaying the stream")
 	}
-	sb.out = appendInBandError(sb.out[:0], &apiError{Type: "api_error", Code: "internal_error",
+	sb.releaseOut()
+	sb.out = appendInBandError(nil, &apiError{Type: "api_error", Code: "internal_error",
 		Message: "The gateway failed while relaying the stream from backend " + sb.backend.Name + "."})
 	sb.pos = copy(p, sb.out)
 	return sb.pos, nil

@@ -1,0 +1,176 @@
+package proxy_test
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/backends/simulated"
+)
+
+// openStreamMem is what the process holds, measured once streams are open.
+type openStreamMem struct {
+	heapInuse, stackInuse, rss uint64
+	goroutines                 int
+}
+
+func readStreamMem(t *testing.T) openStreamMem {
+	t.Helper()
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return openStreamMem{heapInuse: ms.HeapInuse, stackInuse: ms.StackInuse, rss: vmRSS(t),
+		goroutines: runtime.NumGoroutine()}
+}
+
+// vmRSS is the process's resident set from /proc/self/status, 0 where
+// there is none.
+func vmRSS(t *testing.T) uint64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			if err != nil {
+				t.Fatalf("parse VmRSS %q: %v", line, err)
+			}
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// openSlowStream sends a streamed chat completion on a new connection and
+// reads up to its first event; the connection is then left open, unread,
+// as a client waiting for its next token leaves it.
+func openSlowStream(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"model":"demo","messages":[{"role":"user","content":"hi"}],"max_tokens":1000,"stream":true}`
+	fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer %s\r\n"+
+		"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", testKey, len(body), body)
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReaderSize(c, 256)
+	var seen []byte
+	for !bytes.Contains(seen, []byte("data: ")) {
+		b, err := br.ReadByte()
+		if err != nil {
+			t.Fatalf("first event: %v (got %q)", err, seen)
+		}
+		seen = append(seen, b)
+	}
+	if !bytes.HasPrefix(seen, []byte("HTTP/1.1 200")) {
+		t.Fatalf("stream reply: %q", seen)
+	}
+	return c
+}
+
+// TestOpenStreamMemory shows where the memory of an open, idle stream
+// goes: it holds n slow streams through the gateway and reports what each
+// adds in heap, stacks, RSS and goroutines, with the heap's live
+// allocation sites and the goroutines by function. The numbers include the
+// in-process simulated backend's side of every stream (its goroutine and
+// buffers); the listing tells them apart. It is a measurement, run with
+// TOLLGATE_STREAM_MEM=n; the assertion is on content only.
+func TestOpenStreamMemory(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("TOLLGATE_STREAM_MEM"))
+	if n <= 0 {
+		t.Skip("set TOLLGATE_STREAM_MEM to the number of streams to measure")
+	}
+	runtime.MemProfileRate = 512
+	defer func() { runtime.MemProfileRate = 512 << 10 }()
+	o := harnessOptions{
+		sim:    simulated.Options{InterTokenDelay: 2 * time.Second, Tokens: 1000},
+		server: "max_connections: 100000",
+	}
+	if up := os.Getenv("TOLLGATE_STREAM_MEM_UPSTREAM"); up != "" {
+		// A backend in another process (mockllm -itl 2s), so that the
+		// figures are the gateway's alone.
+		o.extraBackends = "  - name: ext\n    url: \"http://" + up + "/v1\"\n    max_conns: 100000"
+		o.models = "  - name: demo\n    backends: [ext]\n"
+	}
+	h := newHarness(t, o)
+	addr := strings.TrimPrefix(h.base, "http://")
+	// Warm the pools and the first-request paths.
+	for range 4 {
+		_ = openSlowStream(t, addr).Close()
+	}
+	time.Sleep(200 * time.Millisecond)
+	var before bytes.Buffer
+	if err := pprof.Lookup("heap").WriteTo(&before, 0); err != nil {
+		t.Fatal(err)
+	}
+	base := readStreamMem(t)
+	conns := make([]net.Conn, n)
+	for i := range conns {
+		conns[i] = openSlowStream(t, addr)
+	}
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	loaded := readStreamMem(t)
+	per := func(a, b uint64) float64 { return (float64(b) - float64(a)) / float64(n) }
+	t.Logf("%d streams: per stream heap %.0f B, stack %.0f B, RSS %.0f B, goroutines %.2f",
+		n, per(base.heapInuse, loaded.heapInuse), per(base.stackInuse, loaded.stackInuse),
+		per(base.rss, loaded.rss), float64(loaded.goroutines-base.goroutines)/float64(n))
+	if dir := os.Getenv("TOLLGATE_STREAM_MEM_DIR"); dir != "" {
+		for name, debug := range map[string]int{"heap": 0, "goroutine": 1} {
+			f, err := os.Create(dir + "/" + name + ".prof")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := pprof.Lookup(name).WriteTo(f, debug); err != nil {
+				t.Fatal(err)
+			}
+			_ = f.Close()
+		}
+		_ = os.WriteFile(dir+"/heap_before.prof", before.Bytes(), 0o644)
+	}
+	var stacks bytes.Buffer
+	_ = pprof.Lookup("goroutine").WriteTo(&stacks, 1)
+	t.Logf("goroutine groups of %d or more:\n%s", n, goroutineGroups(stacks.String(), n))
+}
+
+// goroutineGroups lists the goroutine profile's groups of at least min
+// goroutines, each by the first frames of its stack.
+func goroutineGroups(profile string, min int) string {
+	var out []string
+	for _, g := range strings.Split(profile, "\n\n") {
+		first, rest, _ := strings.Cut(g, "\n")
+		count, _, ok := strings.Cut(first, " @ ")
+		if !ok {
+			continue
+		}
+		c, err := strconv.Atoi(count)
+		if err != nil || c < min {
+			continue
+		}
+		var frames []string
+		for line := range strings.Lines(rest) {
+			if f := strings.Fields(line); len(f) >= 3 && f[0] == "#" {
+				frames = append(frames, f[2])
+			}
+		}
+		out = append(out, fmt.Sprintf("%6d  %s", c, strings.Join(frames, " < ")))
+	}
+	sort.Strings(out)
+	return strings.Join(out, "\n")
+}
