@@ -59,17 +59,24 @@ const (
 // one family (per backend, per model) are summed.
 const metricGoroutines = "go_goroutines"
 
+// The usage writer's queue and progress, which a phase waits on to count
+// the writer's work in the gateway's CPU (bench.waitUsageWritten).
+const (
+	metricUsageQueue   = "tollgate_usage_queue_depth"
+	metricUsageWritten = "tollgate_usage_records_written_total"
+)
+
 // soakGauges are the gateway's in-flight and queue gauges, which must all
 // be back at 0 once the load drained.
 var soakGauges = []string{
 	"tollgate_streams_in_flight",          // proxy: streams open to clients
 	"tollgate_backend_requests_in_flight", // backends: requests holding a backend slot
 	"tollgate_queue_depth",                // backends: requests queued for a backend
-	"tollgate_usage_queue_depth",          // accounting: usage records not yet written
+	metricUsageQueue,                      // accounting: usage records not yet written
 }
 
 // soakScraped is every family read from /metrics.
-var soakScraped = append([]string{metricGoroutines, "tollgate_stream_aborts_total"}, soakGauges...)
+var soakScraped = append([]string{metricGoroutines, "tollgate_stream_aborts_total", metricUsageWritten}, soakGauges...)
 
 // Kinds of request of the soak's mix.
 const (
