@@ -234,12 +234,24 @@ func linkGatewayCompletions(ctx context.Context, c conn, recs []accounting.Recor
 			strings.Compare(ka.completion, kb.completion))
 	})
 	held := make(map[linkKey]sdkLink)
+	dates := make([]any, 0, rowsPerInsert)
 	for start := 0; start < len(linked); start += rowsPerInsert {
 		part := linked[start:min(start+rowsPerInsert, len(linked))]
+		// A batch's links share a few dates, adjacent in key order: each
+		// is boxed once, for both statements.
+		dates = dates[:0]
+		var last int64
+		for k, i := range part {
+			if d := recs[i].CompletionCreated; k == 0 || d != last {
+				dates, last = append(dates, d), d
+			} else {
+				dates = append(dates, dates[k-1])
+			}
+		}
 		args := make([]any, 0, insertCompletionLink.cols*len(part))
-		for _, i := range part {
+		for j, i := range part {
 			tp := recordProject(&recs[i])
-			args = append(args, tp[0], recs[i].CompletionCreated, recs[i].CompletionID, projects[tp], recs[i].CallID, false)
+			args = append(args, tp[0], dates[j], recs[i].CompletionID, projects[tp], recs[i].CallID, false)
 		}
 		if _, err := c.exec(ctx, insertCompletionLink.sql(len(part)), args...); err != nil {
 			return fmt.Errorf("link completions: %w", err)
@@ -249,9 +261,7 @@ func linkGatewayCompletions(ctx context.Context, c conn, recs []accounting.Recor
 		for _, i := range part {
 			args = append(args, recordProject(&recs[i])[0])
 		}
-		for _, i := range part {
-			args = append(args, recs[i].CompletionCreated)
-		}
+		args = append(args, dates...)
 		for _, i := range part {
 			args = append(args, recs[i].CompletionID)
 		}
