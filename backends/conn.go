@@ -137,6 +137,11 @@ type abortableTransport struct {
 type openStream struct {
 	hc *fasthttp.HostClient
 	br *bufio.Reader
+	// conn is what br reads from.
+	conn net.Conn
+	// small says br holds a streamReadBufferSize buffer of
+	// streamReaders's, not one of the HostClient's (see ShrinkStream).
+	small bool
 	// release gives the connection back to the pool, or closes it.
 	release func(closeConn bool)
 	// closeConn says the connection must not be reused whatever happens.
@@ -197,7 +202,7 @@ func (t *abortableTransport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Re
 		return !errors.Is(err, fasthttp.ErrBodyTooLarge), err
 	}
 	if resp.StreamBody && resp.BodyStream() != nil {
-		t.streams.Store(resp, &openStream{hc: hc, br: br, closeConn: req.ConnectionClose() || resp.ConnectionClose(),
+		t.streams.Store(resp, &openStream{hc: hc, br: br, conn: conn, closeConn: req.ConnectionClose() || resp.ConnectionClose(),
 			release: func(closeConn bool) {
 				if closeConn {
 					hc.CloseConn(cc)
@@ -296,7 +301,59 @@ func (b *Backend) CloseStream(resp *fasthttp.Response, broken bool) {
 	}
 	if v, ok := t.streams.LoadAndDelete(resp); ok {
 		st := v.(*openStream)
-		st.hc.ReleaseReader(st.br)
+		if st.small {
+			st.br.Reset(nil)
+			streamReaders.Put(st.br)
+		} else {
+			st.hc.ReleaseReader(st.br)
+		}
 		st.release(broken || st.closeConn || resp.ConnectionClose())
 	}
+}
+
+// streamReadBufferSize is the read buffer of an open stream's upstream
+// connection once its headers are in (see ShrinkStream): the chunk
+// framing and an event or two. A read for more than it holds goes
+// straight to the connection, so larger events cost no copy, only reads.
+const streamReadBufferSize = 1 << 10
+
+// streamReaders holds streamReadBufferSize readers for ShrinkStream.
+var streamReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, streamReadBufferSize) }}
+
+// ShrinkStream gives the read buffer of resp's open stream back to the
+// client's pool, for a smaller one, and reports whether the stream now
+// reads through the smaller one. The buffer the response headers were
+// read with must hold a whole header block (ReadBufferSize), but a stream
+// can stay open for minutes with a few hundred bytes arriving at a time,
+// so the proxy calls ShrinkStream between events. It can only swap a
+// buffer with nothing in it: it reports false while bytes are waiting in
+// it, to be called again later. It is called from the goroutine that
+// reads the stream.
+func (b *Backend) ShrinkStream(resp *fasthttp.Response) bool {
+	t, ok := b.client.Transport.(*abortableTransport)
+	if !ok {
+		return true // fasthttp's own transport: nothing to shrink
+	}
+	v, ok := t.streams.Load(resp)
+	if !ok {
+		return true
+	}
+	st := v.(*openStream)
+	if st.small {
+		return true
+	}
+	if st.br.Buffered() > 0 {
+		return false
+	}
+	// fasthttp's body stream holds st.br, so the readers' contents are
+	// swapped: st.br gets the small buffer, reading from the same
+	// connection, and the large one goes back through the other pointer.
+	// A reader with nothing buffered has no other state to carry over.
+	small := streamReaders.Get().(*bufio.Reader)
+	small.Reset(st.conn)
+	*st.br, *small = *small, *st.br
+	small.Reset(nil)
+	st.hc.ReleaseReader(small)
+	st.small = true
+	return true
 }

@@ -46,6 +46,9 @@ type streamBody struct {
 	ended       bool // the upstream stream is over (cleanly or not)
 	eof         bool // the upstream body was read to its end
 	firstEvent  bool // an event has been sent to the client
+	// shrunk says the upstream connection reads through a small buffer
+	// now that the headers are in (see backends.Backend.ShrinkStream).
+	shrunk bool
 
 	// headersAt is when the upstream's response headers arrived, and
 	// upstreamTTFT the upstream's time to first event: the request's
@@ -87,7 +90,7 @@ func (s *Server) startStream(ctx *fasthttp.RequestCtx, c *completion, b *backend
 	sb.chunk.backend = b.Name
 	sb.chunk.responses = c.ep.responses
 	sb.releaseOut()
-	sb.upstreamErr, sb.ended, sb.eof, sb.firstEvent = nil, false, false, false
+	sb.upstreamErr, sb.ended, sb.eof, sb.firstEvent, sb.shrunk = nil, false, false, false, false
 	sb.headersAt, sb.upstreamTTFT, sb.upstreamFirst = time.Now(), c.upstream, false
 
 	ctx.SetStatusCode(fasthttp.StatusOK)
@@ -130,6 +133,9 @@ func (sb *streamBody) Read(p []byte) (n int, err error) {
 			return 0, io.EOF
 		}
 		n = sb.fill(p)
+		if !sb.shrunk && !sb.ended {
+			sb.shrunk = sb.backend.ShrinkStream(sb.resp)
+		}
 	}
 	if !sb.firstEvent && n > 0 {
 		sb.firstEvent = true

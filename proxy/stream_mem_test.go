@@ -4,15 +4,21 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"runtime"
 	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tidwall/gjson"
 
 	"github.com/tollgate-dev/tollgate/backends/simulated"
 )
@@ -173,4 +179,107 @@ func goroutineGroups(profile string, min int) string {
 	}
 	sort.Strings(out)
 	return strings.Join(out, "\n")
+}
+
+// TestStreamShrunkReaderKeepsEvents streams events of every size, small
+// and larger than the small read buffer an open stream's upstream
+// connection switches to once idle (backends.Backend.ShrinkStream), twice
+// over one upstream connection: both streams must arrive byte for byte,
+// and the connection, given back after the first, must serve the second.
+func TestStreamShrunkReaderKeepsEvents(t *testing.T) {
+	sizes := []int{10, 900, 1500, 40, 3000, 700, 9000, 60, 5000}
+	content := func(i, size int) string { return strings.Repeat(string(rune('a'+i)), size) }
+	event := func(i int) string {
+		return fmt.Sprintf("data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"demo\","+
+			"\"choices\":[{\"index\":0,\"delta\":{\"content\":%q}}]}\n\n", content(i, sizes[i]))
+	}
+	chunk := func(data string) string { return fmt.Sprintf("%x\r\n%s\r\n", len(data), data) }
+	// The upstream writes the events in groups of three chunks, each group
+	// in one write: the gateway reads a group at once, so bytes wait in
+	// its upstream buffer when the group's first event is done. The wait
+	// after each group lets it drain the buffer, and the next group
+	// arrives on a shrunk reader.
+	var accepted atomic.Int64
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		served sync.WaitGroup
+		mu     sync.Mutex
+		conns  []net.Conn
+	)
+	served.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			served.Go(func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					_, _ = io.Copy(io.Discard, req.Body)
+					_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+					var group strings.Builder
+					for i := range sizes {
+						group.WriteString(chunk(event(i)))
+						if i%3 == 2 || i == len(sizes)-1 {
+							if _, err := io.WriteString(c, group.String()); err != nil {
+								return
+							}
+							group.Reset()
+							time.Sleep(20 * time.Millisecond)
+						}
+					}
+					_, _ = io.WriteString(c, chunk("data: [DONE]\n\n")+"0\r\n\r\n")
+				}
+			})
+		}
+	})
+	h := newHarness(t, harnessOptions{
+		extraBackends: "  - name: ext\n    url: \"http://" + ln.Addr().String() + "/v1\"\n    max_conns: 1",
+		models:        "  - name: demo\n    backends: [ext]\n",
+	})
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		served.Wait()
+	})
+	for round := range 2 {
+		status, events := h.stream(`{"model":"demo","messages":[{"role":"user","content":"hi"}],"stream":true}`)
+		if status != 200 {
+			t.Fatalf("round %d: status %d", round, status)
+		}
+		var got []string
+		for _, data := range events {
+			if c := gjson.Get(data, "choices.0.delta.content"); c.Exists() {
+				got = append(got, c.String())
+			}
+		}
+		body := []byte(strings.Join(events, "\n"))
+		if len(got) != len(sizes) || events[len(events)-1] != "[DONE]" {
+			t.Fatalf("round %d: %d content events, want %d, ending in [DONE]:\n%.400s", round, len(got), len(sizes), body)
+		}
+		for i, size := range sizes {
+			if got[i] != content(i, size) {
+				t.Fatalf("round %d: event %d is %d bytes of %.10q…, want %d of %q", round, i, len(got[i]), got[i], size, content(i, size)[:1])
+			}
+		}
+	}
+	if n := accepted.Load(); n != 1 {
+		t.Fatalf("upstream accepted %d connections for two streams, want 1 (the connection reused)", n)
+	}
 }
