@@ -49,8 +49,20 @@ func (m multiRowInsert) sql(rows int) string {
 // compiled again for every batch. appendRow appends the cols arguments of
 // row i to args and returns the result.
 func (m multiRowInsert) exec(ctx context.Context, c conn, n int, appendRow func(args []any, i int) ([]any, error)) error {
-	return m.each(n, appendRow, func(_, rows int, args []any) error {
-		return m.execRows(ctx, c, rows, args)
+	return m.execCounted(ctx, c, n, appendRow, nil)
+}
+
+// execCounted is exec that, when inserted is not nil, calls it after each
+// statement with the statement's first row, its row count and how many
+// rows it inserted (ON CONFLICT DO NOTHING skips the others).
+func (m multiRowInsert) execCounted(ctx context.Context, c conn, n int, appendRow func(args []any, i int) ([]any, error),
+	inserted func(first, rows int, affected int64) error) error {
+	return m.each(n, appendRow, func(first, rows int, args []any) error {
+		affected, err := m.execRows(ctx, c, rows, args)
+		if err != nil || inserted == nil {
+			return err
+		}
+		return inserted(first, rows, affected)
 	})
 }
 
@@ -96,15 +108,19 @@ func (m multiRowInsert) each(n int, appendRow func(args []any, i int) ([]any, er
 	return nil
 }
 
-// execRows runs the statement for rows rows with args.
-func (m multiRowInsert) execRows(ctx context.Context, c conn, rows int, args []any) error {
+// execRows runs the statement for rows rows with args and returns how
+// many rows it inserted.
+func (m multiRowInsert) execRows(ctx context.Context, c conn, rows int, args []any) (int64, error) {
 	stmt, err := c.cached(ctx, m.sql(rows))
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer stmt.Close()
-	_, err = stmt.ExecContext(ctx, args...)
-	return err
+	res, err := stmt.ExecContext(ctx, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
 }
 
 // queryRows runs the statement for rows rows with args and appends the

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -18,8 +19,7 @@ var (
 
 // insertUsage ignores a call_id already stored: the recorder writes a
 // batch again when a commit is reported failed, and a record written twice
-// must not fail the batch forever. It returns the call ids it inserted, the
-// records the batch adds to usage_rollup.
+// must not fail the batch forever, nor count twice in usage_rollup.
 var insertUsage = multiRowInsert{
 	head: `INSERT INTO usage_records (
 	call_id, request_id, trace_id, parent_id, key_name, team, project,
@@ -27,8 +27,23 @@ var insertUsage = multiRowInsert{
 	prompt_tokens, completion_tokens, total_tokens, cached_tokens, started, ended
 ) VALUES `,
 	cols: 21,
-	tail: ` ON CONFLICT (call_id) DO NOTHING RETURNING call_id`,
+	tail: ` ON CONFLICT (call_id) DO NOTHING`,
 }
+
+// insertUsageReturning is insertUsage returning the call ids it inserted,
+// which tell the records new to usage_rollup from those stored before. It
+// costs SQLite a copy of every row into a temporary table (and another of
+// every id), as much CPU as an index on usage_records, so InsertRecords
+// runs it only for a batch it found stored before, in part or in whole.
+var insertUsageReturning = multiRowInsert{
+	head: insertUsage.head,
+	cols: insertUsage.cols,
+	tail: insertUsage.tail + ` RETURNING call_id`,
+}
+
+// errStoredBefore stops a write that found a record of its batch stored
+// already (or twice in the batch).
+var errStoredBefore = errors.New("a record is stored already")
 
 // InsertRecords writes recs, their usage rows, their usage roll-up and
 // their trace calls, in one transaction. Several replicas may insert at
@@ -40,13 +55,31 @@ func (d *DB) InsertRecords(ctx context.Context, recs []accounting.Record) error 
 	if len(recs) == 0 {
 		return nil
 	}
-	tx, c, err := d.begin(ctx)
+	err := d.insertRecords(ctx, recs, false)
+	if errors.Is(err, errStoredBefore) {
+		// The recorder writes a batch again after a commit reported failed
+		// (that may have succeeded): write it again, asking which records
+		// are new.
+		err = d.insertRecords(ctx, recs, true)
+	}
 	if err != nil {
 		return fmt.Errorf("insert records: %w", err)
 	}
+	return nil
+}
+
+// insertRecords is InsertRecords. Unless returning, it fails with
+// errStoredBefore when a statement inserts fewer records than it carries,
+// and adds every record to the roll-up; returning, it adds those its
+// statements return.
+func (d *DB) insertRecords(ctx context.Context, recs []accounting.Record, returning bool) error {
+	tx, c, err := d.begin(ctx)
+	if err != nil {
+		return err
+	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
 	var rollup usageRollup
-	err = insertUsage.execReturning(ctx, c, len(recs), func(args []any, i int) ([]any, error) {
+	appendRow := func(args []any, i int) ([]any, error) {
 		r := &recs[i]
 		return append(args,
 			r.CallID, r.RequestID, r.TraceID, r.ParentID, r.KeyName, r.Team, r.Project,
@@ -54,21 +87,34 @@ func (d *DB) InsertRecords(ctx context.Context, recs []accounting.Record) error 
 			r.PromptTokens, r.CompletionTokens, r.TotalTokens, r.CachedTokens,
 			unixNano(r.Started), unixNano(r.Ended),
 		), nil
-	}, func(first, rows int, ids []string) error {
-		rollup.addInserted(recs[first:first+rows], ids)
-		return nil
-	})
+	}
+	if returning {
+		err = insertUsageReturning.execReturning(ctx, c, len(recs), appendRow, func(first, rows int, ids []string) error {
+			rollup.addInserted(recs[first:first+rows], ids)
+			return nil
+		})
+	} else {
+		err = insertUsage.execCounted(ctx, c, len(recs), appendRow, func(first, rows int, affected int64) error {
+			if affected != int64(rows) {
+				return errStoredBefore
+			}
+			for i := first; i < first+rows; i++ {
+				rollup.add(&recs[i])
+			}
+			return nil
+		})
+	}
 	if err != nil {
-		return fmt.Errorf("insert records: usage: %w", err)
+		return fmt.Errorf("usage: %w", err)
 	}
 	if err := insertGatewayCalls(ctx, c, recs); err != nil {
-		return fmt.Errorf("insert records: %w", err)
+		return err
 	}
 	if err := rollup.write(ctx, c); err != nil {
-		return fmt.Errorf("insert records: usage roll-up: %w", err)
+		return fmt.Errorf("usage roll-up: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("insert records: commit: %w", err)
+		return fmt.Errorf("commit: %w", err)
 	}
 	return nil
 }
