@@ -70,14 +70,13 @@ func (m multiRowInsert) execCounted(ctx context.Context, c conn, n int, appendRo
 // one text column k, the rows' key: after each statement it calls
 // inserted with the statement's first row, its row count and the keys it
 // returned, which name the rows it really inserted (not those ON CONFLICT
-// DO NOTHING skipped), in no particular order. keys is reused by the next
-// statement.
+// DO NOTHING skipped), in no particular order. Its statements are not
+// kept prepared: it serves the rare batches that need to know.
 func (m multiRowInsert) execReturning(ctx context.Context, c conn, n int, appendRow func(args []any, i int) ([]any, error),
 	inserted func(first, rows int, keys []string) error) error {
-	var keys []string
 	return m.each(n, appendRow, func(first, rows int, args []any) error {
-		var err error
-		if keys, err = m.queryRows(ctx, c, rows, args, keys[:0]); err != nil {
+		keys, err := c.queryStrings(ctx, m.sql(rows), args...)
+		if err != nil {
 			return err
 		}
 		return inserted(first, rows, keys)
@@ -121,27 +120,4 @@ func (m multiRowInsert) execRows(ctx context.Context, c conn, rows int, args []a
 		return 0, err
 	}
 	return res.RowsAffected()
-}
-
-// queryRows runs the statement for rows rows with args and appends the
-// one text column of each row it returns to keys.
-func (m multiRowInsert) queryRows(ctx context.Context, c conn, rows int, args []any, keys []string) ([]string, error) {
-	stmt, err := c.cached(ctx, m.sql(rows))
-	if err != nil {
-		return keys, err
-	}
-	defer stmt.Close()
-	res, err := stmt.QueryContext(ctx, args...)
-	if err != nil {
-		return keys, err
-	}
-	defer res.Close()
-	for res.Next() {
-		var k string
-		if err := res.Scan(&k); err != nil {
-			return keys, err
-		}
-		keys = append(keys, k)
-	}
-	return keys, res.Err()
 }
