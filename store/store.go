@@ -80,6 +80,15 @@ func openSQLite(ctx context.Context, path string) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
+	// One idle connection, not database/sql's two. The usage writer needs
+	// one, but it opened a second and kept it: the statement cache prepares
+	// on the pool while the writer's transaction holds the first, so each
+	// cached INSERT shape was compiled on both, about 1 MiB of SQLite's
+	// memory after load with their page caches. Readers overlapping the
+	// writer still get a connection of their own; it is closed when both
+	// are back, and the writer prepares its statements again if it was the
+	// one closed.
+	db.SetMaxIdleConns(1)
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
