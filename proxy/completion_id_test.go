@@ -2,27 +2,30 @@ package proxy_test
 
 import (
 	"bufio"
+	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/tidwall/gjson"
 )
 
-// TestRecordKeepsCompletionID: the usage record keeps the id of the
-// completion the client was given, streamed or not, by which the trace
-// service joins a Weave SDK's call of it to the gateway's.
+// TestRecordKeepsCompletionID: the usage record keeps the id and the date
+// of the completion the client was given, streamed or not, by which the
+// trace service joins a Weave SDK's call of it to the gateway's.
 func TestRecordKeepsCompletionID(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
 	r := h.post(`{"model":"demo","messages":[{"role":"user","content":"hi"}]}`)
 	if r.status != http.StatusOK {
 		t.Fatalf("status %d: %s", r.status, r.body)
 	}
-	id := r.json("id").String()
-	if id == "" {
-		t.Fatalf("reply without id: %s", r.body)
+	id, created := r.json("id").String(), r.json("created").Int()
+	if id == "" || created == 0 {
+		t.Fatalf("reply without id or created: %s", r.body)
 	}
-	if rec := h.recorder.wait(t, 1); rec.CompletionID != id {
-		t.Fatalf("record's completion id %q, reply's %q", rec.CompletionID, id)
+	if rec := h.recorder.wait(t, 1); rec.CompletionID != id || rec.CompletionCreated != created {
+		t.Fatalf("record's completion %q created %d, reply's %q created %d", rec.CompletionID, rec.CompletionCreated, id, created)
 	}
 
 	resp, err := http.DefaultClient.Do(h.request(`{"model":"demo","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
@@ -34,11 +37,55 @@ func TestRecordKeepsCompletionID(t *testing.T) {
 	if len(events) == 0 {
 		t.Fatal("no events")
 	}
-	streamed := gjson.Get(events[0], "id").String()
-	if streamed == "" || streamed == id {
-		t.Fatalf("first chunk's id %q (the other completion's %q)", streamed, id)
+	streamed, streamedAt := gjson.Get(events[0], "id").String(), gjson.Get(events[0], "created").Int()
+	if streamed == "" || streamed == id || streamedAt == 0 {
+		t.Fatalf("first chunk's id %q created %d (the other completion's %q)", streamed, streamedAt, id)
 	}
-	if rec := h.recorder.wait(t, 2); rec.CompletionID != streamed {
-		t.Fatalf("stream record's completion id %q, chunks' %q", rec.CompletionID, streamed)
+	if rec := h.recorder.wait(t, 2); rec.CompletionID != streamed || rec.CompletionCreated != streamedAt {
+		t.Fatalf("stream record's completion %q created %d, chunks' %q created %d",
+			rec.CompletionID, rec.CompletionCreated, streamed, streamedAt)
+	}
+
+	// A response is dated by its created_at.
+	r = h.send(http.MethodPost, "/v1/responses", `{"model":"demo","input":"hi"}`)
+	id, created = r.json("id").String(), r.json("created_at").Int()
+	if r.status != http.StatusOK || id == "" || created == 0 {
+		t.Fatalf("status %d, response without id or created_at: %s", r.status, r.body)
+	}
+	if rec := h.recorder.wait(t, 3); rec.CompletionID != id || rec.CompletionCreated != created {
+		t.Fatalf("response record's completion %q created %d, response's %q created_at %d",
+			rec.CompletionID, rec.CompletionCreated, id, created)
+	}
+}
+
+// TestRecordKeepsLastChunkDate: a backend that dates every chunk (as
+// llama.cpp and Ollama do) crosses a second in a long stream; the record
+// keeps the last date that is not 0, which is what the Weave SDK's stream
+// reducer keeps as its call's output, so that both sides key the link
+// alike.
+func TestRecordKeepsLastChunkDate(t *testing.T) {
+	upstream := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, c := range []string{
+			`{"id":"chatcmpl-dated","object":"chat.completion.chunk","created":1764000000,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":"a"}}]}`,
+			`{"id":"chatcmpl-dated","object":"chat.completion.chunk","created":1764000001,"model":"m","choices":[{"index":0,"delta":{"content":"b"},"finish_reason":"stop"}]}`,
+			`{"id":"chatcmpl-dated","object":"chat.completion.chunk","created":0,"model":"m","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}`,
+		} {
+			fmt.Fprintf(w, "data: %s\n\n", c)
+		}
+		io.WriteString(w, "data: [DONE]\n\n") //nolint:errcheck // the test reads what arrived
+	}))
+	h := newHarness(t, harnessOptions{
+		extraBackends: fmt.Sprintf("  - name: dated\n    url: \"http://%s/v1\"\n", upstream.Listener.Addr()),
+		models:        "  - name: dated\n    backends: [dated]\n",
+	})
+	upstream.Start()
+	t.Cleanup(upstream.Close)
+	status, events := h.stream(`{"model":"dated","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+	if status != http.StatusOK || len(events) < 2 {
+		t.Fatalf("status %d, events %q", status, events)
+	}
+	if rec := h.recorder.wait(t, 1); rec.CompletionID != "chatcmpl-dated" || rec.CompletionCreated != 1764000001 {
+		t.Fatalf("record's completion %q created %d, want chatcmpl-dated created 1764000001", rec.CompletionID, rec.CompletionCreated)
 	}
 }
