@@ -311,6 +311,21 @@ func (b *Backend) CloseStream(resp *fasthttp.Response, broken bool) {
 	}
 }
 
+// StreamBuffered reports how many bytes of resp's open stream have
+// arrived and wait in its read buffer: more than zero right after the
+// headers means the first event (or part of it) came with them.
+func (b *Backend) StreamBuffered(resp *fasthttp.Response) int {
+	t, ok := b.client.Transport.(*abortableTransport)
+	if !ok {
+		return 0
+	}
+	v, ok := t.streams.Load(resp)
+	if !ok {
+		return 0
+	}
+	return v.(*openStream).br.Buffered()
+}
+
 // streamReadBufferSize is the read buffer of an open stream's upstream
 // connection once its headers are in (see ShrinkStream): the chunk
 // framing and an event or two. A read for more than it holds goes

@@ -46,6 +46,11 @@ type streamBody struct {
 	ended       bool // the upstream stream is over (cleanly or not)
 	eof         bool // the upstream body was read to its end
 	firstEvent  bool // an event has been sent to the client
+	// firstNoted says the first event's time (ttft) went into the metrics
+	// and the backend's health, which is done once it has been written,
+	// off the path of the first token.
+	firstNoted bool
+	ttft       time.Duration
 	// shrunk says the upstream connection reads through a small buffer
 	// now that the headers are in (see backends.Backend.ShrinkStream).
 	shrunk bool
@@ -90,7 +95,7 @@ func (s *Server) startStream(ctx *fasthttp.RequestCtx, c *completion, b *backend
 	sb.chunk.backend = b.Name
 	sb.chunk.responses = c.ep.responses
 	sb.releaseOut()
-	sb.upstreamErr, sb.ended, sb.eof, sb.firstEvent, sb.shrunk = nil, false, false, false, false
+	sb.upstreamErr, sb.ended, sb.eof, sb.firstEvent, sb.firstNoted, sb.shrunk = nil, false, false, false, false, false
 	sb.headersAt, sb.upstreamTTFT, sb.upstreamFirst = time.Now(), c.upstream, false
 
 	ctx.SetStatusCode(fasthttp.StatusOK)
@@ -100,8 +105,10 @@ func (s *Server) startStream(ctx *fasthttp.RequestCtx, c *completion, b *backend
 	// pass events through as they come.
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
 	// The headers go out at once, so the client knows the request was
-	// accepted before the first token is generated.
-	ctx.Response.ImmediateHeaderFlush = true
+	// accepted before the first token is generated; unless the first
+	// event came with the upstream's headers, and the client's go out
+	// with it, in one write.
+	ctx.Response.ImmediateHeaderFlush = b.StreamBuffered(resp) == 0
 	ctx.Response.SetBodyStream(sb, -1)
 	s.metrics.streamsInFlight.Inc()
 }
@@ -122,6 +129,9 @@ func (sb *streamBody) Read(p []byte) (n int, err error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
+	if sb.firstEvent && !sb.firstNoted {
+		sb.noteFirstEvent()
+	}
 	for n == 0 {
 		if sb.pos < len(sb.out) {
 			n = copy(p, sb.out[sb.pos:])
@@ -137,20 +147,24 @@ func (sb *streamBody) Read(p []byte) (n int, err error) {
 			sb.shrunk = sb.backend.ShrinkStream(sb.resp)
 		}
 	}
-	if !sb.firstEvent && n > 0 {
-		sb.firstEvent = true
-		ttft := time.Since(sb.c.rec.Started)
-		sb.srv.metrics.timeToFirstTok.WithLabelValues(sb.c.rec.Model).Observe(ttft.Seconds())
-		if sb.upstreamFirst {
-			// What the gateway added to the client's wait for the first
-			// token.
-			sb.srv.metrics.observeOverhead(sb.c.rec.Model, ttft-sb.upstreamTTFT)
-		}
-		// For a stream, the first event, not the headers, is what tells a
-		// slow backend from a fast one.
-		sb.backend.ReportSuccess(ttft)
+	if !sb.firstEvent {
+		sb.firstEvent, sb.ttft = true, time.Since(sb.c.rec.Started)
 	}
 	return n, nil
+}
+
+// noteFirstEvent records the time to the first event, once it was sent.
+func (sb *streamBody) noteFirstEvent() {
+	sb.firstNoted = true
+	sb.srv.metrics.timeToFirstTok.WithLabelValues(sb.c.rec.Model).Observe(sb.ttft.Seconds())
+	if sb.upstreamFirst {
+		// What the gateway added to the client's wait for the first
+		// token.
+		sb.srv.metrics.observeOverhead(sb.c.rec.Model, sb.ttft-sb.upstreamTTFT)
+	}
+	// For a stream, the first event, not the headers, is what tells a
+	// slow backend from a fast one.
+	sb.backend.ReportSuccess(sb.ttft)
 }
 
 // fill reads one upstream event, plus any others already buffered, and
@@ -264,6 +278,9 @@ func appendInBandError(dst []byte, e *apiError) []byte {
 // its end).
 func (sb *streamBody) CloseWithError(clientErr error) error {
 	s := sb.srv
+	if sb.firstEvent && !sb.firstNoted {
+		sb.noteFirstEvent()
+	}
 	// Unless the upstream body was read to its end (the client left, or
 	// the upstream broke), the connection cannot be reused, and closing it
 	// is what tells the backend to stop generating.
