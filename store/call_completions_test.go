@@ -57,6 +57,22 @@ func sdkCallOutput(projectID int64, id, source, output string) (trace.CallStart,
 		}
 }
 
+// acmeProjects creates acme's project of SDK calls, app, and of gateway
+// calls, inference.
+func acmeProjects(t *testing.T, db *store.DB) (app, inference trace.Project) {
+	t.Helper()
+	ctx := context.Background()
+	app, err := db.EnsureProject(ctx, "acme", "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inference, err = db.EnsureProject(ctx, "acme", "inference")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return app, inference
+}
+
 // TestCompletionFold: the gateway's call of a completion and the SDK call
 // that traced it become one call, the SDK's, with the gateway's
 // attributes, whichever is stored first; without an SDK call, or across
@@ -64,14 +80,7 @@ func sdkCallOutput(projectID int64, id, source, output string) (trace.CallStart,
 func TestCompletionFold(t *testing.T) {
 	forEachStore(t, func(t *testing.T, db *store.DB) {
 		ctx := context.Background()
-		app, err := db.EnsureProject(ctx, "acme", "app")
-		if err != nil {
-			t.Fatal(err)
-		}
-		inference, err := db.EnsureProject(ctx, "acme", "inference")
-		if err != nil {
-			t.Fatal(err)
-		}
+		app, inference := acmeProjects(t, db)
 		write := func(writes ...trace.CallWrite) {
 			t.Helper()
 			if _, err := db.WriteCalls(ctx, writes); err != nil {
@@ -234,14 +243,7 @@ func TestCompletionFold(t *testing.T) {
 func TestCompletionFoldRace(t *testing.T) {
 	forEachStore(t, func(t *testing.T, db *store.DB) {
 		ctx := context.Background()
-		app, err := db.EnsureProject(ctx, "acme", "app")
-		if err != nil {
-			t.Fatal(err)
-		}
-		inference, err := db.EnsureProject(ctx, "acme", "inference")
-		if err != nil {
-			t.Fatal(err)
-		}
+		app, inference := acmeProjects(t, db)
 		const n = 40
 		var wg sync.WaitGroup
 		errs := make(chan error, 2*n)
@@ -292,14 +294,7 @@ func TestCompletionFoldRace(t *testing.T) {
 func TestCompletionFoldKey(t *testing.T) {
 	forEachStore(t, func(t *testing.T, db *store.DB) {
 		ctx := context.Background()
-		app, err := db.EnsureProject(ctx, "acme", "app")
-		if err != nil {
-			t.Fatal(err)
-		}
-		inference, err := db.EnsureProject(ctx, "acme", "inference")
-		if err != nil {
-			t.Fatal(err)
-		}
+		app, inference := acmeProjects(t, db)
 		for i, tc := range []struct {
 			name    string
 			created int64 // the gateway's record's
