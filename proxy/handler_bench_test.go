@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -28,17 +29,27 @@ func (discardRecorder) Record(accounting.Record) {}
 // in-process simulated backend, and returns a client dialing it.
 func benchGateway(b *testing.B) *fasthttp.HostClient {
 	b.Helper()
-	cfg, err := config.Parse([]byte(`
+	ln := fasthttputil.NewInmemoryListener()
+	serveBench(b, ln, "sk-bench-key-0001", "simulated: {tokens: 16}")
+	return &fasthttp.HostClient{Addr: "gateway", Dial: func(string) (net.Conn, error) { return ln.Dial() }}
+}
+
+// serveBench serves the proxy on ln until the benchmark ends, with the
+// API key key and the model demo on one backend, sim, whose YAML keys
+// (simulated, or url) are backend.
+func serveBench(b *testing.B, ln net.Listener, key, backend string) {
+	b.Helper()
+	cfg, err := config.Parse(fmt.Appendf(nil, `
 auth:
   keys:
-    - {name: bench, key: "sk-bench-key-0001", teams: ["*"], default_team: bench}
+    - {name: bench, key: %q, teams: ["*"], default_team: bench}
 backends:
   - name: sim
-    simulated: {tokens: 16}
+    %s
 models:
   - name: demo
     backends: [sim]
-`), "bench.yaml")
+`, key, backend), "bench.yaml")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -55,7 +66,6 @@ models:
 	if err != nil {
 		b.Fatal(err)
 	}
-	ln := fasthttputil.NewInmemoryListener()
 	done := make(chan error, 1)
 	go func() { done <- gw.Serve(ln) }()
 	b.Cleanup(func() {
@@ -69,7 +79,6 @@ models:
 			b.Error(err)
 		}
 	})
-	return &fasthttp.HostClient{Addr: "gateway", Dial: func(string) (net.Conn, error) { return ln.Dial() }}
 }
 
 // benchBody is a typical small chat completion: a system prompt and a

@@ -3,7 +3,6 @@ package proxy_test
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"fmt"
 	"net"
 	"os"
@@ -11,12 +10,6 @@ import (
 	"strconv"
 	"testing"
 	"time"
-
-	"github.com/tollgate-dev/tollgate/accounting"
-	"github.com/tollgate-dev/tollgate/auth"
-	"github.com/tollgate-dev/tollgate/backends"
-	"github.com/tollgate-dev/tollgate/config"
-	"github.com/tollgate-dev/tollgate/proxy"
 )
 
 // BenchmarkStreamFirstEvent measures a short stream through the gateway
@@ -26,13 +19,18 @@ import (
 // TOLLGATE_STREAM_MEM_UPSTREAM (mockllm in another process), which keeps
 // its CPU out of the gateway's.
 func BenchmarkStreamFirstEvent(b *testing.B) {
-	backend := "    simulated: {tokens: 4}"
-	if up := os.Getenv("TOLLGATE_STREAM_MEM_UPSTREAM"); up != "" {
-		backend = "    url: \"http://" + up + "/v1\""
-	}
 	addr := os.Getenv("TOLLGATE_STREAM_BENCH_ADDR") // another proxy to compare with (cmd/bareproxy)
 	if addr == "" {
-		addr = serveBenchGateway(b, backend)
+		backend := "simulated: {tokens: 4}"
+		if up := os.Getenv("TOLLGATE_STREAM_MEM_UPSTREAM"); up != "" {
+			backend = "url: \"http://" + up + "/v1\""
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		serveBench(b, ln, testKey, backend)
+		addr = ln.Addr().String()
 	}
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -86,56 +84,4 @@ func BenchmarkStreamFirstEvent(b *testing.B) {
 		b.ReportMetric(float64(ttfts[len(ttfts)/2].Nanoseconds()), "ttft-p50-ns")
 		b.ReportMetric(float64(ttfbs[len(ttfbs)/2].Nanoseconds()), "headers-p50-ns")
 	}
-}
-
-// serveBenchGateway serves the proxy on a loopback port, with the test key
-// and the model demo on one backend, whose YAML keys (url or simulated)
-// are backend; it returns the gateway's address.
-func serveBenchGateway(b *testing.B, backend string) string {
-	b.Helper()
-	cfg, err := config.Parse([]byte(fmt.Sprintf(`
-auth:
-  keys:
-    - {name: bench, key: %q, teams: ["*"], default_team: bench}
-backends:
-  - name: up
-%s
-models:
-  - name: demo
-    backends: [up]
-`, testKey, backend)), "bench.yaml")
-	if err != nil {
-		b.Fatal(err)
-	}
-	reg, err := backends.NewRegistry(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	keys, err := auth.NewKeyring(cfg.Auth)
-	if err != nil {
-		b.Fatal(err)
-	}
-	gw, err := proxy.New(proxy.Options{Config: cfg, Registry: reg, Keys: keys, Recorder: discardRecorder{},
-		Limiter: accounting.NewLimiter(nil, time.Now)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- gw.Serve(ln) }()
-	b.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := gw.Shutdown(ctx); err != nil {
-			b.Error(err)
-		}
-		<-done
-		if err := reg.Close(); err != nil {
-			b.Error(err)
-		}
-	})
-	return ln.Addr().String()
 }
