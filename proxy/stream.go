@@ -180,7 +180,11 @@ func (sb *streamBody) noteFirstEvent() {
 func (sb *streamBody) fill(p []byte) int {
 	defer sb.scan.release()
 	ev, err := sb.scan.nextInto(p)
-	room := len(ev) + len(sb.chunk.publicModel) + eventHeadroom
+	room := len(sb.chunk.publicModel) + eventHeadroom
+	if err == nil {
+		// At the end, the bytes of an unfinished event are dropped.
+		room += len(ev)
+	}
 	dst := p[:0:len(p)]
 	if room > len(p) {
 		sb.out, sb.outPooled = getBuf(room)
