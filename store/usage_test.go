@@ -381,18 +381,21 @@ func BenchmarkInsertRecords(b *testing.B) {
 	}
 }
 
-// proxyLikeRec is record n as the proxy makes it for a chat completion:
-// UUIDv7 call id, request and trace ids equal to it, and the backend's
-// random completion id, which the Weave fold links.
+// proxyLikeRec is record n of a gateway serving 1,000 requests/s, as the
+// proxy makes it for a chat completion: UUIDv7 call id, request and trace
+// ids equal to it, and the backend's random completion id with its
+// created second, which the Weave fold links.
 func proxyLikeRec(tb testing.TB, n int) accounting.Record {
 	id, err := uuid.NewV7()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	r := usageRec(id.String(), "acme", "bot", "m", "k", usageT0.Add(time.Duration(n)*time.Microsecond), 800, 200, 0)
+	started := usageT0.Add(time.Duration(n) * time.Millisecond)
+	r := usageRec(id.String(), "acme", "bot", "m", "k", started, 800, 200, 0)
 	r.RequestID, r.TraceID = r.CallID, r.CallID
 	r.Endpoint = "chat.completions"
 	r.CompletionID = fmt.Sprintf("chatcmpl-%016x%016x", rand.Uint64(), rand.Uint64())
+	r.CompletionCreated = started.Unix()
 	return r
 }
 
