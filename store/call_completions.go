@@ -253,8 +253,20 @@ func linkGatewayCompletions(ctx context.Context, c conn, recs []accounting.Recor
 			tp := recordProject(&recs[i])
 			args = append(args, tp[0], dates[j], recs[i].CompletionID, projects[tp], recs[i].CallID, false)
 		}
-		if _, err := c.exec(ctx, insertCompletionLink.sql(len(part)), args...); err != nil {
+		res, err := c.exec(ctx, insertCompletionLink.sql(len(part)), args...)
+		if err != nil {
 			return fmt.Errorf("link completions: %w", err)
+		}
+		inserted, err := res.RowsAffected()
+		if err != nil {
+			return fmt.Errorf("link completions: %w", err)
+		}
+		if inserted == int64(len(part)) {
+			// Every link is this batch's: no SDK call holds one (on
+			// PostgreSQL the INSERT waited for any concurrent writer of
+			// the same key), so there is nothing to read back. That is
+			// every batch of a gateway no Weave SDK traces through.
+			continue
 		}
 		// Which of them an SDK call holds: links this batch did not insert.
 		args = append(args[:0], true)
