@@ -49,18 +49,18 @@ type chunkProcessor struct {
 	backend string
 
 	// responses says the events are the Responses API's (see
-	// processResponseEvent); responseID is the id of the streamed
-	// response until the stream body has remembered its backend, which
-	// sets responseIDNoted.
+	// processResponseEvent); responseIDNoted is set once the stream body
+	// has remembered the backend of the response, completionID.
 	responses       bool
-	responseID      string
 	responseIDNoted bool
 
 	// completionID is the first chunk's id, copied, and created the last
 	// chunk's "created" that is not 0, which is what the Weave SDK's
 	// stream reducer keeps as its call's output: a backend that dates
 	// every chunk (llama.cpp, Ollama) crosses a second in a long stream.
-	// The usage record keeps both (see accounting.Record).
+	// For the Responses API they are the id and created_at of the first
+	// response object (see processResponseEvent). The usage record keeps
+	// both (see accounting.Record).
 	completionID string
 	created      int64
 }

@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"net/http"
@@ -55,6 +56,24 @@ func TestRecordKeepsCompletionID(t *testing.T) {
 	if rec := h.recorder.wait(t, 3); rec.CompletionID != id || rec.CompletionCreated != created {
 		t.Fatalf("response record's completion %q created %d, response's %q created_at %d",
 			rec.CompletionID, rec.CompletionCreated, id, created)
+	}
+
+	// A streamed response, by the response object its events carry, whole
+	// in response.created.
+	r = h.send(http.MethodPost, "/v1/responses", `{"model":"demo","input":"hi","stream":true}`)
+	events = readEvents(t, bufio.NewReader(bytes.NewReader(r.body)))
+	if r.status != http.StatusOK || len(events) < 2 || gjson.Get(events[0], "type").Str != "response.created" ||
+		gjson.Get(events[len(events)-1], "type").Str != "response.completed" {
+		t.Fatalf("status %d, events %q", r.status, events)
+	}
+	streamed, streamedAt = gjson.Get(events[0], "response.id").Str, gjson.Get(events[0], "response.created_at").Int()
+	if streamed == "" || streamed == id || streamedAt == 0 ||
+		gjson.Get(events[len(events)-1], "response.id").Str != streamed {
+		t.Fatalf("response.created's id %q created_at %d (the other response's %q), events %q", streamed, streamedAt, id, events)
+	}
+	if rec := h.recorder.wait(t, 4); rec.CompletionID != streamed || rec.CompletionCreated != streamedAt || !rec.Stream {
+		t.Fatalf("streamed response record's completion %q created %d stream %v, events' %q created_at %d",
+			rec.CompletionID, rec.CompletionCreated, rec.Stream, streamed, streamedAt)
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -499,7 +498,8 @@ func responseEventData(ev []byte) (start, end int, ok bool) {
 // maps the model id of the response object back to the public one, keeps
 // the usage of the final event (response.completed, or response.failed and
 // response.incomplete, which end a stream too), counts output text deltas,
-// notes the response id of response.created, and reports an error event.
+// keeps the response id and created_at of response.created, and reports an
+// error event.
 func (c *chunkProcessor) processResponseEvent(dst, ev []byte) []byte {
 	start, end, ok := responseEventData(ev)
 	if !ok {
@@ -507,7 +507,9 @@ func (c *chunkProcessor) processResponseEvent(dst, ev []byte) []byte {
 	}
 	data := ev[start:end]
 	c.events++
-	parsed := gjson.ParseBytes(data)
+	// Parsed in place, as chat's chunks are (ParseBytes would copy each
+	// event): results point into the scanner's buffer.
+	parsed := gjson.Parse(b2s(data))
 	response := parsed.Get("response")
 	switch typ := parsed.Get("type").String(); typ {
 	case "response.output_text.delta", "response.reasoning_text.delta", "response.function_call_arguments.delta":
@@ -537,16 +539,22 @@ func (c *chunkProcessor) processResponseEvent(dst, ev []byte) []byte {
 		}
 		return appendResponsesError(dst, &apiError{Type: "api_error", Code: "upstream_error", Message: msg}, parsed.Get("sequence_number").Int())
 	}
-	if c.responseID == "" && !c.responseIDNoted {
-		if id := response.Get("id"); id.Type == gjson.String && id.Str != "" {
-			c.responseID = strings.Clone(id.Str) // id.Str points into the scanner's buffer
-		}
+	if c.completionID == "" && response.IsObject() {
+		// The first response object, response.created's, is the whole
+		// response as a reply's body is: the record keeps its id and
+		// created_at, read by the rule of a reply, for the Weave SDK's
+		// trace of the stream to fold into (its reducer starts its
+		// output from this object). The id also names the response
+		// whose backend noteResponseOwner remembers. Later events carry
+		// the same values: one read per stream, one copy.
+		c.completionID, c.created = completionKeyOf(data[response.Index:response.Index+len(response.Raw)], true)
 	}
 	if c.publicModel == nil || !response.IsObject() {
 		return append(dst, ev...)
 	}
-	// A path from the top gives the model's offset in data.
-	model := gjson.GetBytes(data, "response.model")
+	// A path from response gives the model's offset in data, as one from
+	// the top does.
+	model := response.Get("model")
 	if model.Type != gjson.String || model.Index <= 0 {
 		return append(dst, ev...)
 	}
@@ -577,9 +585,9 @@ func appendResponsesError(dst []byte, e *apiError, sequence int64) []byte {
 // noteResponseOwner remembers the backend of a streamed response as soon
 // as its id is seen, before the client can ask about it.
 func (sb *streamBody) noteResponseOwner() {
-	if sb.chunk.responseID == "" {
+	if sb.chunk.responseIDNoted || sb.chunk.completionID == "" {
 		return
 	}
-	sb.srv.owners.remember(sb.chunk.responseID, responseOwner{backend: sb.backend.Name, team: sb.c.rec.Team, project: sb.c.rec.Project})
-	sb.chunk.responseID, sb.chunk.responseIDNoted = "", true
+	sb.srv.owners.remember(sb.chunk.completionID, responseOwner{backend: sb.backend.Name, team: sb.c.rec.Team, project: sb.c.rec.Project})
+	sb.chunk.responseIDNoted = true
 }
