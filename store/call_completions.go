@@ -71,11 +71,30 @@ func isSDKSource(s string) bool { return s == "js-sdk" || s == "python-sdk" }
 // reply by (proxy's completionKeyOf); the Weave SDK's reduction of a
 // stream keeps the last chunk's "created" that is not 0, as the gateway
 // does.
+//
+// The Weave JS SDK logs a streamed response as {"responses":[…]}: its
+// reducer starts a response at each response.created, which carries the
+// response object whole, and completes it with the later events; the
+// gateway keeps the id and created_at of that same object. The key is
+// read from the one response only when there is exactly one: a stream
+// makes one response, which is one gateway call, and an output of several
+// is not one completion, so no single gateway call is its to take.
 func completionKey(output []byte) (id string, created int64) {
 	if len(output) == 0 || output[0] != '{' {
 		return "", 0
 	}
-	r := gjson.GetManyBytes(output, "id", "object", "created", "created_at")
+	obj := gjson.ParseBytes(output)
+	if rs := obj.Get("responses"); rs.IsArray() && !obj.Get("id").Exists() {
+		n := 0
+		rs.ForEach(func(_, v gjson.Result) bool {
+			obj, n = v, n+1
+			return n < 2
+		})
+		if n != 1 || !obj.IsObject() {
+			return "", 0
+		}
+	}
+	r := gjson.GetMany(obj.Raw, "id", "object", "created", "created_at")
 	if r[0].Type != gjson.String || r[0].Str == "" {
 		return "", 0
 	}

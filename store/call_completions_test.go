@@ -307,12 +307,22 @@ func TestCompletionFoldKey(t *testing.T) {
 			{"undated", 0, `{"id":"chatcmpl-%s","object":"chat.completion","model":"demo"}`, true},
 			{"a response's created is not its date", 1764000004, `{"id":"resp_%s","object":"response","created":1764000004}`, false},
 			{"another second", 1764000005, `{"id":"chatcmpl-%s","object":"chat.completion","created":1764000006}`, false},
+			// A streamed response, as the Weave JS SDK's reducer logs it.
+			{"streamed response", 1764000007, `{"responses":[{"id":"resp_%s","object":"response","created_at":1764000007,"status":"completed","model":"demo",` +
+				`"output":[{"type":"message","content":[{"type":"output_text","text":"hi"}]}],"usage":{"input_tokens":7,"output_tokens":3,"total_tokens":10}}]}`, true},
+			{"streamed response of another second", 1764000008, `{"responses":[{"id":"resp_%s","object":"response","created_at":1764000009}]}`, false},
+			{"two streamed responses", 1764000010, `{"responses":[{"id":"resp_%s","object":"response","created_at":1764000010},` +
+				`{"id":"resp_other","object":"response","created_at":1764000010}]}`, false},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				for _, sdkFirst := range []bool{false, true} {
 					n := strconv.Itoa(2*i + map[bool]int{false: 0, true: 1}[sdkFirst])
 					output := fmt.Sprintf(tc.output, n)
-					rec := gatewayRecord("gw-key-"+n, gjson.Get(output, "id").Str)
+					completion := gjson.Get(output, "id").Str
+					if completion == "" {
+						completion = gjson.Get(output, "responses.0.id").Str
+					}
+					rec := gatewayRecord("gw-key-"+n, completion)
 					rec.CompletionCreated = tc.created
 					s, e := sdkCallOutput(app.ID, "sdk-key-"+n, "js-sdk", output)
 					if sdkFirst {
