@@ -1,10 +1,10 @@
 // The official Weave TypeScript SDK logging to the gateway as its trace
 // server, unchanged: only WF_TRACE_SERVER_URL and WANDB_API_KEY point it
-// there. Login, nested ops, a wrapOpenAI client whose completions go
-// through the same gateway, a Dataset saved and read back, an Evaluation
-// with a scorer, getCalls; then the trace service's roll-ups give, for
-// every root and for the project, exactly the tokens the completions
-// reported, each once.
+// there. Login, nested ops, a wrapOpenAI client whose completions (one a
+// streamed chat completion, one a streamed response) go through the same
+// gateway, a Dataset saved and read back, an Evaluation with a scorer,
+// getCalls; then the trace service's roll-ups give, for every root and for
+// the project, exactly the tokens the completions reported, each once.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -91,6 +91,25 @@ test('the Weave SDK logs to the gateway, and every token is counted once', async
   const said = await answer('What is a gateway?');
   assert.ok(said.length > 3, 'the op returned the completions');
 
+  // A streamed Responses API call. The SDK logs its output as
+  // {responses:[…]}, the response of response.created completed by the
+  // later events, with no id at the top: the fold reads the one response.
+  const respond = weave.op(async function respond(question) {
+    const events = await openai.responses.create({ model: 'demo', input: question, stream: true });
+    let text = '';
+    for await (const ev of events) {
+      if (ev.type === 'response.output_text.delta') text += ev.delta;
+      if (ev.type === 'response.completed') {
+        count({ prompt_tokens: ev.response.usage.input_tokens, completion_tokens: ev.response.usage.output_tokens });
+      }
+    }
+    return text;
+  });
+  root = 'respond';
+  const responded = await respond('What is a response?');
+  assert.ok(responded.length > 3, 'the op returned the streamed response');
+  assert.equal(want.get('respond')?.requests, 1, 'the stream ended with response.completed');
+
   // A Dataset saved and read back.
   // The Dataset keeps (and marks) the row objects it is given: give it
   // copies.
@@ -121,36 +140,45 @@ test('the Weave SDK logs to the gateway, and every token is counted once', async
   const roots = await client.getCalls({ trace_roots_only: true });
   const byOp = (c, name) => c.op_name.includes(`/${name}:`) || c.op_name === name;
   const answerRoot = roots.find((c) => byOp(c, 'answer'));
+  const respondRoot = roots.find((c) => byOp(c, 'respond'));
   const evalRoot = roots.find((c) => c.op_name.includes('Evaluation.evaluate'));
-  assert.ok(answerRoot && evalRoot, `roots: ${roots.map((c) => c.op_name).join(', ')}`);
+  assert.ok(answerRoot && respondRoot && evalRoot, `roots: ${roots.map((c) => c.op_name).join(', ')}`);
   assert.equal(answerRoot.output, said);
-  const rootIds = new Map([['answer', answerRoot], ['evaluation', evalRoot]]);
+  assert.equal(respondRoot.output, responded);
+  const rootIds = new Map([['answer', answerRoot], ['respond', respondRoot], ['evaluation', evalRoot]]);
 
   // The gateway's call of each completion is folded into the SDK's: once
   // the usage writer has run, every completion is one call, the SDK's,
   // carrying the gateway's attributes.
   const completions = [...want.values()].reduce((n, w) => n + w.requests, 0);
+  // The SDK's calls of the wrapped client, and the gateway's calls that
+  // did not fold (op openai.responses.create), if any.
+  const isLLM = (c) => c.op_name.includes('openai.chat.completions.create') || c.op_name.includes('responses.create') ||
+    Array.isArray(c.output?.responses);
   await eventually('the gateway calls fold into the SDK calls', async () => {
     const calls = await streamQuery({ filter: { op_names: [] } });
-    const llm = calls.filter((c) => c.op_name.includes('openai.chat.completions.create'));
+    const llm = calls.filter(isLLM);
     const folded = llm.filter((c) => c.attributes?.weave?.source === 'js-sdk' && c.attributes?.gateway?.backend);
     return (llm.length === completions && folded.length === completions) || { llm: llm.length, folded: folded.length, completions };
   });
-  const llm = (await streamQuery({})).filter((c) => c.op_name.includes('openai.chat.completions.create'));
+  const llm = (await streamQuery({})).filter(isLLM);
   for (const c of llm) {
     const gw = c.attributes.gateway;
+    // A streamed response's output is {responses:[response]}.
+    const out = c.output.responses?.length === 1 ? c.output.responses[0] : c.output;
     assert.equal(gw.key_name, 'demo', JSON.stringify(gw));
     assert.equal(gw.served_model, 'demo');
-    assert.ok(gw.request_id && gw.call_id && gw.completion_id === c.output.id, JSON.stringify(gw));
+    assert.ok(gw.request_id && gw.call_id && gw.completion_id === out.id, JSON.stringify(gw));
     // The fold's key is the completion's id and its date, which the SDK
-    // logs as the backend set it: the reply's "created", or, reduced from
-    // a stream, its chunks'.
-    assert.ok(Number.isInteger(c.output.created) && c.output.created > 1.7e9, JSON.stringify(c.output));
+    // logs as the backend set it: the reply's "created" (a response's
+    // "created_at"), or, reduced from a stream, its chunks' (events').
+    const created = out.object === 'response' ? out.created_at : out.created;
+    assert.ok(Number.isInteger(created) && created > 1.7e9, JSON.stringify(c.output));
   }
   assert.deepEqual(
-    llm.map((c) => c.output.object).sort(),
-    ['chat.completion', 'chat.completion', 'chat.completion', 'chat.completion', 'chat.completion.chunk'],
-    'four completions and one stream, as the SDK logs them',
+    llm.map((c) => (c.output.responses ? `stream of ${c.output.responses.map((r) => r.object)}` : c.output.object)).sort(),
+    ['chat.completion', 'chat.completion', 'chat.completion', 'chat.completion', 'chat.completion.chunk', 'stream of response'],
+    'four completions, one stream and one streamed response, as the SDK logs them',
   );
 
   // Every root's roll-up is exactly its completions' tokens, once: in the
@@ -161,7 +189,12 @@ test('the Weave SDK logs to the gateway, and every token is counted once', async
     const r = rootIds.get(name);
     const [listed] = await streamQuery({ filter: { call_ids: [r.id] } });
     const s = listed.summary.usage.demo;
-    assert.deepEqual({ requests: s.requests, prompt: s.prompt_tokens, completion: s.completion_tokens }, w, `summary of root ${name}`);
+    // The SDK sums a response's usage as the Responses API names it.
+    assert.deepEqual(
+      { requests: s.requests, prompt: (s.prompt_tokens ?? 0) + (s.input_tokens ?? 0), completion: (s.completion_tokens ?? 0) + (s.output_tokens ?? 0) },
+      w,
+      `summary of root ${name}: ${JSON.stringify(s)}`,
+    );
     const body = JSON.parse(await post('/trace/usage', { project_id: project.id, filter: { trace_ids: [r.trace_id] } }));
     const got = body.call_usage[r.id].demo;
     assert.deepEqual(
