@@ -191,7 +191,7 @@ func TestCompletionFold(t *testing.T) {
 			t.Fatalf("the inference project still holds %v (%v)", usage, err)
 		}
 		var records int
-		if err := db.QueryRow(ctx, `SELECT COUNT(*) FROM usage_records`).Scan(&records); err != nil || records != 3 {
+		if err := db.QueryRow(ctx, `SELECT SUM(records) FROM usage_rollup`).Scan(&records); err != nil || records != 3 {
 			t.Fatalf("usage records = %d, %v", records, err)
 		}
 

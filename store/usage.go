@@ -2,10 +2,11 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/tollgate-dev/tollgate/accounting"
 )
@@ -17,104 +18,149 @@ var (
 	_ accounting.LimitsStore = (*DB)(nil)
 )
 
-// insertUsage ignores a call_id already stored: the recorder writes a
-// batch again when a commit is reported failed, and a record written twice
-// must not fail the batch forever, nor count twice in usage_rollup.
-var insertUsage = multiRowInsert{
-	head: `INSERT INTO usage_records (
-	call_id, request_id, trace_id, parent_id, key_name, team, project,
-	model, served_model, backend, endpoint, status, error, stream, incomplete,
-	prompt_tokens, completion_tokens, total_tokens, cached_tokens, started, ended
-) VALUES `,
-	cols: 21,
-	tail: ` ON CONFLICT (call_id) DO NOTHING`,
-}
-
-// insertUsageReturning is insertUsage returning the call ids it inserted,
-// which tell the records new to usage_rollup from those stored before. It
-// costs SQLite a copy of every row into a temporary table (and another of
-// every id), as much CPU as an index on usage_records, so InsertRecords
-// runs it only for a batch it found stored before, in part or in whole.
-var insertUsageReturning = multiRowInsert{
-	head: insertUsage.head,
-	cols: insertUsage.cols,
-	tail: insertUsage.tail + ` RETURNING call_id`,
-}
-
-// errStoredBefore stops a write that found a record of its batch stored
-// already (or twice in the batch).
-var errStoredBefore = errors.New("a record is stored already")
-
-// InsertRecords writes recs, their usage rows, their usage roll-up and
-// their trace calls, in one transaction. Several replicas may insert at
-// once on PostgreSQL: call ids are distinct between them, insertGatewayCalls
-// creates projects in a fixed order, and the roll-up rows, which replicas
-// share, are updated last and in key order, so their transactions cannot
-// deadlock and hold those rows only until they commit.
+// InsertRecords writes recs, their gateway calls and their usage roll-up,
+// in one transaction. Several replicas may insert at once on PostgreSQL:
+// call ids are distinct between them, insertGatewayCalls creates projects
+// in a fixed order, and the roll-up rows, which replicas share, are
+// updated last and in key order, so their transactions cannot deadlock
+// and hold those rows only until they commit.
+//
+// The roll-up is idempotent per batch: the batch's marker (see markBatch)
+// goes in first, and a batch marked before committed before, so it is not
+// rolled up again. The recorder writes a batch again only after a failed
+// attempt, whose commit may have succeeded, and then the very same slice
+// (accounting.Recorder.write, and serve after a panic in its loop), so the
+// marker stops it from counting twice in usage_rollup. Its gateway calls
+// are written again all the same, as before markers: each is stored once
+// by ON CONFLICT DO NOTHING, and one an SDK call folded since is folded
+// again, or stands alone again if that SDK call was deleted (see
+// linkGatewayCompletions). A batch marked before is rare, so this costs
+// nothing that matters.
+//
+// After a store panic the recorder writes the batch's records one at a
+// time (writeEach), each a batch keyed by its own call id and a count of
+// 1. The panic rolled the whole batch back, so none of them was counted
+// before, except in two cases too narrow to guard against:
+//   - a panic inside the driver's Commit after the database committed:
+//     every record then counts twice in usage_rollup (its call is still
+//     stored once);
+//   - a panic in the recorder's own loop while writeEach is under way:
+//     serve writes the whole batch again, whose marker (first id, n) is
+//     not a single record's (first id, 1), so the records writeEach had
+//     written count twice. Keying the marker by the first id alone would
+//     instead lose the records writeEach had not reached.
 func (d *DB) InsertRecords(ctx context.Context, recs []accounting.Record) error {
 	if len(recs) == 0 {
 		return nil
 	}
-	err := d.insertRecords(ctx, recs, false)
-	if errors.Is(err, errStoredBefore) {
-		// The recorder writes a batch again after a commit reported failed
-		// (that may have succeeded): write it again, asking which records
-		// are new.
-		err = d.insertRecords(ctx, recs, true)
-	}
-	if err != nil {
+	if err := d.insertRecords(ctx, recs, time.Now()); err != nil {
 		return fmt.Errorf("insert records: %w", err)
 	}
 	return nil
 }
 
-// insertRecords is InsertRecords. Unless returning, it fails with
-// errStoredBefore when a statement inserts fewer records than it carries,
-// and adds every record to the roll-up; returning, it adds those its
-// statements return.
-func (d *DB) insertRecords(ctx context.Context, recs []accounting.Record, returning bool) error {
+// insertRecords is InsertRecords at now, the time its marker is dated.
+func (d *DB) insertRecords(ctx context.Context, recs []accounting.Record, now time.Time) error {
+	if err := fillCallIDs(recs); err != nil {
+		return err
+	}
 	tx, c, err := d.begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	var rollup usageRollup
-	appendRow := func(args []any, i int) ([]any, error) {
-		r := &recs[i]
-		return append(args,
-			r.CallID, r.RequestID, r.TraceID, r.ParentID, r.KeyName, r.Team, r.Project,
-			r.Model, r.ServedModel, r.Backend, recordEndpoint(r), r.Status, r.Error, r.Stream, r.Incomplete,
-			r.PromptTokens, r.CompletionTokens, r.TotalTokens, r.CachedTokens,
-			unixNano(r.Started), unixNano(r.Ended),
-		), nil
-	}
-	if returning {
-		err = insertUsageReturning.execReturning(ctx, c, len(recs), appendRow, func(first, rows int, ids []string) error {
-			rollup.addInserted(recs[first:first+rows], ids)
-			return nil
-		})
-	} else {
-		err = insertUsage.execCounted(ctx, c, len(recs), appendRow, func(first, rows int, affected int64) error {
-			if affected != int64(rows) {
-				return errStoredBefore
-			}
-			for i := first; i < first+rows; i++ {
-				rollup.add(&recs[i])
-			}
-			return nil
-		})
-	}
+	first, err := markBatch(ctx, c, recs, now)
 	if err != nil {
-		return fmt.Errorf("usage: %w", err)
+		return err
 	}
 	if err := insertGatewayCalls(ctx, c, recs); err != nil {
 		return err
 	}
-	if err := rollup.write(ctx, c); err != nil {
-		return fmt.Errorf("usage roll-up: %w", err)
+	if first {
+		var rollup usageRollup
+		for i := range recs {
+			rollup.add(&recs[i])
+		}
+		if err := rollup.write(ctx, c); err != nil {
+			return fmt.Errorf("usage roll-up: %w", err)
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// fillCallIDs gives a record without a call id a new UUIDv7. The proxy
+// always sets one; a record lacking it must not collide with another, and
+// gets its id in recs, before the batch's marker is taken from it, so
+// that the recorder writing the same slice again finds the same marker.
+func fillCallIDs(recs []accounting.Record) error {
+	for i := range recs {
+		if recs[i].CallID == "" {
+			u, err := uuid.NewV7()
+			if err != nil {
+				return fmt.Errorf("call id: %w", err)
+			}
+			recs[i].CallID = u.String()
+		}
+	}
+	return nil
+}
+
+// insertUsageBatch marks a batch written: its first record's call id and
+// its record count (see InsertRecords for why both), dated written_at.
+var insertUsageBatch = multiRowInsert{
+	head: `INSERT INTO usage_batches (first_call_id, records, written_at) VALUES `,
+	cols: 3,
+	tail: ` ON CONFLICT (first_call_id, records) DO NOTHING`,
+}
+
+// usageBatchTTL is how long a batch's marker is kept: far longer than the
+// recorder retries a batch before any later one of the same gateway (it
+// writes batches in order, and each inserts its marker before purging),
+// so only another replica could purge a marker still needed, and only
+// after this gateway's store was unreachable for a day.
+const usageBatchTTL = 24 * time.Hour
+
+// usageBatchPurge bounds the expired markers a batch deletes. Each batch
+// adds one marker, so a few deleted per batch keep the table at about a
+// day of batches without any statement deleting an unbounded number.
+const usageBatchPurge = 8
+
+// markBatch inserts recs' marker, purges up to usageBatchPurge markers
+// older than usageBatchTTL, and reports whether recs was not marked
+// before, that is whether it is to be rolled up.
+func markBatch(ctx context.Context, c conn, recs []accounting.Record, now time.Time) (bool, error) {
+	n, err := insertUsageBatch.execRows(ctx, c, 1, []any{recs[0].CallID, len(recs), now.UnixNano()})
+	if err != nil {
+		return false, fmt.Errorf("usage batch: %w", err)
+	}
+	if n == 0 {
+		return false, nil
+	}
+	if err := purgeUsageBatches(ctx, c, now.Add(-usageBatchTTL), usageBatchPurge); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// purgeUsageBatches deletes at most limit markers written before cutoff,
+// the oldest first. On PostgreSQL, writers purging at once skip the rows
+// another holds instead of waiting for (or deadlocking with) it.
+func purgeUsageBatches(ctx context.Context, c conn, cutoff time.Time, limit int) error {
+	lock := ""
+	if c.d == dialectPostgres {
+		lock = " FOR UPDATE SKIP LOCKED"
+	}
+	stmt, err := c.cached(ctx, `DELETE FROM usage_batches WHERE (first_call_id, records) IN (
+		SELECT first_call_id, records FROM usage_batches WHERE written_at < ? ORDER BY written_at LIMIT ?`+lock+`)`)
+	if err != nil {
+		return fmt.Errorf("purge usage batches: %w", err)
+	}
+	defer stmt.Close()
+	if _, err := stmt.ExecContext(ctx, cutoff.UnixNano(), limit); err != nil {
+		return fmt.Errorf("purge usage batches: %w", err)
 	}
 	return nil
 }

@@ -120,9 +120,7 @@ func TestUsageEndpointMigration(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := d.InsertRecords(ctx, []accounting.Record{endpointRec("old", "embeddings", 5, 0)}); err != nil {
-			t.Fatal(err)
-		}
+		insertOldRecords(t, d, []accounting.Record{endpointRec("old", "embeddings", 5, 0)})
 		d = rewindAndReopen(t, d, cfg,
 			`ALTER TABLE usage_records DROP COLUMN endpoint`,
 			`DELETE FROM schema_migrations WHERE component = 'usage' AND version = 2`,
@@ -218,9 +216,7 @@ func TestUsageSumsSaturateSQLiteReals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.InsertRecords(ctx, []accounting.Record{usageRec("small", "acme", "bot", "m", "k", usageT0, 5, 5, 0)}); err != nil {
-		t.Fatal(err)
-	}
+	insertOldRecords(t, d, []accounting.Record{usageRec("small", "acme", "bot", "m", "k", usageT0, 5, 5, 0)})
 	tx, err := d.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -14,9 +14,9 @@ import (
 // a record started in (started_sec, its start in unix nanoseconds
 // truncated to a whole unix second, rounded down), team, project, key,
 // model, endpoint and status class, the sums of the records there.
-// InsertRecords fills it in the transaction that writes the records, from
-// the records its INSERT really inserted, so that a batch the recorder
-// writes again after an ambiguous commit counts once.
+// InsertRecords fills it in the transaction that writes the records' calls,
+// for a batch it had not marked written before (usage_batches), so that a
+// batch the recorder writes again after an ambiguous commit counts once.
 
 // rollupKey is the key of a usage_rollup row.
 type rollupKey struct {
@@ -65,34 +65,6 @@ func (s *rollupSums) add(r *accounting.Record) {
 // usageRollup gathers the rows a batch adds to usage_rollup.
 type usageRollup struct {
 	sums map[rollupKey]*rollupSums
-	// left counts, while a statement's records are matched to the keys it
-	// returned, the returned rows of each call id not yet matched.
-	left map[string]int
-}
-
-// addInserted adds the records of recs whose call id is among ids, the
-// call ids their INSERT returned: a call id stored before (or twice in
-// recs) adds one record at most.
-func (u *usageRollup) addInserted(recs []accounting.Record, ids []string) {
-	if len(ids) == len(recs) { // every row inserted, as nearly always
-		for i := range recs {
-			u.add(&recs[i])
-		}
-		return
-	}
-	if u.left == nil {
-		u.left = make(map[string]int, len(ids))
-	}
-	clear(u.left)
-	for _, id := range ids {
-		u.left[id]++
-	}
-	for i := range recs {
-		if id := recs[i].CallID; u.left[id] > 0 {
-			u.left[id]--
-			u.add(&recs[i])
-		}
-	}
 }
 
 func (u *usageRollup) add(r *accounting.Record) {
@@ -249,7 +221,7 @@ func usageStatus(status int, errText string, incomplete bool) string {
 	return usageStatusOther
 }
 
-// usageStatusSQL is usageStatus of a usage_records row.
+// usageStatusSQL is usageStatus of a usage_records row, for migration 3.
 func usageStatusSQL() string {
 	var sb strings.Builder
 	sb.WriteString("(CASE")

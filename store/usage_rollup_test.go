@@ -29,6 +29,44 @@ func rewindRollup(t *testing.T, d *store.DB, cfg config.Store) *store.DB {
 	)
 }
 
+// insertOldRecords writes recs to usage_records as InsertRecords did
+// before usage version 4, for the migrations that read that table.
+func insertOldRecords(t *testing.T, d *store.DB, recs []accounting.Record) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := d.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	unixNano := func(t time.Time) int64 {
+		if t.IsZero() {
+			return 0
+		}
+		return t.UnixNano()
+	}
+	for _, r := range recs {
+		endpoint := r.Endpoint
+		if endpoint == "" {
+			endpoint = "chat.completions"
+		}
+		if err := d.TxExec(ctx, tx, `INSERT INTO usage_records (
+			call_id, request_id, trace_id, parent_id, key_name, team, project,
+			model, served_model, backend, endpoint, status, error, stream, incomplete,
+			prompt_tokens, completion_tokens, total_tokens, cached_tokens, started, ended
+		) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			r.CallID, r.RequestID, r.TraceID, r.ParentID, r.KeyName, r.Team, r.Project,
+			r.Model, r.ServedModel, r.Backend, endpoint, r.Status, r.Error, r.Stream, r.Incomplete,
+			r.PromptTokens, r.CompletionTokens, r.TotalTokens, r.CachedTokens,
+			unixNano(r.Started), unixNano(r.Ended)); err != nil {
+			t.Fatalf("record %s: %v", r.CallID, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // rollupRow is a usage_rollup row.
 type rollupRow struct {
 	Sec                                                int64
@@ -137,9 +175,11 @@ func readUsage(t *testing.T, d *store.DB) usageReads {
 }
 
 // TestUsageRollupMigration writes records, whose roll-up InsertRecords
-// keeps, then takes the store back before usage version 3 and reopens it:
-// the migration's roll-up, made in SQL from usage_records, is the one
-// InsertRecords made in Go, row for row, and every read answers the same.
+// keeps, and the same records to usage_records as stores before version 4
+// held them, then takes the store back before usage version 3 and
+// reopens it: the migration's roll-up, made in SQL from usage_records, is
+// the one InsertRecords made in Go, row for row, and every read answers
+// the same.
 func TestUsageRollupMigration(t *testing.T) {
 	forEachStoreConfig(t, func(t *testing.T, cfg config.Store) {
 		ctx := context.Background()
@@ -150,6 +190,7 @@ func TestUsageRollupMigration(t *testing.T) {
 		if err := d.InsertRecords(ctx, rollupRecords()); err != nil {
 			t.Fatal(err)
 		}
+		insertOldRecords(t, d, rollupRecords())
 		wantRows, wantReads := rollupRows(t, d), readUsage(t, d)
 		d = rewindRollup(t, d, cfg)
 		defer d.Close()
@@ -208,10 +249,12 @@ func TestUsageRollupValues(t *testing.T) {
 	})
 }
 
-// TestInsertRecordsRollupCountsOnce writes records already stored again,
-// beside new ones and a call id twice in one batch, as the recorder does
-// after an ambiguous commit: the roll-up counts each call id once, with
-// the record stored for it.
+// TestInsertRecordsRollupCountsOnce writes batches as the recorder does
+// when they fail: a batch again after a commit that was reported failed
+// (statements of 64, 32 and 4 rows), and, after a batch that failed whole
+// (the recorder's writeEach after a store panic), its records one at a
+// time, each of them twice. Each record counts once in the roll-up and
+// has one call.
 func TestInsertRecordsRollupCountsOnce(t *testing.T) {
 	forEachStore(t, func(t *testing.T, d *store.DB) {
 		ctx := context.Background()
@@ -219,30 +262,40 @@ func TestInsertRecordsRollupCountsOnce(t *testing.T) {
 		for i := range batch {
 			batch[i] = usageRec(fmt.Sprint("call-", i), "acme", "bot", "m", "k", usageT0.Add(time.Duration(i)*time.Millisecond), 1, 0, 0)
 		}
-		// The first half, then all of it (statements of 64, 32 and 4 rows,
-		// the first of which inserts only some of its rows), twice.
-		for _, recs := range [][]accounting.Record{batch[:50], batch, batch} {
-			if err := d.InsertRecords(ctx, recs); err != nil {
+		for range 2 {
+			if err := d.InsertRecords(ctx, batch); err != nil {
 				t.Fatal(err)
 			}
 		}
-		again := usageRec("call-0", "acme", "bot", "m", "k", usageT0, 1000, 0, 0)
-		twice := usageRec("twice", "acme", "bot", "m", "k", usageT0, 10, 0, 0)
-		twiceOther := usageRec("twice", "acme", "bot", "m", "k", usageT0, 500, 0, 0)
-		if err := d.InsertRecords(ctx, []accounting.Record{again, twice, twiceOther}); err != nil {
-			t.Fatal(err)
+		each := []accounting.Record{
+			usageRec("each-0", "acme", "bot", "m", "k", usageT0, 10, 0, 0),
+			usageRec("each-1", "acme", "bot", "m", "k", usageT0, 100, 0, 0),
+		}
+		cancelled, cancel := context.WithCancel(ctx)
+		cancel()
+		if err := d.InsertRecords(cancelled, each); err == nil {
+			t.Fatal("InsertRecords with a cancelled context = nil, want an error")
+		}
+		for i := range each {
+			for range 2 {
+				if err := d.InsertRecords(ctx, each[i:i+1]); err != nil {
+					t.Fatal(err)
+				}
+			}
 		}
 		got, err := d.UsageBuckets(ctx, accounting.UsageQuery{Start: usageT0, End: usageT0.Add(time.Hour), BucketWidth: time.Hour})
 		if err != nil {
 			t.Fatalf("UsageBuckets: %v", err)
 		}
-		want := []accounting.UsageRow{{BucketStart: usageT0, InputTokens: 110, Requests: 101, Records: 101}}
+		want := []accounting.UsageRow{{BucketStart: usageT0, InputTokens: 210, Requests: 102, Records: 102}}
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("UsageBuckets = %+v, want %+v", got, want)
 		}
-		var stored int64
-		if err := d.QueryRow(ctx, `SELECT prompt_tokens FROM usage_records WHERE call_id = 'twice'`).Scan(&stored); err != nil || stored != 10 {
-			t.Errorf("stored record of the call id written twice: %d tokens (%v), want the first, 10", stored, err)
+		if calls := countRows(t, d, `SELECT COUNT(*) FROM calls`); calls != 102 {
+			t.Errorf("%d calls, want 102", calls)
+		}
+		if markers := countRows(t, d, `SELECT COUNT(*) FROM usage_batches`); markers != 3 {
+			t.Errorf("%d batch markers, want 3", markers)
 		}
 	})
 }

@@ -1,30 +1,41 @@
 package store
 
-// usageMigrations version the usage records schema.
+// usageMigrations version the usage schema.
 //
-// usage_records holds every field of accounting.Record except the payloads
-// (Input, Output), which belong to traces, one row per record: the durable
-// log of every request, which outlives the deletion of its trace calls and
-// from which usage_rollup can always be rebuilt. Times are unix
-// nanoseconds. call_id is the key: it is unique per completion, while
-// request_id may repeat when a client reuses its X-Request-Id.
+// usage_rollup (version 3, see usage_rollup.go) is the usage: the sums of
+// the records per second, team, project, key, model, endpoint and status
+// class, filled by InsertRecords in the transaction that writes the
+// records' gateway calls (gateway_calls.go), which hold every field of a
+// record but its payloads, one call per request.
 //
-// usage_rollup (version 3, see usage_rollup.go) is what the reads use: the
-// sums of the records per second, team, project, key, model, endpoint and
-// status class, filled by InsertRecords from the records its INSERT
-// inserted, in the same transaction.
+// usage_batches (version 4) marks each batch InsertRecords wrote, by its
+// first record's call id and its record count, so that a batch the
+// recorder writes again after an ambiguous commit is not rolled up twice
+// (see InsertRecords). written_at (unix nanoseconds) dates the marker; each
+// batch purges a few markers older than a day (usageBatchTTL), so the
+// table holds about a day of batches, one row per batch of up to 512
+// records.
+//
+// usage_records (versions 1 and 2) held one row per record, every field of
+// accounting.Record but the payloads, keyed by call_id, and was the
+// roll-up's idempotency key until version 4. Since version 4 nothing
+// writes or reads it: the same facts are in the gateway calls. It is kept,
+// with the rows written before, as the users' data it is; times are unix
+// nanoseconds.
 //
 // Indexes, the same on both engines:
-//   - usage_records, primary key (call_id): the idempotent insert (ON
-//     CONFLICT DO NOTHING), whose count of inserted rows, or for a batch
-//     written again its RETURNING, tells InsertRecords which records are
-//     new to the roll-up. The proxy's call ids are UUIDv7, so inserts
-//     append. Nothing reads usage_records by another column.
 //   - usage_rollup, primary key (started_sec, team, project, key_name,
 //     model, endpoint, status_class): the upsert of each batch's rows, and
 //     the time range SpentTokens and UsageBuckets scan; the time first
 //     keeps a batch's upserts at the end of the tree. On SQLite it is
 //     WITHOUT ROWID, one tree instead of a table and its key's index.
+//   - usage_batches, primary key (first_call_id, records): the idempotent
+//     insert of the marker (ON CONFLICT DO NOTHING), whose count of
+//     inserted rows tells InsertRecords whether the batch is new; the
+//     proxy's call ids are UUIDv7, so inserts append. WITHOUT ROWID on
+//     SQLite.
+//   - usage_batches_written_at: the purge of the oldest markers.
+//   - usage_records, primary key (call_id), left from when it was written.
 //
 // On PostgreSQL, text columns use the "C" collation, so that ORDER BY and
 // comparisons are bytewise as in SQLite whatever the database's locale;
@@ -43,6 +54,10 @@ package store
 // Version 3 creates usage_rollup and fills it from the records already
 // stored (fillRollupSQL, with the classes and saturating sums InsertRecords
 // keeps), and drops the indexes above.
+//
+// Version 4 creates usage_batches, and InsertRecords stops writing
+// usage_records: in BenchmarkInsertRecords its insert was about 15 % of
+// the writer's CPU, for a row that repeated the gateway call's fields.
 var usageMigrations = []migration{
 	{
 		component: "usage",
@@ -164,6 +179,28 @@ var usageMigrations = []migration{
 			`DROP INDEX usage_records_team_project_started`,
 			`DROP INDEX usage_records_model_started`,
 			`DROP INDEX usage_records_request_id`,
+		},
+	},
+	{
+		component: "usage",
+		version:   4,
+		sqlite: []string{
+			`CREATE TABLE usage_batches (
+				first_call_id TEXT    NOT NULL,
+				records       INTEGER NOT NULL,
+				written_at    INTEGER NOT NULL,
+				PRIMARY KEY (first_call_id, records)
+			) WITHOUT ROWID`,
+			`CREATE INDEX usage_batches_written_at ON usage_batches (written_at)`,
+		},
+		postgres: []string{
+			`CREATE TABLE usage_batches (
+				first_call_id TEXT COLLATE "C" NOT NULL,
+				records       BIGINT NOT NULL,
+				written_at    BIGINT NOT NULL,
+				PRIMARY KEY (first_call_id, records)
+			)`,
+			`CREATE INDEX usage_batches_written_at ON usage_batches (written_at)`,
 		},
 	},
 }

@@ -2,9 +2,12 @@ package store_test
 
 import (
 	"context"
+	"database/sql"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -28,6 +31,89 @@ func usageRec(call, team, project, model, key string, started time.Time, prompt,
 	}
 }
 
+// gatewayCallRecord reads back the record the gateway call callID holds:
+// its ids and times from the call's columns, its team and project from
+// its project, its endpoint from its op, its error from its exception,
+// the rest from its attributes and its summary's one model. Times are
+// the call's, to the microsecond.
+func gatewayCallRecord(t *testing.T, d *store.DB, callID string) accounting.Record {
+	t.Helper()
+	var (
+		r                              accounting.Record
+		op, started, ended, attrs, sum string
+		parent, exception, user        sql.NullString
+	)
+	err := d.QueryRow(context.Background(), `SELECT c.id, c.trace_id, c.parent_id, c.op_name, c.started_at, c.ended_at,
+		c.exception, c.attributes, c.summary, c.svc_user_id, p.entity, p.name
+		FROM calls c JOIN projects p ON p.id = c.project_id WHERE c.id = ?`, callID).Scan(
+		&r.CallID, &r.TraceID, &parent, &op, &started, &ended, &exception, &attrs, &sum, &user, &r.Team, &r.Project)
+	if err != nil {
+		t.Fatalf("call %s: %v", callID, err)
+	}
+	r.ParentID, r.Error = parent.String, exception.String
+	r.Endpoint = strings.TrimSuffix(strings.TrimPrefix(op, "openai."), ".create")
+	for _, ts := range []struct {
+		text string
+		to   *time.Time
+	}{{started, &r.Started}, {ended, &r.Ended}} {
+		if *ts.to, err = time.Parse(time.RFC3339Nano, ts.text); err != nil {
+			t.Fatalf("call %s: %v", callID, err)
+		}
+	}
+	var a struct {
+		RequestID    string `json:"request_id"`
+		KeyName      string `json:"key_name"`
+		Backend      string `json:"backend"`
+		Status       int    `json:"status"`
+		Stream       bool   `json:"stream"`
+		Incomplete   bool   `json:"incomplete"`
+		ServedModel  string `json:"served_model"`
+		CompletionID string `json:"completion_id"`
+	}
+	if err := json.Unmarshal([]byte(attrs), &a); err != nil {
+		t.Fatalf("call %s: attributes %s: %v", callID, attrs, err)
+	}
+	r.RequestID, r.KeyName, r.Backend, r.Status = a.RequestID, a.KeyName, a.Backend, a.Status
+	r.Stream, r.Incomplete, r.ServedModel, r.CompletionID = a.Stream, a.Incomplete, a.ServedModel, a.CompletionID
+	if user.String != r.KeyName {
+		t.Errorf("call %s: user %q, key %q", callID, user.String, r.KeyName)
+	}
+	var summary struct {
+		Usage map[string]struct {
+			Requests         int64 `json:"requests"`
+			PromptTokens     int64 `json:"prompt_tokens"`
+			CompletionTokens int64 `json:"completion_tokens"`
+			TotalTokens      int64 `json:"total_tokens"`
+			CachedTokens     int64 `json:"cache_read_input_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal([]byte(sum), &summary); err != nil || len(summary.Usage) != 1 {
+		t.Fatalf("call %s: summary %s (%v), want one model's usage", callID, sum, err)
+	}
+	for model, u := range summary.Usage {
+		if u.Requests != 1 {
+			t.Errorf("call %s: summary %s, want 1 request", callID, sum)
+		}
+		r.Model, r.PromptTokens, r.CompletionTokens, r.TotalTokens, r.CachedTokens =
+			model, u.PromptTokens, u.CompletionTokens, u.TotalTokens, u.CachedTokens
+	}
+	return r
+}
+
+// countRows runs query, which selects one integer.
+func countRows(t *testing.T, d *store.DB, query string) int64 {
+	t.Helper()
+	var n sql.NullInt64
+	if err := d.QueryRow(context.Background(), query).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return n.Int64
+}
+
+// TestInsertRecordsStoresEveryField reads every field of a record but its
+// payloads where it is stored: in its gateway call (see
+// gatewayCallRecord), and summed in the roll-up. Nothing writes
+// usage_records any more.
 func TestInsertRecordsStoresEveryField(t *testing.T) {
 	forEachStore(t, func(t *testing.T, d *store.DB) {
 		ctx := context.Background()
@@ -37,10 +123,11 @@ func TestInsertRecordsStoresEveryField(t *testing.T) {
 				KeyName: "ci", Team: "acme", Project: "chatbot", Model: "small", ServedModel: "big", Backend: "gpu-2",
 				Endpoint: "responses", Status: 200, Error: "stream broke", Stream: true, Incomplete: true,
 				PromptTokens: 11, CompletionTokens: 7, TotalTokens: 18, CachedTokens: 3,
-				Started: usageT0.Add(123 * time.Nanosecond), Ended: usageT0.Add(2*time.Second + 456*time.Nanosecond),
-				Input: []byte("not stored here"), Output: []byte("nor this"),
+				Started: usageT0.Add(123 * time.Microsecond), Ended: usageT0.Add(2*time.Second + 456*time.Microsecond),
+				CompletionID: "resp_1",
+				Input:        []byte("the request"), Output: []byte("the reply"),
 			},
-			// A client reusing its X-Request-Id: a second row, not a conflict.
+			// A client reusing its X-Request-Id: a second call, not a conflict.
 			{RequestID: "same-request", CallID: "c2", TraceID: "t2", KeyName: "ci", Team: "acme", Project: "chatbot", Model: "small",
 				Endpoint: "embeddings", Status: 502, Started: usageT0, Ended: usageT0},
 		}
@@ -49,53 +136,60 @@ func TestInsertRecordsStoresEveryField(t *testing.T) {
 		}
 		for _, w := range want {
 			t.Run(w.CallID, func(t *testing.T) {
-				var got accounting.Record
-				var started, ended int64
-				err := d.QueryRow(ctx, `SELECT request_id, call_id, trace_id, parent_id, key_name, team, project,
-					model, served_model, backend, endpoint, status, error, stream, incomplete,
-					prompt_tokens, completion_tokens, total_tokens, cached_tokens, started, ended
-					FROM usage_records WHERE call_id = ?`, w.CallID).Scan(
-					&got.RequestID, &got.CallID, &got.TraceID, &got.ParentID, &got.KeyName, &got.Team, &got.Project,
-					&got.Model, &got.ServedModel, &got.Backend, &got.Endpoint, &got.Status, &got.Error, &got.Stream, &got.Incomplete,
-					&got.PromptTokens, &got.CompletionTokens, &got.TotalTokens, &got.CachedTokens, &started, &ended)
-				if err != nil {
-					t.Fatalf("select: %v", err)
-				}
-				got.Started, got.Ended = time.Unix(0, started).UTC(), time.Unix(0, ended).UTC()
+				got := gatewayCallRecord(t, d, w.CallID)
 				w.Input, w.Output = nil, nil
 				if !reflect.DeepEqual(got, w) {
 					t.Errorf("stored\n%+v\nwant\n%+v", got, w)
 				}
 			})
 		}
+		sec := usageT0.Unix()
+		wantRollup := []rollupRow{
+			{sec, "acme", "chatbot", "ci", "small", "embeddings", "server_error", 0, 0, 0, 0, 0, 0, 1},
+			{sec, "acme", "chatbot", "ci", "small", "responses", "stream_broken", 11, 7, 3, 18, 18, 1, 1},
+		}
+		if got := rollupRows(t, d); !reflect.DeepEqual(got, wantRollup) {
+			t.Errorf("usage_rollup =\n%+v\nwant\n%+v", got, wantRollup)
+		}
+		if n := countRows(t, d, `SELECT COUNT(*) FROM usage_records`); n != 0 {
+			t.Errorf("usage_records: %d rows, want none", n)
+		}
 	})
 }
 
-func TestInsertRecordsIsIdempotentPerCallID(t *testing.T) {
+// TestInsertRecordsIsIdempotentPerBatch writes a batch twice, as the
+// recorder does when a commit was reported failed (and had succeeded):
+// its calls are stored once, its usage counts once, and one marker stands
+// for it.
+func TestInsertRecordsIsIdempotentPerBatch(t *testing.T) {
 	forEachStore(t, func(t *testing.T, d *store.DB) {
 		ctx := context.Background()
 		batch := []accounting.Record{
-			usageRec("c1", "acme", "bot", "m", "k", usageT0, 1, 1, 0),
-			usageRec("c2", "acme", "bot", "m", "k", usageT0, 1, 1, 0),
+			usageRec("c1", "acme", "bot", "m", "k", usageT0, 1, 2, 0),
+			usageRec("c2", "acme", "bot", "m", "k", usageT0, 3, 4, 0),
 		}
-		for range 2 { // as the recorder retries a batch whose commit was reported failed
+		for range 2 {
 			if err := d.InsertRecords(ctx, batch); err != nil {
 				t.Fatalf("InsertRecords: %v", err)
 			}
 		}
-		var n int
-		if err := d.QueryRow(ctx, `SELECT COUNT(*) FROM usage_records`).Scan(&n); err != nil {
-			t.Fatal(err)
+		if n := countRows(t, d, `SELECT COUNT(*) FROM calls`); n != 2 {
+			t.Errorf("%d calls, want 2", n)
 		}
-		if n != 2 {
-			t.Errorf("%d rows, want 2", n)
+		spent, err := d.SpentTokens(ctx, usageT0)
+		if want := []accounting.SpentRow{{Subject: accounting.Subject{Team: "acme", Project: "bot", Key: "k"}, Tokens: 10}}; err != nil || !reflect.DeepEqual(spent, want) {
+			t.Errorf("SpentTokens = %+v, %v; want %+v", spent, err, want)
+		}
+		if n := countRows(t, d, `SELECT COUNT(*) FROM usage_batches WHERE first_call_id = 'c1' AND records = 2`); n != 1 {
+			t.Errorf("%d markers of the batch, want 1", n)
 		}
 	})
 }
 
 // TestInsertRecordsManyRows writes a batch longer than one INSERT
 // statement carries (two full statements and a shorter last one), twice,
-// and checks that every record and every gateway call is stored once.
+// and checks that every gateway call is stored once and every record
+// counted once.
 func TestInsertRecordsManyRows(t *testing.T) {
 	forEachStore(t, func(t *testing.T, d *store.DB) {
 		ctx := context.Background()
@@ -111,17 +205,13 @@ func TestInsertRecordsManyRows(t *testing.T) {
 				t.Fatalf("InsertRecords: %v", err)
 			}
 		}
-		var rows, tokens int64
-		if err := d.QueryRow(ctx, `SELECT COUNT(*), SUM(total_tokens) FROM usage_records`).Scan(&rows, &tokens); err != nil {
-			t.Fatal(err)
+		records := countRows(t, d, `SELECT SUM(records) FROM usage_rollup`)
+		tokens := countRows(t, d, `SELECT SUM(total_tokens) FROM usage_rollup`)
+		if records != n || tokens != wantTokens {
+			t.Errorf("usage_rollup: %d records, %d tokens; want %d, %d", records, tokens, n, wantTokens)
 		}
-		if rows != n || tokens != wantTokens {
-			t.Errorf("usage_records: %d rows, %d tokens; want %d, %d", rows, tokens, n, wantTokens)
-		}
-		var calls, distinct int64
-		if err := d.QueryRow(ctx, `SELECT COUNT(*), COUNT(DISTINCT id) FROM calls`).Scan(&calls, &distinct); err != nil {
-			t.Fatal(err)
-		}
+		calls := countRows(t, d, `SELECT COUNT(*) FROM calls`)
+		distinct := countRows(t, d, `SELECT COUNT(DISTINCT id) FROM calls`)
 		if calls != n || distinct != n {
 			t.Errorf("calls: %d rows, %d distinct ids; want %d of each", calls, distinct, n)
 		}
@@ -136,9 +226,10 @@ func TestInsertRecordsFailsWholeBatch(t *testing.T) {
 		if err == nil {
 			t.Fatal("InsertRecords with a cancelled context = nil, want an error")
 		}
-		var n int
-		if err := d.QueryRow(context.Background(), `SELECT COUNT(*) FROM usage_records`).Scan(&n); err != nil || n != 0 {
-			t.Errorf("rows = %d (err %v), want 0", n, err)
+		for _, table := range []string{"calls", "usage_rollup", "usage_batches"} {
+			if n := countRows(t, d, `SELECT COUNT(*) FROM `+table); n != 0 {
+				t.Errorf("%s: %d rows, want 0", table, n)
+			}
 		}
 		if err := d.InsertRecords(context.Background(), nil); err != nil {
 			t.Errorf("InsertRecords(nil) = %v", err)
@@ -161,16 +252,10 @@ func TestMigrationsApplyOnce(t *testing.T) {
 			t.Fatalf("reopen: %v", err)
 		}
 		defer d2.Close()
-		ctx := context.Background()
-		var versions, rows int
-		if err := d2.QueryRow(ctx, `SELECT COUNT(*) FROM schema_migrations WHERE component = 'usage'`).Scan(&versions); err != nil {
-			t.Fatal(err)
-		}
-		if err := d2.QueryRow(ctx, `SELECT COUNT(*) FROM usage_records`).Scan(&rows); err != nil {
-			t.Fatal(err)
-		}
-		if want := store.Migrations()["usage"]; versions != want || rows != 1 {
-			t.Errorf("after reopening: %d usage versions (want %d), %d rows (want 1)", versions, want, rows)
+		versions := countRows(t, d2, `SELECT COUNT(*) FROM schema_migrations WHERE component = 'usage'`)
+		records := countRows(t, d2, `SELECT SUM(records) FROM usage_rollup`)
+		if want := store.Migrations()["usage"]; versions != int64(want) || records != 1 {
+			t.Errorf("after reopening: %d usage versions (want %d), %d records (want 1)", versions, want, records)
 		}
 	})
 }
@@ -406,4 +491,57 @@ func processCPU(tb testing.TB) time.Duration {
 		tb.Fatalf("getrusage: %v", err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// TestUsageBatchMarkersPurged writes batches dated more than
+// store.UsageBatchTTL ago, then new ones: each new batch deletes at most
+// store.UsageBatchPurge expired markers, the oldest first, and none that
+// is not expired.
+func TestUsageBatchMarkersPurged(t *testing.T) {
+	forEachStore(t, func(t *testing.T, d *store.DB) {
+		ctx := context.Background()
+		now := usageT0.Add(72 * time.Hour)
+		old := store.UsageBatchPurge + 2
+		for i := range old {
+			rec := usageRec(fmt.Sprint("old-", i), "acme", "bot", "m", "k", usageT0, 1, 0, 0)
+			at := now.Add(-store.UsageBatchTTL - time.Duration(old-i)*time.Second)
+			if err := d.InsertRecordsAt(ctx, []accounting.Record{rec}, at); err != nil {
+				t.Fatal(err)
+			}
+		}
+		recent := usageRec("recent", "acme", "bot", "m", "k", usageT0, 1, 0, 0)
+		if err := d.InsertRecordsAt(ctx, []accounting.Record{recent}, now.Add(-store.UsageBatchTTL+time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		// None was expired when the batches after it were written.
+		if n := countRows(t, d, `SELECT COUNT(*) FROM usage_batches`); n != int64(old)+1 {
+			t.Fatalf("%d markers before the purge, want %d", n, old+1)
+		}
+		if err := d.InsertRecordsAt(ctx, []accounting.Record{usageRec("new-1", "acme", "bot", "m", "k", usageT0, 1, 0, 0)}, now); err != nil {
+			t.Fatal(err)
+		}
+		left := countRows(t, d, `SELECT COUNT(*) FROM usage_batches WHERE first_call_id LIKE 'old-%'`)
+		if left != 2 {
+			t.Errorf("%d expired markers left after one purge, want 2", left)
+		}
+		if oldest := countRows(t, d, `SELECT COUNT(*) FROM usage_batches WHERE first_call_id IN ('old-0', 'old-1')`); oldest != 0 {
+			t.Errorf("%d of the two oldest markers left, want none: the oldest go first", oldest)
+		}
+		if err := d.InsertRecordsAt(ctx, []accounting.Record{usageRec("new-2", "acme", "bot", "m", "k", usageT0, 1, 0, 0)}, now); err != nil {
+			t.Fatal(err)
+		}
+		var kept []string
+		for _, id := range []string{"recent", "new-1", "new-2"} {
+			if countRows(t, d, `SELECT COUNT(*) FROM usage_batches WHERE first_call_id = '`+id+`'`) == 1 {
+				kept = append(kept, id)
+			}
+		}
+		if n := countRows(t, d, `SELECT COUNT(*) FROM usage_batches`); n != 3 || len(kept) != 3 {
+			t.Errorf("%d markers, of which %v; want recent, new-1 and new-2", n, kept)
+		}
+		// Purging markers leaves the usage alone.
+		if records := countRows(t, d, `SELECT SUM(records) FROM usage_rollup`); records != int64(old)+3 {
+			t.Errorf("%d records in the roll-up, want %d", records, old+3)
+		}
+	})
 }

@@ -210,7 +210,8 @@ func sequentialLoad(t *testing.T, base string, stop <-chan struct{}) []ack {
 
 // storedRequestIDs opens the store as the gateway does (recovering its
 // write-ahead log after a crash), then reads every usage record's request
-// id, counting repeats.
+// id, from its gateway call, counting repeats, and checks that the usage
+// roll-up counts each call once.
 func storedRequestIDs(t *testing.T, dir string) map[string]int {
 	t.Helper()
 	path := filepath.Join(dir, "usage.db")
@@ -226,7 +227,8 @@ func storedRequestIDs(t *testing.T, dir string) map[string]int {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	rows, err := db.Query(`SELECT request_id FROM usage_records`)
+	// Every record is a gateway call, whose attributes hold its request id.
+	rows, err := db.Query(`SELECT json_extract(attributes, '$.request_id') FROM calls`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,6 +243,15 @@ func storedRequestIDs(t *testing.T, dir string) map[string]int {
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
+	}
+	// A call and its count in the usage roll-up are written together: each
+	// stored call counts once, whatever the crash cut off.
+	var calls, counted sql.NullInt64
+	if err := db.QueryRow(`SELECT (SELECT COUNT(*) FROM calls), (SELECT SUM(records) FROM usage_rollup)`).Scan(&calls, &counted); err != nil {
+		t.Fatal(err)
+	}
+	if calls.Int64 != counted.Int64 {
+		t.Errorf("%d calls stored, %d records in the usage roll-up", calls.Int64, counted.Int64)
 	}
 	return ids
 }
