@@ -217,9 +217,9 @@ type linkKey struct {
 	completion string
 }
 
-// recordLink is the key of a record's link.
-func recordLink(rec *accounting.Record) linkKey {
-	return linkKey{recordProject(rec)[0], rec.CompletionCreated, rec.CompletionID}
+// recordLink is the key of a record's link; row is its gatewayRow.
+func recordLink(rec *accounting.Record, row *gatewayRow) linkKey {
+	return linkKey{row.project.team, rec.CompletionCreated, rec.CompletionID}
 }
 
 // sdkLink is an SDK call a completion is linked to.
@@ -238,7 +238,10 @@ type sdkLink struct {
 // completion waits for this transaction, and on PostgreSQL a transaction
 // that then needed a second connection of a pool the waiting ingests hold
 // would wait for them in turn.
-func linkGatewayCompletions(ctx context.Context, c conn, recs []accounting.Record, projects map[[2]string]int64) error {
+//
+// rows and text are recs' of gatewayCallRows: a link's entity, project and
+// call id are the arguments its call was inserted with, not boxed again.
+func linkGatewayCompletions(ctx context.Context, c conn, recs []accounting.Record, rows []gatewayRow, text string) error {
 	var linked []int
 	for i := range recs {
 		if recs[i].CompletionID != "" {
@@ -248,12 +251,13 @@ func linkGatewayCompletions(ctx context.Context, c conn, recs []accounting.Recor
 	// In key order, so that two batches linking the same completions lock
 	// them in the same order.
 	slices.SortFunc(linked, func(a, b int) int {
-		ka, kb := recordLink(&recs[a]), recordLink(&recs[b])
+		ka, kb := recordLink(&recs[a], &rows[a]), recordLink(&recs[b], &rows[b])
 		return cmp.Or(strings.Compare(ka.entity, kb.entity), cmp.Compare(ka.created, kb.created),
 			strings.Compare(ka.completion, kb.completion))
 	})
 	held := make(map[linkKey]sdkLink)
 	dates := make([]any, 0, rowsPerInsert)
+	args := make([]any, 0, insertCompletionLink.cols*min(len(linked), rowsPerInsert))
 	for start := 0; start < len(linked); start += rowsPerInsert {
 		part := linked[start:min(start+rowsPerInsert, len(linked))]
 		// A batch's links share a few dates, adjacent in key order: each
@@ -267,10 +271,10 @@ func linkGatewayCompletions(ctx context.Context, c conn, recs []accounting.Recor
 				dates = append(dates, dates[k-1])
 			}
 		}
-		args := make([]any, 0, insertCompletionLink.cols*len(part))
+		args = args[:0]
 		for j, i := range part {
-			tp := recordProject(&recs[i])
-			args = append(args, tp[0], dates[j], recs[i].CompletionID, projects[tp], recs[i].CallID, false)
+			row := &rows[i]
+			args = append(args, row.project.entity, dates[j], recs[i].CompletionID, row.project.idArg, row.callID, false)
 		}
 		res, err := c.exec(ctx, insertCompletionLink.sql(len(part)), args...)
 		if err != nil {
@@ -290,7 +294,7 @@ func linkGatewayCompletions(ctx context.Context, c conn, recs []accounting.Recor
 		// Which of them an SDK call holds: links this batch did not insert.
 		args = append(args[:0], true)
 		for _, i := range part {
-			args = append(args, recordProject(&recs[i])[0])
+			args = append(args, rows[i].project.entity)
 		}
 		args = append(args, dates...)
 		for _, i := range part {
@@ -301,20 +305,17 @@ func linkGatewayCompletions(ctx context.Context, c conn, recs []accounting.Recor
 		}
 	}
 	for _, i := range linked {
-		tp := recordProject(&recs[i])
-		l, ok := held[recordLink(&recs[i])]
+		row := &rows[i]
+		l, ok := held[recordLink(&recs[i], row)]
 		if !ok {
 			continue
 		}
-		if _, err := c.exec(ctx, `DELETE FROM calls WHERE project_id = ? AND id = ?`, projects[tp], recs[i].CallID); err != nil {
+		if _, err := c.exec(ctx, `DELETE FROM calls WHERE project_id = ? AND id = ?`, row.project.id, recs[i].CallID); err != nil {
 			return fmt.Errorf("fold gateway call: %w", err)
 		}
-		gwAttrs, err := gatewayAttributesJSON(&recs[i])
-		if err != nil {
-			return fmt.Errorf("fold gateway call: %w", err)
-		}
+		gwAttrs := []byte(text[row.text[2]:row.text[3]])
 		var attrs []byte
-		err = c.queryRow(ctx, `SELECT attributes FROM calls WHERE project_id = ? AND id = ?`, l.projectID, l.callID).Scan(&attrs)
+		err := c.queryRow(ctx, `SELECT attributes FROM calls WHERE project_id = ? AND id = ?`, l.projectID, l.callID).Scan(&attrs)
 		if errors.Is(err, sql.ErrNoRows) {
 			continue // the SDK call was deleted since
 		}

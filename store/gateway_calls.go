@@ -7,11 +7,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/tollgate-dev/tollgate/accounting"
+	"github.com/tollgate-dev/tollgate/trace"
 )
 
 // gatewayOpName is the op of the call the gateway records for a request to
@@ -52,37 +55,129 @@ var insertGatewayCall = multiRowInsert{
 	tail: ` ON CONFLICT (project_id, id) DO NOTHING`,
 }
 
-// gatewayAttributes are the attributes of a gateway call.
-type gatewayAttributes struct {
-	RequestID   string `json:"request_id"`
-	KeyName     string `json:"key_name"`
-	Backend     string `json:"backend"`
-	Status      int    `json:"status"`
-	Stream      bool   `json:"stream"`
-	Incomplete  bool   `json:"incomplete"`
-	ServedModel string `json:"served_model"`
-	// CompletionID is the reply's id, by which, with the reply's date, an
-	// SDK's call of the same completion finds this one (see
-	// call_completions.go).
-	CompletionID string `json:"completion_id,omitempty"`
+// appendGatewayAttributes appends the attributes of a record's call, as
+// JSON: request_id, key_name, backend, status, stream, incomplete,
+// served_model and, when the reply had one, completion_id (the reply's id,
+// by which, with the reply's date, an SDK's call of the same completion
+// finds this one; see call_completions.go). The keys and their order are
+// those the calls stored so far have, which json.Marshal of a struct wrote.
+func appendGatewayAttributes(b []byte, rec *accounting.Record) []byte {
+	b = append(b, `{"request_id":`...)
+	b = appendJSONString(b, rec.RequestID)
+	b = append(b, `,"key_name":`...)
+	b = appendJSONString(b, rec.KeyName)
+	b = append(b, `,"backend":`...)
+	b = appendJSONString(b, rec.Backend)
+	b = append(b, `,"status":`...)
+	b = strconv.AppendInt(b, int64(rec.Status), 10)
+	b = append(b, `,"stream":`...)
+	b = strconv.AppendBool(b, rec.Stream)
+	b = append(b, `,"incomplete":`...)
+	b = strconv.AppendBool(b, rec.Incomplete)
+	b = append(b, `,"served_model":`...)
+	b = appendJSONString(b, rec.ServedModel)
+	if rec.CompletionID != "" {
+		b = append(b, `,"completion_id":`...)
+		b = appendJSONString(b, rec.CompletionID)
+	}
+	return append(b, '}')
 }
 
-// gatewayAttributesJSON is the attributes of a record's call, as JSON.
-func gatewayAttributesJSON(rec *accounting.Record) ([]byte, error) {
-	return json.Marshal(gatewayAttributes{
-		RequestID: rec.RequestID, KeyName: rec.KeyName, Backend: rec.Backend, Status: rec.Status,
-		Stream: rec.Stream, Incomplete: rec.Incomplete, ServedModel: rec.ServedModel, CompletionID: rec.CompletionID,
-	})
+// appendGatewaySummary appends the summary of a record's call:
+// {"usage":{"<model>":{...}}}, the Weave shape the trace usage roll-up
+// reads, with the keys in the order the calls stored so far have them.
+func appendGatewaySummary(b []byte, rec *accounting.Record) []byte {
+	b = append(b, `{"usage":{`...)
+	b = appendJSONString(b, rec.Model)
+	b = append(b, `:{"requests":1,"prompt_tokens":`...)
+	b = strconv.AppendInt(b, rec.PromptTokens, 10)
+	b = append(b, `,"completion_tokens":`...)
+	b = strconv.AppendInt(b, rec.CompletionTokens, 10)
+	b = append(b, `,"total_tokens":`...)
+	b = strconv.AppendInt(b, rec.TotalTokens, 10)
+	b = append(b, `,"cache_read_input_tokens":`...)
+	b = strconv.AppendInt(b, rec.CachedTokens, 10)
+	return append(b, "}}}"...)
 }
 
-// modelUsage is one model's entry of summary.usage, in the Weave shape the
-// trace usage roll-up reads: {"usage": {"<model>": modelUsage}}.
-type modelUsage struct {
-	Requests             int64 `json:"requests"`
-	PromptTokens         int64 `json:"prompt_tokens"`
-	CompletionTokens     int64 `json:"completion_tokens"`
-	TotalTokens          int64 `json:"total_tokens"`
-	CacheReadInputTokens int64 `json:"cache_read_input_tokens"`
+// appendTraceTime appends t as formatTraceTime formats it.
+func appendTraceTime(b []byte, t time.Time) []byte {
+	return t.UTC().AppendFormat(b, trace.TimeLayout)
+}
+
+// gatewayProject is a project a batch's calls are filed under, with the
+// arguments that name it boxed once for all of the batch's rows.
+type gatewayProject struct {
+	team   string
+	entity any // team, the link's entity
+	id     int64
+	idArg  any // id
+}
+
+// gatewayRow is what a record's call row and link are built from,
+// computed once per record of a batch.
+type gatewayRow struct {
+	project *gatewayProject
+	callID  any // the record's CallID, boxed once for the call and its link
+	// text bounds the call's started_at, ended_at, attributes and summary
+	// in the batch's text: text[k]:text[k+1].
+	text [5]int
+}
+
+// gatewayRowText is an estimate of the text of a record's call beyond its
+// strings: its two times and the JSON around the attributes and summary.
+const gatewayRowText = 320
+
+// gatewayCallRows returns the rows of recs' calls and the text they
+// bound. All of a batch's text is one string, built through one reused
+// buffer, so that a record's four texts cost no allocation of their own;
+// each argument is still boxed.
+func gatewayCallRows(recs []accounting.Record, projects map[[2]string]*gatewayProject) ([]gatewayRow, string) {
+	rows := make([]gatewayRow, len(recs))
+	size := 0
+	for i := range recs {
+		rec := &recs[i]
+		size += gatewayRowText + len(rec.RequestID) + len(rec.KeyName) + len(rec.Backend) + len(rec.ServedModel) +
+			len(rec.CompletionID) + len(rec.Model)
+	}
+	var text strings.Builder
+	text.Grow(size)
+	var buf []byte
+	for i := range recs {
+		rec, row := &recs[i], &rows[i]
+		row.project = projects[recordProject(rec)]
+		row.callID = rec.CallID
+		ended := rec.Ended
+		if ended.IsZero() {
+			ended = rec.Started
+		}
+		base := text.Len()
+		row.text[0] = base
+		buf = appendTraceTime(buf[:0], rec.Started)
+		row.text[1] = base + len(buf)
+		buf = appendTraceTime(buf, ended)
+		row.text[2] = base + len(buf)
+		buf = appendGatewayAttributes(buf, rec)
+		row.text[3] = base + len(buf)
+		buf = appendGatewaySummary(buf, rec)
+		row.text[4] = base + len(buf)
+		text.Write(buf)
+	}
+	return rows, text.String()
+}
+
+// lastArg boxes a string argument once for each run of equal values: a
+// batch's records mostly share their endpoint and key name.
+type lastArg struct {
+	s string
+	v any
+}
+
+func (l *lastArg) box(s string) any {
+	if l.v == nil || s != l.s {
+		l.s, l.v = s, s
+	}
+	return l.v
 }
 
 // insertGatewayCalls records each chat completion as a trace call in the
@@ -107,20 +202,17 @@ func insertGatewayCalls(ctx context.Context, c conn, recs []accounting.Record) e
 			recs[i].CallID = u.String()
 		}
 	}
+	rows, text := gatewayCallRows(recs, projects)
+	var op, user lastArg
 	err = insertGatewayCall.exec(ctx, c, len(recs), func(args []any, i int) ([]any, error) {
-		rec := &recs[i]
-		args, err := appendGatewayCallArgs(args, projects[recordProject(rec)], rec)
-		if err != nil {
-			return nil, fmt.Errorf("call %s: %w", rec.CallID, err)
-		}
-		return args, nil
+		return appendGatewayCallArgs(args, &recs[i], &rows[i], text, &op, &user), nil
 	})
 	if err != nil {
 		return fmt.Errorf("insert gateway calls: %w", err)
 	}
 	// Last, so that the links' row locks are taken after every statement
 	// that may need a connection of the pool (see linkGatewayCompletions).
-	if err := linkGatewayCompletions(ctx, c, recs, projects); err != nil {
+	if err := linkGatewayCompletions(ctx, c, recs, rows, text); err != nil {
 		return fmt.Errorf("insert gateway calls: %w", err)
 	}
 	return nil
@@ -138,11 +230,11 @@ func recordProject(rec *accounting.Record) [2]string {
 	return [2]string{team, project}
 }
 
-// ensureRecordProjects returns the id of every project recs are filed
-// under, creating the missing ones in (team, project) order: on
-// PostgreSQL, two writers creating the same new projects then wait for one
-// another in the same order rather than deadlock.
-func ensureRecordProjects(ctx context.Context, c conn, recs []accounting.Record) (map[[2]string]int64, error) {
+// ensureRecordProjects returns every project recs are filed under,
+// creating the missing ones in (team, project) order: on PostgreSQL, two
+// writers creating the same new projects then wait for one another in the
+// same order rather than deadlock.
+func ensureRecordProjects(ctx context.Context, c conn, recs []accounting.Record) (map[[2]string]*gatewayProject, error) {
 	var names [][2]string
 	seen := make(map[[2]string]bool)
 	for i := range recs {
@@ -155,31 +247,24 @@ func ensureRecordProjects(ctx context.Context, c conn, recs []accounting.Record)
 	slices.SortFunc(names, func(a, b [2]string) int {
 		return cmp.Or(strings.Compare(a[0], b[0]), strings.Compare(a[1], b[1]))
 	})
-	ids := make(map[[2]string]int64, len(names))
+	projects := make(map[[2]string]*gatewayProject, len(names))
 	for _, tp := range names {
 		id, err := ensureProject(ctx, c, tp[0], tp[1])
 		if err != nil {
 			return nil, err
 		}
-		ids[tp] = id
+		projects[tp] = &gatewayProject{team: tp[0], entity: tp[0], id: id, idArg: id}
 	}
-	return ids, nil
+	return projects, nil
 }
 
-// appendGatewayCallArgs appends a record's row of insertGatewayCall to args.
-func appendGatewayCallArgs(args []any, projectID int64, rec *accounting.Record) ([]any, error) {
-	id, trace := rec.CallID, rec.TraceID
-	if id == "" {
-		// The proxy always sets both; a generated id keeps a record that
-		// lacks one from colliding with another.
-		u, err := uuid.NewV7()
-		if err != nil {
-			return nil, err
-		}
-		id = u.String()
-	}
-	if trace == "" {
-		trace = id
+// appendGatewayCallArgs appends a record's row of insertGatewayCall to
+// args; row and text are the record's of gatewayCallRows, op and user box
+// the op name and key name across the batch's rows.
+func appendGatewayCallArgs(args []any, rec *accounting.Record, row *gatewayRow, text string, op, user *lastArg) []any {
+	traceID := row.callID
+	if rec.TraceID != "" && rec.TraceID != rec.CallID {
+		traceID = rec.TraceID
 	}
 	var parent, exception any
 	if rec.ParentID != "" {
@@ -188,19 +273,7 @@ func appendGatewayCallArgs(args []any, projectID int64, rec *accounting.Record) 
 	if rec.Error != "" {
 		exception = rec.Error
 	}
-	ended := rec.Ended
-	if ended.IsZero() {
-		ended = rec.Started
-	}
-	attrs, err := gatewayAttributesJSON(rec)
-	if err != nil {
-		return nil, err
-	}
-	summary, err := gatewaySummary(rec)
-	if err != nil {
-		return nil, err
-	}
-	inputs := "{}"
+	var inputs any = "{}"
 	if len(rec.Input) > 0 {
 		inputs = payloadObject(rec.Input)
 	}
@@ -208,36 +281,13 @@ func appendGatewayCallArgs(args []any, projectID int64, rec *accounting.Record) 
 	if len(rec.Output) > 0 {
 		output = payloadValue(rec.Output)
 	}
-	var user any
+	var keyName any
 	if rec.KeyName != "" {
-		user = rec.KeyName
+		keyName = user.box(rec.KeyName)
 	}
-	return append(args, projectID, id, gatewayOpName(rec.Endpoint), trace, parent, formatTraceTime(rec.Started), formatTraceTime(ended), exception,
-		string(attrs), inputs, output, summary, user), nil
-}
-
-// gatewaySummary is the summary of a record's call:
-// {"usage":{"<model>":<modelUsage>}}. The model is a key only JSON can
-// quote; the rest is a struct, so no map is built per record.
-func gatewaySummary(rec *accounting.Record) (string, error) {
-	model, err := json.Marshal(rec.Model)
-	if err != nil {
-		return "", err
-	}
-	usage, err := json.Marshal(modelUsage{
-		Requests: 1, PromptTokens: rec.PromptTokens, CompletionTokens: rec.CompletionTokens,
-		TotalTokens: rec.TotalTokens, CacheReadInputTokens: rec.CachedTokens,
-	})
-	if err != nil {
-		return "", err
-	}
-	b := make([]byte, 0, len(`{"usage":{:}}`)+len(model)+len(usage))
-	b = append(b, `{"usage":{`...)
-	b = append(b, model...)
-	b = append(b, ':')
-	b = append(b, usage...)
-	b = append(b, "}}"...)
-	return string(b), nil
+	t := &row.text
+	return append(args, row.project.idArg, row.callID, op.box(gatewayOpName(rec.Endpoint)), traceID, parent,
+		text[t[0]:t[1]], text[t[1]:t[2]], exception, text[t[2]:t[3]], inputs, output, text[t[3]:t[4]], keyName)
 }
 
 // payloadValue returns b as JSON text: itself when it is JSON (the reply
