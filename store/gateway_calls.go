@@ -9,12 +9,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/tollgate-dev/tollgate/accounting"
-	"github.com/tollgate-dev/tollgate/trace"
 )
 
 // gatewayOpName is the op of the call the gateway records for a request to
@@ -98,11 +96,6 @@ func appendGatewaySummary(b []byte, rec *accounting.Record) []byte {
 	b = append(b, `,"cache_read_input_tokens":`...)
 	b = strconv.AppendInt(b, rec.CachedTokens, 10)
 	return append(b, "}}}"...)
-}
-
-// appendTraceTime appends t as formatTraceTime formats it.
-func appendTraceTime(b []byte, t time.Time) []byte {
-	return t.UTC().AppendFormat(b, trace.TimeLayout)
 }
 
 // gatewayProject is a project a batch's calls are filed under, with the

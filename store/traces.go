@@ -15,7 +15,13 @@ import (
 
 var _ trace.Store = (*DB)(nil)
 
-func formatTraceTime(t time.Time) string { return t.UTC().Format(trace.TimeLayout) }
+func formatTraceTime(t time.Time) string { return string(appendTraceTime(nil, t)) }
+
+// appendTraceTime appends t in the stored form of trace times: UTC, with
+// nanoseconds (trace.TimeLayout), which sorts as the time does.
+func appendTraceTime(b []byte, t time.Time) []byte {
+	return t.UTC().AppendFormat(b, trace.TimeLayout)
+}
 
 func parseTraceTime(s string) (time.Time, error) {
 	t, err := time.Parse(time.RFC3339Nano, s)
