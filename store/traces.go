@@ -17,8 +17,8 @@ var _ trace.Store = (*DB)(nil)
 
 func formatTraceTime(t time.Time) string { return string(appendTraceTime(nil, t)) }
 
-// appendTraceTime appends t in the stored form of trace times: UTC, with
-// nanoseconds (trace.TimeLayout), which sorts as the time does.
+// appendTraceTime appends t in the stored form of trace times: UTC, to the
+// microseconds, fixed width (trace.TimeLayout), so text order is time order.
 func appendTraceTime(b []byte, t time.Time) []byte {
 	return t.UTC().AppendFormat(b, trace.TimeLayout)
 }
