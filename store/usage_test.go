@@ -3,7 +3,6 @@ package store_test
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/tidwall/gjson"
 
 	"github.com/tollgate-dev/tollgate/accounting"
 	"github.com/tollgate-dev/tollgate/config"
@@ -60,42 +60,26 @@ func gatewayCallRecord(t *testing.T, d *store.DB, callID string) accounting.Reco
 			t.Fatalf("call %s: %v", callID, err)
 		}
 	}
-	var a struct {
-		RequestID    string `json:"request_id"`
-		KeyName      string `json:"key_name"`
-		Backend      string `json:"backend"`
-		Status       int    `json:"status"`
-		Stream       bool   `json:"stream"`
-		Incomplete   bool   `json:"incomplete"`
-		ServedModel  string `json:"served_model"`
-		CompletionID string `json:"completion_id"`
+	if !gjson.Valid(attrs) || !gjson.Valid(sum) {
+		t.Fatalf("call %s: attributes %s, summary %s: not JSON", callID, attrs, sum)
 	}
-	if err := json.Unmarshal([]byte(attrs), &a); err != nil {
-		t.Fatalf("call %s: attributes %s: %v", callID, attrs, err)
-	}
-	r.RequestID, r.KeyName, r.Backend, r.Status = a.RequestID, a.KeyName, a.Backend, a.Status
-	r.Stream, r.Incomplete, r.ServedModel, r.CompletionID = a.Stream, a.Incomplete, a.ServedModel, a.CompletionID
+	a := gjson.Parse(attrs)
+	r.RequestID, r.KeyName, r.Backend = a.Get("request_id").Str, a.Get("key_name").Str, a.Get("backend").Str
+	r.Status, r.Stream, r.Incomplete = int(a.Get("status").Int()), a.Get("stream").Bool(), a.Get("incomplete").Bool()
+	r.ServedModel, r.CompletionID = a.Get("served_model").Str, a.Get("completion_id").Str
 	if user.String != r.KeyName {
 		t.Errorf("call %s: user %q, key %q", callID, user.String, r.KeyName)
 	}
-	var summary struct {
-		Usage map[string]struct {
-			Requests         int64 `json:"requests"`
-			PromptTokens     int64 `json:"prompt_tokens"`
-			CompletionTokens int64 `json:"completion_tokens"`
-			TotalTokens      int64 `json:"total_tokens"`
-			CachedTokens     int64 `json:"cache_read_input_tokens"`
-		} `json:"usage"`
+	usage := gjson.Get(sum, "usage").Map()
+	if len(usage) != 1 {
+		t.Fatalf("call %s: summary %s, want one model's usage", callID, sum)
 	}
-	if err := json.Unmarshal([]byte(sum), &summary); err != nil || len(summary.Usage) != 1 {
-		t.Fatalf("call %s: summary %s (%v), want one model's usage", callID, sum, err)
-	}
-	for model, u := range summary.Usage {
-		if u.Requests != 1 {
+	for model, u := range usage {
+		if u.Get("requests").Int() != 1 {
 			t.Errorf("call %s: summary %s, want 1 request", callID, sum)
 		}
-		r.Model, r.PromptTokens, r.CompletionTokens, r.TotalTokens, r.CachedTokens =
-			model, u.PromptTokens, u.CompletionTokens, u.TotalTokens, u.CachedTokens
+		r.Model, r.PromptTokens, r.CompletionTokens = model, u.Get("prompt_tokens").Int(), u.Get("completion_tokens").Int()
+		r.TotalTokens, r.CachedTokens = u.Get("total_tokens").Int(), u.Get("cache_read_input_tokens").Int()
 	}
 	return r
 }
