@@ -10,8 +10,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/google/uuid"
-
 	"github.com/tollgate-dev/tollgate/accounting"
 )
 
@@ -173,9 +171,10 @@ func (l *lastArg) box(s string) any {
 	return l.v
 }
 
-// insertGatewayCalls records each chat completion as a trace call in the
-// same transaction as its usage record. A call that exists already is left
-// alone, so that a retried batch inserts nothing twice.
+// insertGatewayCalls records each request as a trace call, the one row a
+// request has (its usage is summed in the roll-up in the same transaction).
+// A call that exists already is left alone, so that a retried batch inserts
+// nothing twice.
 func insertGatewayCalls(ctx context.Context, c conn, recs []accounting.Record) error {
 	if len(recs) == 0 {
 		return nil
@@ -184,16 +183,8 @@ func insertGatewayCalls(ctx context.Context, c conn, recs []accounting.Record) e
 	if err != nil {
 		return fmt.Errorf("insert gateway calls: %w", err)
 	}
-	for i := range recs {
-		if recs[i].CallID == "" {
-			// The proxy always sets it; a generated id keeps a record that
-			// lacks one from colliding with another.
-			u, err := uuid.NewV7()
-			if err != nil {
-				return fmt.Errorf("insert gateway calls: %w", err)
-			}
-			recs[i].CallID = u.String()
-		}
+	if err := fillCallIDs(recs); err != nil {
+		return fmt.Errorf("insert gateway calls: %w", err)
 	}
 	rows, text := gatewayCallRows(recs, projects)
 	var op, user lastArg

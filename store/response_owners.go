@@ -56,6 +56,9 @@ var responseOwnerMigrations = []migration{
 // statement ever deleting an unbounded number.
 const responseOwnerPurgeBatch = 100
 
+// expiredResponseOwners are the response owners past their expiry.
+var expiredResponseOwners = expiringRows{table: "response_owners", key: "response_id", at: "expires", inclusive: true}
+
 // PutResponseOwner remembers that backend made the response responseID for
 // team and project, until expires; putting it again replaces all three. An
 // empty team records a response whose team is not known. It also purges up
@@ -71,7 +74,7 @@ func (d *DB) PutResponseOwner(ctx context.Context, responseID, backend, team, pr
 		responseID, backend, team, project, expires.UnixNano()); err != nil {
 		return fmt.Errorf("put response owner: %w", err)
 	}
-	if _, err := d.purgeResponseOwners(ctx, time.Now(), responseOwnerPurgeBatch); err != nil {
+	if _, err := expiredResponseOwners.purge(ctx, c, time.Now().UnixNano(), responseOwnerPurgeBatch); err != nil {
 		return fmt.Errorf("put response owner: %w", err)
 	}
 	return nil
@@ -89,26 +92,4 @@ func (d *DB) ResponseOwner(ctx context.Context, responseID string) (backend, tea
 		return "", "", "", false, fmt.Errorf("response owner: %w", err)
 	}
 	return backend, team, project, true, nil
-}
-
-// purgeResponseOwners deletes at most limit rows expired at now, the
-// oldest first, and returns how many it deleted. On PostgreSQL, replicas
-// purging at once skip the rows another holds instead of waiting for (or
-// deadlocking with) it.
-func (d *DB) purgeResponseOwners(ctx context.Context, now time.Time, limit int) (int64, error) {
-	lock := ""
-	if d.dialect == dialectPostgres {
-		lock = " FOR UPDATE SKIP LOCKED"
-	}
-	res, err := d.conn().exec(ctx, `DELETE FROM response_owners WHERE response_id IN (
-		SELECT response_id FROM response_owners WHERE expires <= ? ORDER BY expires LIMIT ?`+lock+`)`,
-		now.UnixNano(), limit)
-	if err != nil {
-		return 0, fmt.Errorf("purge expired response owners: %w", err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, fmt.Errorf("purge expired response owners: %w", err)
-	}
-	return n, nil
 }

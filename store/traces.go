@@ -238,6 +238,9 @@ const (
 // still waiting a day later belongs to a start that was lost or refused.
 const callEndTTL = 24 * time.Hour
 
+// keptCallEnds are the ends kept in call_ends, dated by when they were kept.
+var keptCallEnds = expiringRows{table: "call_ends", key: "project_id, id", at: "kept_at"}
+
 // callEndPurgeBatch bounds the expired ends one WriteCalls deletes. Every
 // batch that keeps ends takes up to this many expired ones away, so the
 // table stays near its waiting ends without any statement ever deleting
@@ -302,7 +305,7 @@ func (d *DB) writeCallsOnce(ctx context.Context, writes []trace.CallWrite) ([]st
 		}
 	}
 	if kept {
-		if err := purgeCallEnds(ctx, c, now.Add(-callEndTTL), callEndPurgeBatch); err != nil {
+		if _, err := keptCallEnds.purge(ctx, c, now.Add(-callEndTTL).UnixNano(), callEndPurgeBatch); err != nil {
 			return nil, fmt.Errorf("write calls: %w", err)
 		}
 	}
@@ -366,22 +369,6 @@ func applyPendingEnd(ctx context.Context, c conn, end *sql.Stmt, projectID int64
 	// The call was just inserted, so the end applies and is not kept again.
 	_, err = writeEnd(ctx, c, end, &e, time.Time{})
 	return err
-}
-
-// purgeCallEnds deletes at most limit ends kept before cutoff, the oldest
-// first. On PostgreSQL, writers purging at once skip the rows another
-// holds instead of waiting for (or deadlocking with) it.
-func purgeCallEnds(ctx context.Context, c conn, cutoff time.Time, limit int) error {
-	lock := ""
-	if c.d == dialectPostgres {
-		lock = " FOR UPDATE SKIP LOCKED"
-	}
-	if _, err := c.exec(ctx, `DELETE FROM call_ends WHERE (project_id, id) IN (
-		SELECT project_id, id FROM call_ends WHERE kept_at < ? ORDER BY kept_at LIMIT ?`+lock+`)`,
-		cutoff.UnixNano(), limit); err != nil {
-		return fmt.Errorf("purge call ends: %w", err)
-	}
-	return nil
 }
 
 // writeEnd ends the call, or keeps the end in call_ends, dated now, when

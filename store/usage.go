@@ -123,6 +123,9 @@ var insertUsageBatch = multiRowInsert{
 // after this gateway's store was unreachable for a day.
 const usageBatchTTL = 24 * time.Hour
 
+// oldUsageBatches are the batch markers, dated by when their batch was written.
+var oldUsageBatches = expiringRows{table: "usage_batches", key: "first_call_id, records", at: "written_at"}
+
 // usageBatchPurge bounds the expired markers a batch deletes. Each batch
 // adds one marker, so a few deleted per batch keep the table at about a
 // day of batches without any statement deleting an unbounded number.
@@ -139,30 +142,10 @@ func markBatch(ctx context.Context, c conn, recs []accounting.Record, now time.T
 	if n == 0 {
 		return false, nil
 	}
-	if err := purgeUsageBatches(ctx, c, now.Add(-usageBatchTTL), usageBatchPurge); err != nil {
+	if _, err := oldUsageBatches.purge(ctx, c, now.Add(-usageBatchTTL).UnixNano(), usageBatchPurge); err != nil {
 		return false, err
 	}
 	return true, nil
-}
-
-// purgeUsageBatches deletes at most limit markers written before cutoff,
-// the oldest first. On PostgreSQL, writers purging at once skip the rows
-// another holds instead of waiting for (or deadlocking with) it.
-func purgeUsageBatches(ctx context.Context, c conn, cutoff time.Time, limit int) error {
-	lock := ""
-	if c.d == dialectPostgres {
-		lock = " FOR UPDATE SKIP LOCKED"
-	}
-	stmt, err := c.cached(ctx, `DELETE FROM usage_batches WHERE (first_call_id, records) IN (
-		SELECT first_call_id, records FROM usage_batches WHERE written_at < ? ORDER BY written_at LIMIT ?`+lock+`)`)
-	if err != nil {
-		return fmt.Errorf("purge usage batches: %w", err)
-	}
-	defer stmt.Close()
-	if _, err := stmt.ExecContext(ctx, cutoff.UnixNano(), limit); err != nil {
-		return fmt.Errorf("purge usage batches: %w", err)
-	}
-	return nil
 }
 
 // defaultEndpoint is the endpoint of a record that names none: records
