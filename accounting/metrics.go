@@ -29,6 +29,9 @@ type recorderMetrics struct {
 	invalid prometheus.Counter
 	// panics counts panics the writer recovered from, its store's included.
 	panics prometheus.Counter
+	// normalPriorityBatches counts batches written at normal priority
+	// because the queue was backlogged (writer_priority.go).
+	normalPriorityBatches prometheus.Counter
 	// writeLag is, for each batch written, how long its oldest record
 	// waited from the end of its request: how far the store trails.
 	writeLag prometheus.Histogram
@@ -77,6 +80,10 @@ func newRecorderMetrics(reg prometheus.Registerer, queueDepth func() float64) *r
 			Name: "tollgate_usage_writer_panics_total",
 			Help: "Panics the usage writer recovered from (its store's included); each is logged with its stack.",
 		}),
+		normalPriorityBatches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_usage_batches_backlogged_total",
+			Help: "Usage batches written at normal priority because more than four batches were queued; the writer otherwise runs at a lowered priority.",
+		}),
 		writeLag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "tollgate_usage_write_lag_seconds",
 			Help:    "For each batch of usage records written, time from the end of its oldest record's request to the write.",
@@ -86,7 +93,7 @@ func newRecorderMetrics(reg prometheus.Registerer, queueDepth func() float64) *r
 	if reg != nil {
 		reg.MustRegister(
 			m.promptTokens, m.completionTokens,
-			m.written, m.failed, m.retried, m.lost, m.backpressure, m.invalid, m.panics, m.writeLag,
+			m.written, m.failed, m.retried, m.lost, m.backpressure, m.invalid, m.panics, m.normalPriorityBatches, m.writeLag,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "tollgate_usage_queue_depth",
 				Help: "Usage records waiting in the queue to be written.",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"sync"
@@ -123,6 +124,10 @@ type Recorder struct {
 	labels atomic.Pointer[LabelPolicy]
 
 	lastWarn atomic.Int64 // unix nanoseconds of the last backpressure warning
+
+	// lowPriority is set when the writer's thread runs at a lowered
+	// priority (writer_priority.go); only the writer goroutine uses it.
+	lowPriority bool
 }
 
 type tokenLabels struct{ team, project, model string }
@@ -327,6 +332,10 @@ func (r *Recorder) lose(rec Record, why string) {
 // logged and counted, and the loop starts again with that batch.
 func (r *Recorder) run() {
 	defer close(r.done)
+	// Locked for good: the thread's priority is lowered below, and the
+	// thread ends with this goroutine rather than serve another.
+	runtime.LockOSThread()
+	r.lowPriority = lowerWriterPriority()
 	tick := time.NewTicker(r.interval)
 	defer tick.Stop()
 	for !r.serve(tick.C) {
@@ -521,7 +530,22 @@ func (e *storePanic) Error() string { return fmt.Sprintf("store panicked: %v", e
 // insert calls the store, turning a panic into a *storePanic error: the
 // store handles bytes that came from clients and backends, and one record
 // it chokes on must not end the process.
-func (r *Recorder) insert(batch []Record) (err error) {
+func (r *Recorder) insert(batch []Record) error {
+	if !r.lowPriority || r.queue.len() <= writerBacklogBatches*r.batch {
+		return r.insertHere(batch)
+	}
+	// Backlogged: at its low priority the writer's thread could starve
+	// under saturation (see writer_priority.go), so this batch is written
+	// at normal priority, from a goroutine of its own.
+	r.metrics.normalPriorityBatches.Inc()
+	errc := make(chan error, 1)
+	go func() { errc <- r.insertHere(batch) }()
+	return <-errc
+}
+
+// insertHere writes batch on the calling goroutine, recovering a panic of
+// the store as a *storePanic.
+func (r *Recorder) insertHere(batch []Record) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			r.metrics.panics.Inc()
