@@ -49,7 +49,7 @@ func TestWriterRunsAtLowPriorityUntilBacklogged(t *testing.T) {
 	r := newRecorder(st, RecorderOptions{QueueSize: 100, BatchSize: 2, FlushInterval: time.Hour}, zap.NewNop(), nil, testBackoff)
 	r.Record(rec(0))
 	r.Record(rec(1)) // a batch: the writer takes it and waits on the gate
-	<-st.entered // orders the writer's setting of lowPriority before this read
+	<-st.entered     // orders the writer's setting of lowPriority before this read
 	if !r.lowPriority {
 		t.Skip("this system does not let a thread lower its priority")
 	}
