@@ -86,17 +86,27 @@ func openSlowStream(t *testing.T, addr string) net.Conn {
 	return c
 }
 
-// TestOpenStreamMemory shows where the memory of an open, idle stream
-// goes: it holds n slow streams through the gateway and reports what each
-// adds in heap, stacks, RSS and goroutines, with the heap's live
-// allocation sites and the goroutines by function. The numbers include the
-// in-process simulated backend's side of every stream (its goroutine and
-// buffers); the listing tells them apart. It is a measurement, run with
-// TOLLGATE_STREAM_MEM=n; the assertion is on content only.
+// Bounds of TestOpenStreamMemory, with the in-process simulated backend's
+// side of each stream included: one goroutine each side, and about 47 KB
+// of heap (17.5 KB of it the gateway's, measured against a backend in
+// another process). The heap bound catches a regression of about 8 KiB
+// per stream or more (two buffers come back); it holds under -race too.
+const (
+	openStreamGoroutines = 2
+	openStreamHeapBytes  = 56 << 10
+)
+
+// TestOpenStreamMemory holds n slow streams through the gateway (200, or
+// TOLLGATE_STREAM_MEM) and checks what each adds in goroutines and heap,
+// logging stacks and RSS too, with the goroutines by function. The numbers
+// include the in-process simulated backend's side of every stream; the
+// listing tells them apart. With TOLLGATE_STREAM_MEM_UPSTREAM set to a
+// mockllm's address the figures are the gateway's alone, and with
+// TOLLGATE_STREAM_MEM_DIR the heap and goroutine profiles are written there.
 func TestOpenStreamMemory(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv("TOLLGATE_STREAM_MEM"))
 	if n <= 0 {
-		t.Skip("set TOLLGATE_STREAM_MEM to the number of streams to measure")
+		n = 200
 	}
 	runtime.MemProfileRate = 512
 	defer func() { runtime.MemProfileRate = 512 << 10 }()
@@ -134,9 +144,17 @@ func TestOpenStreamMemory(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	loaded := readStreamMem(t)
 	per := func(a, b uint64) float64 { return (float64(b) - float64(a)) / float64(n) }
+	heap, goroutines := per(base.heapInuse, loaded.heapInuse), float64(loaded.goroutines-base.goroutines)/float64(n)
 	t.Logf("%d streams: per stream heap %.0f B, stack %.0f B, RSS %.0f B, goroutines %.2f",
-		n, per(base.heapInuse, loaded.heapInuse), per(base.stackInuse, loaded.stackInuse),
-		per(base.rss, loaded.rss), float64(loaded.goroutines-base.goroutines)/float64(n))
+		n, heap, per(base.stackInuse, loaded.stackInuse), per(base.rss, loaded.rss), goroutines)
+	if os.Getenv("TOLLGATE_STREAM_MEM_UPSTREAM") == "" {
+		if goroutines > openStreamGoroutines+0.05 {
+			t.Errorf("%.2f goroutines per open stream, want at most %d (one each side)", goroutines, openStreamGoroutines)
+		}
+		if heap > openStreamHeapBytes {
+			t.Errorf("%.0f B of heap per open stream, want at most %d", heap, openStreamHeapBytes)
+		}
+	}
 	if dir := os.Getenv("TOLLGATE_STREAM_MEM_DIR"); dir != "" {
 		for name, debug := range map[string]int{"heap": 0, "goroutine": 1} {
 			f, err := os.Create(dir + "/" + name + ".prof")
