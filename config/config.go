@@ -278,7 +278,8 @@ type Store struct {
 	Driver string `yaml:"driver"`
 	// Path is the SQLite file. Zero means "tollgate.db". A relative path
 	// is resolved beside the config file (or in the working directory for
-	// the embedded default); ":memory:" is kept as it is.
+	// the embedded default); ":memory:" is kept as it is, and names a
+	// database that lasts as long as the process (in a temporary file).
 	Path string `yaml:"path"`
 	// DSN is the PostgreSQL connection string (driver postgres only).
 	DSN string `yaml:"dsn"`

@@ -73,11 +73,12 @@ const (
 	windowMonth    = "month"
 	limitsMemory   = "memory"
 	limitsRedis    = "redis"
-
-	// sqliteInMemory is SQLite's name for a database that is no file, and
-	// so is not resolved against the config file's directory.
-	sqliteInMemory = ":memory:"
 )
+
+// SQLiteInMemory is the store path of a database that lasts as long as the
+// store that opened it (SQLite's name for one that is no file); it is not
+// resolved against the config file's directory.
+const SQLiteInMemory = ":memory:"
 
 // Provision fills every zero field that has a default with that default,
 // as each field's comment states. It also resolves a relative SQLite store
@@ -186,7 +187,7 @@ func setDefault[T comparable](v *T, def T) {
 // ":memory:", or an empty configPath (an embedded config, with no file to
 // be beside) leave p as it is.
 func resolveStorePath(configPath, p string) string {
-	if configPath == "" || p == sqliteInMemory || filepath.IsAbs(p) {
+	if configPath == "" || p == SQLiteInMemory || filepath.IsAbs(p) {
 		return p
 	}
 	dir := filepath.Dir(configPath)

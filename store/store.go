@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -35,6 +37,9 @@ type DB struct {
 	// the engine, chosen once here.
 	expr  exprCompiler
 	stmts *stmtCache
+	// throwaway is the directory of a ":memory:" store's file, removed by
+	// Close; empty otherwise.
+	throwaway string
 }
 
 func newDB(db *sql.DB, d dialect) *DB {
@@ -54,6 +59,32 @@ func Open(ctx context.Context, cfg config.Store) (*DB, error) {
 }
 
 func openSQLite(ctx context.Context, path string) (*DB, error) {
+	// SQLite's own ":memory:" is a database per connection: the pool's
+	// second connection (a reader, or the statement cache preparing while
+	// the writer's transaction holds the first) would see an empty one, and
+	// the first write failed with "no such table". A throwaway file in a
+	// directory of its own, removed by Close, gives every connection the
+	// same database and the same WAL behaviour as a file store.
+	var throwaway string
+	if path == config.SQLiteInMemory {
+		dir, err := os.MkdirTemp("", "tollgate-store-")
+		if err != nil {
+			return nil, fmt.Errorf("open store %s: %w", path, err)
+		}
+		throwaway, path = dir, filepath.Join(dir, "tollgate.db")
+	}
+	d, err := openSQLiteFile(ctx, path)
+	if err != nil {
+		if throwaway != "" {
+			_ = os.RemoveAll(throwaway)
+		}
+		return nil, err
+	}
+	d.throwaway = throwaway
+	return d, nil
+}
+
+func openSQLiteFile(ctx context.Context, path string) (*DB, error) {
 	// WAL lets readers (the usage API, the CLI while the gateway runs)
 	// proceed while the writer commits; busy_timeout makes a second process
 	// wait for the lock instead of failing at once.
@@ -128,7 +159,11 @@ func openPostgres(ctx context.Context, dsn string) (*DB, error) {
 
 // Close closes the cached statements, then the database.
 func (d *DB) Close() error {
-	return errors.Join(d.stmts.close(), d.db.Close())
+	err := errors.Join(d.stmts.close(), d.db.Close())
+	if d.throwaway != "" {
+		err = errors.Join(err, os.RemoveAll(d.throwaway))
+	}
+	return err
 }
 
 // conn runs statements on the pool.
