@@ -6,7 +6,6 @@ import (
 	"math"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/auth"
 	"github.com/tollgate-dev/tollgate/config"
+	"github.com/tollgate-dev/tollgate/jsonstr"
 	"github.com/tollgate-dev/tollgate/trace"
 )
 
@@ -351,14 +351,14 @@ func (u *traceUsage) appendJSON(dst []byte) []byte {
 		if k > 0 {
 			dst = append(dst, ',')
 		}
-		dst = appendJSONString(dst, id)
+		dst = jsonstr.Append(dst, id)
 		dst = append(dst, ":{"...)
 		for e, first := u.head[k], true; e >= 0; e, first = u.entries[e].next, false {
 			if !first {
 				dst = append(dst, ',')
 			}
 			ent := &u.entries[e]
-			dst = appendJSONString(dst, u.models[ent.model])
+			dst = jsonstr.Append(dst, u.models[ent.model])
 			dst = u.appendCounts(append(dst, ':'), &ent.c)
 		}
 		dst = append(dst, '}')
@@ -368,7 +368,7 @@ func (u *traceUsage) appendJSON(dst []byte) []byte {
 		if k > 0 {
 			dst = append(dst, ',')
 		}
-		dst = appendJSONString(dst, id)
+		dst = jsonstr.Append(dst, id)
 	}
 	return append(dst, "]}"...)
 }
@@ -407,50 +407,6 @@ func (u *traceUsage) appendCost(dst []byte, f float64) []byte {
 		return strconv.AppendFloat(dst, f, 'e', -1, 64)
 	}
 	return strconv.AppendFloat(dst, f, 'f', -1, 64)
-}
-
-// appendJSONString appends s as a JSON string. Invalid UTF-8 becomes
-// U+FFFD, as encoding/json does.
-func appendJSONString(dst []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		b := s[i]
-		if b < utf8.RuneSelf {
-			if b >= 0x20 && b != '"' && b != '\\' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch b {
-			case '"', '\\':
-				dst = append(dst, '\\', b)
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hex[b>>4], hex[b&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
 }
 
 // serveTraceUsage serves POST /trace/usage. The request is strict: unknown keys

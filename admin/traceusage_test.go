@@ -242,22 +242,6 @@ func TestTraceUsageCosts(t *testing.T) {
 	})
 }
 
-func TestAppendJSONString(t *testing.T) {
-	for _, s := range []string{"", "plain", "q\"b\\", "ctl\x00\x1f\n\t\r", "é€😀", "bad\xffutf8", "<&>"} {
-		got := appendJSONString(nil, s)
-		var back string
-		if err := json.Unmarshal(got, &back); err != nil {
-			t.Fatalf("%q → %s: %v", s, got, err)
-		}
-		want, _ := json.Marshal(s)
-		var wantBack string
-		_ = json.Unmarshal(want, &wantBack)
-		if back != wantBack {
-			t.Fatalf("%q round-trips to %q, want %q", s, back, wantBack)
-		}
-	}
-}
-
 // syntheticTrace builds n calls in one trace: a tree with fan-out 8, each
 // call with one or two models of usage.
 func syntheticTrace(n int) []trace.UsageCall {

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/tollgate-dev/tollgate/accounting"
+	"github.com/tollgate-dev/tollgate/jsonstr"
 )
 
 // gatewayOpName is the op of the call the gateway records for a request to
@@ -59,11 +60,11 @@ var insertGatewayCall = multiRowInsert{
 // those the calls stored so far have, which json.Marshal of a struct wrote.
 func appendGatewayAttributes(b []byte, rec *accounting.Record) []byte {
 	b = append(b, `{"request_id":`...)
-	b = appendJSONString(b, rec.RequestID)
+	b = jsonstr.Append(b, rec.RequestID)
 	b = append(b, `,"key_name":`...)
-	b = appendJSONString(b, rec.KeyName)
+	b = jsonstr.Append(b, rec.KeyName)
 	b = append(b, `,"backend":`...)
-	b = appendJSONString(b, rec.Backend)
+	b = jsonstr.Append(b, rec.Backend)
 	b = append(b, `,"status":`...)
 	b = strconv.AppendInt(b, int64(rec.Status), 10)
 	b = append(b, `,"stream":`...)
@@ -71,10 +72,10 @@ func appendGatewayAttributes(b []byte, rec *accounting.Record) []byte {
 	b = append(b, `,"incomplete":`...)
 	b = strconv.AppendBool(b, rec.Incomplete)
 	b = append(b, `,"served_model":`...)
-	b = appendJSONString(b, rec.ServedModel)
+	b = jsonstr.Append(b, rec.ServedModel)
 	if rec.CompletionID != "" {
 		b = append(b, `,"completion_id":`...)
-		b = appendJSONString(b, rec.CompletionID)
+		b = jsonstr.Append(b, rec.CompletionID)
 	}
 	return append(b, '}')
 }
@@ -84,7 +85,7 @@ func appendGatewayAttributes(b []byte, rec *accounting.Record) []byte {
 // reads, with the keys in the order the calls stored so far have them.
 func appendGatewaySummary(b []byte, rec *accounting.Record) []byte {
 	b = append(b, `{"usage":{`...)
-	b = appendJSONString(b, rec.Model)
+	b = jsonstr.Append(b, rec.Model)
 	b = append(b, `:{"requests":1,"prompt_tokens":`...)
 	b = strconv.AppendInt(b, rec.PromptTokens, 10)
 	b = append(b, `,"completion_tokens":`...)

@@ -1,14 +1,17 @@
-package store
+// Package jsonstr appends Go strings as JSON strings, byte for byte as
+// encoding/json writes them, without allocating. It imports nothing of
+// ours, so that any package may use it.
+package jsonstr
 
 import "unicode/utf8"
 
-// appendJSONString appends s as a JSON string, byte for byte as
-// json.Marshal writes it: '<', '>' and '&' escaped as \u003c, \u003e and
+// Append appends s as a JSON string, byte for byte as json.Marshal
+// writes it: '<', '>' and '&' escaped as \u003c, \u003e and
 // \u0026, the control characters as \b, \f, \n, \r, \t or \u00XX, U+2028
 // and U+2029 escaped, and each byte of invalid UTF-8 replaced by \ufffd.
-// Stored JSON built with it reads the same as what encoding/json built
-// before, so nothing stored changes with the way it is built.
-func appendJSONString(dst []byte, s string) []byte {
+// JSON built with it is what encoding/json would have built, so that
+// stored rows and answers do not change with the way they are built.
+func Append(dst []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
 	start := 0
