@@ -277,6 +277,7 @@ func linkGatewayCompletions(ctx context.Context, c conn, recs []accounting.Recor
 			args = append(args, row.project.entity, dates[j], recs[i].CompletionID, row.project.idArg, row.callID, false)
 		}
 		res, err := c.exec(ctx, insertCompletionLink.sql(len(part)), args...)
+		yieldBetweenStatements()
 		if err != nil {
 			return fmt.Errorf("link completions: %w", err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/bits"
+	"runtime"
 	"strings"
 )
 
@@ -51,9 +52,20 @@ func (m multiRowInsert) sql(rows int) string {
 func (m multiRowInsert) exec(ctx context.Context, c conn, n int, appendRow func(args []any, i int) ([]any, error)) error {
 	return m.each(n, appendRow, func(_, rows int, args []any) error {
 		_, err := m.execRows(ctx, c, rows, args)
+		yieldBetweenStatements()
 		return err
 	})
 }
+
+// yieldBetweenStatements lets the goroutines waiting for a processor run
+// before the usage writer's next statement. A 512-record batch is several
+// milliseconds of CPU in statements of up to 64 rows; without a yield it
+// keeps one of the scheduler's processors (two on a 2-core machine) for all
+// of them, and requests arriving meanwhile queue for the other: in three
+// alternated tollbench runs at 2,000 requests/s the gateway's added p99
+// was 1.22-1.53 ms without it and 0.37-0.72 ms with it, CPU per request
+// unchanged within noise.
+func yieldBetweenStatements() { runtime.Gosched() }
 
 // each splits n rows into statements as exec says and calls run with the
 // first row, the row count and the arguments of each.
