@@ -215,21 +215,14 @@ func (l *soakLoad) run(ctx context.Context, rate int, d time.Duration, workers i
 func abandonStream(e *endpoint, req *fasthttp.Request, buf []byte) error {
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
-	resp.StreamBody = true
-	if err := e.client.DoTimeout(req, resp, streamTimeout); err != nil {
+	body, err := sendStream(e, req, resp)
+	defer resp.CloseBodyStream() //nolint:errcheck // the connection is closed anyway
+	if err != nil {
 		return err
 	}
 	// With Connection: close the client closes the connection when the
 	// body stream is closed, instead of reading the rest to reuse it.
 	resp.SetConnectionClose()
-	defer resp.CloseBodyStream() //nolint:errcheck // the connection is closed anyway
-	if resp.StatusCode() != fasthttp.StatusOK {
-		return fmt.Errorf("status %d", resp.StatusCode())
-	}
-	body := resp.BodyStream()
-	if body == nil {
-		return errors.New("no body stream")
-	}
 	var counter eventCounter
 	for {
 		n, err := body.Read(buf)

@@ -119,24 +119,36 @@ func runStreamLatency(ctx context.Context, e *endpoint, body []byte, conc int, d
 	return r
 }
 
+// sendStream sends a streaming request and returns the body stream of its
+// reply, which the caller closes with resp.CloseBodyStream (also after an
+// error). A status other than 200 is an error, and its connection is
+// dropped rather than drained for reuse.
+func sendStream(e *endpoint, req *fasthttp.Request, resp *fasthttp.Response) (io.Reader, error) {
+	resp.StreamBody = true
+	if err := e.client.DoTimeout(req, resp, streamTimeout); err != nil {
+		return nil, err
+	}
+	if resp.StatusCode() != fasthttp.StatusOK {
+		resp.SetConnectionClose()
+		return nil, fmt.Errorf("status %d", resp.StatusCode())
+	}
+	body := resp.BodyStream()
+	if body == nil {
+		return nil, errors.New("no body stream")
+	}
+	return body, nil
+}
+
 // readStream sends one streaming request and reads its events to the end,
 // adding its timings to res.
 func readStream(e *endpoint, req *fasthttp.Request, buf []byte, res *streamResult) error {
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
-	resp.StreamBody = true
 	sent := time.Now()
-	if err := e.client.DoTimeout(req, resp, streamTimeout); err != nil {
-		return err
-	}
+	body, err := sendStream(e, req, resp)
 	defer resp.CloseBodyStream() //nolint:errcheck // the body was read to its end or the connection is dropped
-	if resp.StatusCode() != fasthttp.StatusOK {
-		resp.SetConnectionClose()
-		return fmt.Errorf("status %d", resp.StatusCode())
-	}
-	body := resp.BodyStream()
-	if body == nil {
-		return errors.New("no body stream")
+	if err != nil {
+		return err
 	}
 	var (
 		counter eventCounter
