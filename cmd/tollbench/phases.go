@@ -136,7 +136,7 @@ const usageDrainTimeout = 30 * time.Second
 // writer has written nothing for two scrapes in a row, so that the records
 // of the phase just run are in the store.
 func (b *bench) waitUsageWritten() error {
-	probe := newSoakProbe(b.gateway.pid(), b.gatewayAddr)
+	probe := newGatewayProbe(b.gateway.pid(), b.gatewayAddr)
 	deadline := time.Now().Add(usageDrainTimeout)
 	last, stable := -1.0, 0
 	for {

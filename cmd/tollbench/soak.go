@@ -302,20 +302,21 @@ func countFDs(pid int) (int, error) {
 	return len(ents), nil
 }
 
-// soakProbe reads the gateway's memory, descriptors and metrics.
-type soakProbe struct {
+// gatewayProbe reads the gateway's memory, descriptors and metrics, for the
+// soak's samples and for a phase waiting on the usage writer.
+type gatewayProbe struct {
 	pid     int
 	client  *fasthttp.HostClient
 	metrics string
 }
 
-func newSoakProbe(pid int, addr string) *soakProbe {
-	return &soakProbe{pid: pid, client: &fasthttp.HostClient{Addr: addr, NoDefaultUserAgentHeader: true},
+func newGatewayProbe(pid int, addr string) *gatewayProbe {
+	return &gatewayProbe{pid: pid, client: &fasthttp.HostClient{Addr: addr, NoDefaultUserAgentHeader: true},
 		metrics: "http://" + addr + "/metrics"}
 }
 
 // scrape reads the families of soakScraped from /metrics.
-func (p *soakProbe) scrape() (map[string]float64, error) {
+func (p *gatewayProbe) scrape() (map[string]float64, error) {
 	status, body, err := p.client.GetTimeout(nil, p.metrics, scrapeTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("read /metrics: %w", err)
@@ -328,7 +329,7 @@ func (p *soakProbe) scrape() (map[string]float64, error) {
 
 // sample reads the gateway now. Reading /proc must work (the gateway is
 // gone otherwise); a failed scrape under load is kept in the sample.
-func (p *soakProbe) sample(at time.Duration, phase string) (soakSample, error) {
+func (p *gatewayProbe) sample(at time.Duration, phase string) (soakSample, error) {
 	s := soakSample{At: at, Phase: phase}
 	m, err := readMem(p.pid)
 	if err != nil {
@@ -522,7 +523,7 @@ func (b *bench) soak(ctx context.Context) error {
 	}
 	began := time.Now()
 	pid := b.gateway.pid()
-	probe := newSoakProbe(pid, b.gatewayAddr)
+	probe := newGatewayProbe(pid, b.gatewayAddr)
 	defer probe.client.CloseIdleConnections()
 	e := newEndpoint("gateway", b.gatewayAddr, b.key, o.openConns)
 	defer e.client.CloseIdleConnections()
@@ -631,7 +632,7 @@ wait:
 // close and every in-flight gauge to read 0, then samples the gateway after
 // soakEarly and after soakSettle, and returns both. A gauge that never
 // drops to 0 is sampled as it is, to be reported.
-func (b *bench) soakDrained(ctx context.Context, l *soakLoad, probe *soakProbe, at time.Duration, phase string) (early, settled soakSample, err error) {
+func (b *bench) soakDrained(ctx context.Context, l *soakLoad, probe *gatewayProbe, at time.Duration, phase string) (early, settled soakSample, err error) {
 	e := l.e
 	e.client.CloseIdleConnections()
 	deadline := time.Now().Add(soakDrainTimeout)
