@@ -30,6 +30,9 @@ func (d *DB) TxExec(ctx context.Context, tx *sql.Tx, query string, args ...any) 
 
 // InsertGatewayCalls records recs as trace calls only, in one transaction.
 func (d *DB) InsertGatewayCalls(ctx context.Context, recs []accounting.Record) error {
+	if err := fillCallIDs(recs); err != nil {
+		return err
+	}
 	tx, c, err := d.begin(ctx)
 	if err != nil {
 		return err

@@ -174,17 +174,14 @@ func (l *lastArg) box(s string) any {
 
 // insertGatewayCalls records each request as a trace call, the one row a
 // request has (its usage is summed in the roll-up in the same transaction).
-// A call that exists already is left alone, so that a retried batch inserts
-// nothing twice.
+// Every record has its call id (fillCallIDs). A call that exists already
+// is left alone, so that a retried batch inserts nothing twice.
 func insertGatewayCalls(ctx context.Context, c conn, recs []accounting.Record) error {
 	if len(recs) == 0 {
 		return nil
 	}
 	projects, err := ensureRecordProjects(ctx, c, recs)
 	if err != nil {
-		return fmt.Errorf("insert gateway calls: %w", err)
-	}
-	if err := fillCallIDs(recs); err != nil {
 		return fmt.Errorf("insert gateway calls: %w", err)
 	}
 	rows, text := gatewayCallRows(recs, projects)
