@@ -175,8 +175,12 @@ func linkSDKCompletion(ctx context.Context, c conn, projectID int64, callID, com
 			return fmt.Errorf("fold gateway call: %w", err)
 		}
 	}
-	if _, err := c.exec(ctx, `UPDATE call_completions SET project_id = ?, call_id = ?, sdk = ? WHERE entity = ? AND created = ? AND completion_id = ?`,
-		projectID, callID, true, entity, created, completion); err != nil {
+	// The link is the SDK call's now, which DeleteCalls finds through
+	// call_completions_call, not by a key kept in the call (traces
+	// version 5): it is no longer keyed.
+	if _, err := c.exec(ctx, `UPDATE call_completions SET project_id = ?, call_id = ?, sdk = ?, keyed = ?
+		WHERE entity = ? AND created = ? AND completion_id = ?`,
+		projectID, callID, true, false, entity, created, completion); err != nil {
 		return fmt.Errorf("link completion: %w", err)
 	}
 	return nil
@@ -203,10 +207,12 @@ func foldGatewayAttributes(ctx context.Context, c conn, projectID int64, callID 
 }
 
 // insertCompletionLink inserts the links of a batch's records that carry
-// a completion id, keeping the ones that exist.
+// a completion id, keeping the ones that exist. They are keyed: each one's
+// gateway call keeps its key (calls.completion_created and
+// attributes.completion_id), by which DeleteCalls finds it.
 var insertCompletionLink = multiRowInsert{
-	head: `INSERT INTO call_completions (entity, created, completion_id, project_id, call_id, sdk) VALUES `,
-	cols: 6,
+	head: `INSERT INTO call_completions (entity, created, completion_id, project_id, call_id, sdk, keyed) VALUES `,
+	cols: 7,
 	tail: ` ON CONFLICT (entity, created, completion_id) DO NOTHING`,
 }
 
@@ -274,7 +280,7 @@ func linkGatewayCompletions(ctx context.Context, c conn, recs []accounting.Recor
 		args = args[:0]
 		for j, i := range part {
 			row := &rows[i]
-			args = append(args, row.project.entity, dates[j], recs[i].CompletionID, row.project.idArg, row.callID, false)
+			args = append(args, row.project.entity, dates[j], recs[i].CompletionID, row.project.idArg, row.callID, false, true)
 		}
 		res, err := c.exec(ctx, insertCompletionLink.sql(len(part)), args...)
 		yieldBetweenStatements()
@@ -350,6 +356,70 @@ func readSDKLinks(ctx context.Context, c conn, n int, args []any, held map[linkK
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("link completions: %w", err)
+	}
+	return nil
+}
+
+// deleteCallLinks deletes the links naming the calls ids of project
+// projectID, before DeleteCalls deletes the calls. A link that is not
+// keyed is found through call_completions_call (partial on NOT keyed). A
+// keyed link, which the usage writer inserted, is found by the key its
+// gateway call keeps: the project's entity, completion_created and
+// attributes.completion_id (traces version 5); the DELETE names the call
+// too, so that a link an SDK call took over since is left alone.
+func deleteCallLinks(ctx context.Context, c conn, projectID int64, ids []string) error {
+	type key struct {
+		created    int64
+		completion string
+		callID     string
+	}
+	var keys []key
+	for start := 0; start < len(ids); start += deleteBatch {
+		part := ids[start:min(start+deleteBatch, len(ids))]
+		in := inStrings("call_id", part)
+		if _, err := c.exec(ctx, `DELETE FROM call_completions WHERE project_id = ? AND NOT keyed AND `+in.sql,
+			append([]any{projectID}, in.args...)...); err != nil {
+			return fmt.Errorf("delete links: %w", err)
+		}
+		in = inStrings("id", part)
+		rows, err := c.query(ctx, `SELECT id, completion_created, attributes FROM calls
+			WHERE project_id = ? AND completion_created IS NOT NULL AND `+in.sql, append([]any{projectID}, in.args...)...)
+		if err != nil {
+			return fmt.Errorf("delete links: %w", err)
+		}
+		for rows.Next() {
+			var k key
+			var attrs []byte
+			if err := rows.Scan(&k.callID, &k.created, &attrs); err != nil {
+				rows.Close()
+				return fmt.Errorf("delete links: %w", err)
+			}
+			if k.completion = gjson.GetBytes(attrs, "completion_id").Str; k.completion != "" {
+				keys = append(keys, k)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("delete links: %w", err)
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	var entity string
+	if err := c.queryRow(ctx, `SELECT entity FROM projects WHERE id = ?`, projectID).Scan(&entity); err != nil {
+		return fmt.Errorf("delete links: %w", err)
+	}
+	stmt, err := c.prepare(ctx, `DELETE FROM call_completions
+		WHERE entity = ? AND created = ? AND completion_id = ? AND project_id = ? AND call_id = ?`)
+	if err != nil {
+		return fmt.Errorf("delete links: %w", err)
+	}
+	defer stmt.Close()
+	for _, k := range keys {
+		if _, err := stmt.ExecContext(ctx, entity, k.created, k.completion, projectID, k.callID); err != nil {
+			return fmt.Errorf("delete links: %w", err)
+		}
 	}
 	return nil
 }

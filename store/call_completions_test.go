@@ -386,7 +386,8 @@ func TestCompletionLinkMigration(t *testing.T) {
 			`CREATE INDEX call_completions_call ON call_completions (project_id, call_id)`,
 			fmt.Sprintf(`INSERT INTO call_completions (entity, completion_id, project_id, call_id, sdk)
 				VALUES ('acme', 'chatcmpl-old', %d, 'gw-old', false)`, inference.ID),
-			`DELETE FROM schema_migrations WHERE component = 'traces' AND version = 4`,
+			`ALTER TABLE calls DROP COLUMN completion_created`,
+			`DELETE FROM schema_migrations WHERE component = 'traces' AND version IN (4, 5)`,
 		)
 		defer d.Close()
 		app, err := d.EnsureProject(ctx, "acme", "app")
@@ -412,6 +413,56 @@ func TestCompletionLinkMigration(t *testing.T) {
 		var links int
 		if err := d.QueryRow(ctx, `SELECT COUNT(*) FROM call_completions`).Scan(&links); err != nil || links != 0 {
 			t.Fatalf("links left after the SDK call was deleted: %d (%v)", links, err)
+		}
+	})
+}
+
+// TestDeleteCallsFreesGatewayLinks: deleting a gateway call deletes the
+// link the usage writer made for it, found by the key the call keeps
+// (traces version 5), and no link that names another call, even under the
+// same key.
+func TestDeleteCallsFreesGatewayLinks(t *testing.T) {
+	forEachStore(t, func(t *testing.T, db *store.DB) {
+		ctx := context.Background()
+		_, inference := acmeProjects(t, db)
+		links := func() []string {
+			t.Helper()
+			var ids []string
+			for _, id := range []string{"gw-a", "gw-b", "gw-c", "gw-none"} {
+				var n int
+				if err := db.QueryRow(ctx, `SELECT COUNT(*) FROM call_completions WHERE call_id = ?`, id).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				for range n {
+					ids = append(ids, id)
+				}
+			}
+			return ids
+		}
+		// gw-b's completion is gw-a's: its link stays gw-a's.
+		recs := []accounting.Record{
+			gatewayRecord("gw-a", "chatcmpl-same"), gatewayRecord("gw-b", "chatcmpl-same"),
+			gatewayRecord("gw-c", "chatcmpl-c"), gatewayRecord("gw-none", ""),
+		}
+		for _, rec := range recs {
+			if err := db.InsertRecords(ctx, []accounting.Record{rec}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, tc := range []struct {
+			del  []string
+			want []string
+		}{
+			{del: []string{"gw-b", "gw-none"}, want: []string{"gw-a", "gw-c"}},
+			{del: []string{"gw-c"}, want: []string{"gw-a"}},
+			{del: []string{"gw-a"}, want: nil},
+		} {
+			if _, err := db.DeleteCalls(ctx, inference.ID, tc.del); err != nil {
+				t.Fatal(err)
+			}
+			if got := links(); !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("after deleting %v: links of %v, want %v", tc.del, got, tc.want)
+			}
 		}
 	})
 }

@@ -46,9 +46,9 @@ const (
 // retried batch inserts nothing twice.
 var insertGatewayCall = multiRowInsert{
 	head: `INSERT INTO calls (project_id, id, op_name, trace_id, parent_id, started_at, ended_at, exception,
-		attributes, inputs, output, summary, svc_user_id)
+		attributes, inputs, output, summary, svc_user_id, completion_created)
 	VALUES `,
-	cols: 13,
+	cols: 14,
 	tail: ` ON CONFLICT (project_id, id) DO NOTHING`,
 }
 
@@ -111,6 +111,10 @@ type gatewayProject struct {
 type gatewayRow struct {
 	project *gatewayProject
 	callID  any // the record's CallID, boxed once for the call and its link
+	// created is the record's CompletionCreated, boxed once for each run
+	// of equal dates, for the call's completion_created and its link;
+	// nil when the record has no completion id.
+	created any
 	// text bounds the call's started_at, ended_at, attributes and summary
 	// in the batch's text: text[k]:text[k+1].
 	text [5]int
@@ -135,10 +139,17 @@ func gatewayCallRows(recs []accounting.Record, projects map[[2]string]*gatewayPr
 	var text strings.Builder
 	text.Grow(size)
 	var buf []byte
+	var created any
 	for i := range recs {
 		rec, row := &recs[i], &rows[i]
 		row.project = projects[recordProject(rec)]
 		row.callID = rec.CallID
+		if rec.CompletionID != "" {
+			if c, ok := created.(int64); !ok || c != rec.CompletionCreated {
+				created = rec.CompletionCreated
+			}
+			row.created = created
+		}
 		ended := rec.Ended
 		if ended.IsZero() {
 			ended = rec.Started
@@ -269,7 +280,8 @@ func appendGatewayCallArgs(args []any, rec *accounting.Record, row *gatewayRow, 
 	}
 	t := &row.text
 	return append(args, row.project.idArg, row.callID, op.box(gatewayOpName(rec.Endpoint)), traceID, parent,
-		text[t[0]:t[1]], text[t[1]:t[2]], exception, text[t[2]:t[3]], inputs, output, text[t[3]:t[4]], keyName)
+		text[t[0]:t[1]], text[t[1]:t[2]], exception, text[t[2]:t[3]], inputs, output, text[t[3]:t[4]], keyName,
+		row.created)
 }
 
 // payloadValue returns b as JSON text: itself when it is JSON (the reply

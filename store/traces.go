@@ -752,12 +752,15 @@ func (d *DB) DeleteCalls(ctx context.Context, projectID int64, ids []string) (in
 	}
 	// An asked id may also name an end whose start never came.
 	pending := append(append([]string{}, doomed...), ids...)
+	// The links first: the keyed ones are found by what their calls keep.
+	if err := deleteCallLinks(ctx, c, projectID, doomed); err != nil {
+		return 0, fmt.Errorf("delete calls: %w", err)
+	}
 	for _, del := range []struct {
 		table, col string
 		ids        []string
 	}{
 		{"calls", "id", doomed},
-		{"call_completions", "call_id", doomed},
 		{"call_ends", "id", pending},
 	} {
 		for start := 0; start < len(del.ids); start += deleteBatch {
