@@ -14,6 +14,7 @@ import (
 	"github.com/tollgate-dev/tollgate/accounting"
 	"github.com/tollgate-dev/tollgate/auth"
 	"github.com/tollgate-dev/tollgate/backends"
+	"github.com/tollgate-dev/tollgate/backends/simulated"
 	"github.com/tollgate-dev/tollgate/config"
 	"github.com/tollgate-dev/tollgate/proxy"
 )
@@ -101,7 +102,12 @@ func BenchmarkHandlerStream(b *testing.B) {
 }
 
 func benchHandler(b *testing.B, body []byte) {
-	client := benchGateway(b)
+	runHandlerBench(b, benchGateway(b), body)
+}
+
+// runHandlerBench sends body as a chat completion through client, a
+// connection to a gateway serving model demo, b.N times.
+func runHandlerBench(b *testing.B, client *fasthttp.HostClient, body []byte) {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
@@ -121,4 +127,84 @@ func benchHandler(b *testing.B, body []byte) {
 			b.Fatalf("status %d: %s", resp.StatusCode(), resp.Body())
 		}
 	}
+}
+
+// BenchmarkHandlerNonStreamTCP is BenchmarkHandlerNonStream over loopback
+// TCP, client to gateway and gateway to a simulator in the same process:
+// connection deadlines then go through the runtime's network poller, as
+// they do in production, where the in-memory pipes only reset a timer.
+func BenchmarkHandlerNonStreamTCP(b *testing.B) {
+	up, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	sim := simulated.New(simulated.Options{Tokens: 16})
+	simDone := make(chan error, 1)
+	go func() { simDone <- sim.Serve(up) }()
+	b.Cleanup(func() {
+		if err := sim.Shutdown(); err != nil {
+			b.Error(err)
+		}
+		<-simDone
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	serveBench(b, ln, "sk-bench-key-0001", fmt.Sprintf("url: \"http://%s/v1\"", up.Addr()))
+	// net.Dial, not fasthttp's default dialer, whose cache goroutine
+	// outlives the test.
+	client := &fasthttp.HostClient{Addr: ln.Addr().String(), Dial: func(addr string) (net.Conn, error) { return net.Dial("tcp", addr) }}
+	runHandlerBench(b, client, append(append([]byte(nil), benchBody...), '}'))
+}
+
+// BenchmarkBareProxyTCP is BenchmarkHandlerNonStreamTCP through what
+// cmd/bareproxy does instead of the gateway: forward the request as it
+// came and copy the reply back. The difference between the two is the
+// gateway's own cost per request.
+func BenchmarkBareProxyTCP(b *testing.B) {
+	up, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	sim := simulated.New(simulated.Options{Tokens: 16})
+	simDone := make(chan error, 1)
+	go func() { simDone <- sim.Serve(up) }()
+	upstream := &fasthttp.HostClient{Addr: up.Addr().String(), NoDefaultUserAgentHeader: true,
+		Dial: func(addr string) (net.Conn, error) { return net.Dial("tcp", addr) }}
+	srv := &fasthttp.Server{NoDefaultServerHeader: true, ReduceMemoryUsage: true, Handler: func(ctx *fasthttp.RequestCtx) {
+		req := fasthttp.AcquireRequest()
+		ctx.Request.CopyTo(req)
+		resp := fasthttp.AcquireResponse()
+		err := upstream.Do(req, resp)
+		fasthttp.ReleaseRequest(req)
+		if err != nil {
+			fasthttp.ReleaseResponse(resp)
+			ctx.Error("upstream: "+err.Error(), fasthttp.StatusBadGateway)
+			return
+		}
+		ctx.SetStatusCode(resp.StatusCode())
+		ctx.Response.Header.SetContentTypeBytes(resp.Header.ContentType())
+		ctx.Response.SetBody(resp.Body())
+		fasthttp.ReleaseResponse(resp)
+	}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srvDone := make(chan error, 1)
+	go func() { srvDone <- srv.Serve(ln) }()
+	b.Cleanup(func() {
+		if err := srv.Shutdown(); err != nil {
+			b.Error(err)
+		}
+		<-srvDone
+		upstream.CloseIdleConnections()
+		if err := sim.Shutdown(); err != nil {
+			b.Error(err)
+		}
+		<-simDone
+	})
+	client := &fasthttp.HostClient{Addr: ln.Addr().String(), Dial: func(addr string) (net.Conn, error) { return net.Dial("tcp", addr) }}
+	runHandlerBench(b, client, append(append([]byte(nil), benchBody...), '}'))
 }
