@@ -89,6 +89,14 @@ type completion struct {
 // rewrite, round trip, and copy the reply back (or hand the stream to a
 // streamBody). ep says what differs between endpoints.
 func (s *Server) serve(ctx *fasthttp.RequestCtx, ep *endpoint) {
+	// Every header name the request path reads or sets is a constant in
+	// canonical form, and the server canonicalized the client's names as
+	// it parsed them, so fasthttp's normalizing of the name on every Peek
+	// and Set (a copy and a table lookup per byte) changes nothing here.
+	// The server's Reset turns it back on for the connection's next
+	// request. TestHeaderNamesCanonical keeps the constants canonical.
+	ctx.Request.Header.DisableNormalizing()
+	ctx.Response.Header.DisableNormalizing()
 	st := s.acquire()
 	// The completion outlives no call of serve (a stream copies it), so
 	// it comes from a pool rather than the heap: it escapes through the
@@ -430,6 +438,9 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *completion, route *backend
 	upBody := buildUpstreamBody((*bufp)[:0], body, &c.req, route, b.ContinuousUsage())
 
 	req := fasthttp.AcquireRequest()
+	// The forwarded names come canonical from the server's parse, and the
+	// gateway's own are canonical constants (see serve).
+	req.Header.DisableNormalizing()
 	forwardHeaders(&req.Header, &ctx.Request.Header)
 	req.Header.Set(headerRequestID, c.rec.RequestID)
 	req.Header.SetContentTypeBytes(jsonContentType)

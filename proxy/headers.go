@@ -49,7 +49,9 @@ func forwardHeaders(dst, src *fasthttp.RequestHeader) {
 
 func dropHeader(k, connection []byte) bool {
 	for _, h := range droppedRequestHeaders {
-		if bytes.EqualFold(k, h) {
+		// The length check first: EqualFold walks both names even when
+		// their lengths differ, and most names here do.
+		if len(k) == len(h) && bytes.EqualFold(k, h) {
 			return true
 		}
 	}

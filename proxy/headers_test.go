@@ -1,0 +1,62 @@
+package proxy
+
+import (
+	"bufio"
+	"strings"
+	"testing"
+
+	"github.com/valyala/fasthttp"
+)
+
+// TestHeaderNamesCanonical guards serve's and attempt's DisableNormalizing:
+// with it, a name Peeked or Set that is not in fasthttp's canonical form
+// would miss the client's header, or go out in another case.
+func TestHeaderNamesCanonical(t *testing.T) {
+	for _, name := range []string{
+		headerRequestID, headerProject, headerTraceID, headerParentID, headerCallID,
+		headerTraceparent, headerServedModel, "X-Accel-Buffering",
+		fasthttp.HeaderConnection, fasthttp.HeaderAuthorization, fasthttp.HeaderRetryAfter,
+		fasthttp.HeaderCacheControl, fasthttp.HeaderAllow,
+	} {
+		t.Run(name, func(t *testing.T) {
+			var h fasthttp.ResponseHeader
+			h.Set(name, "v") // normalizes the name
+			for k := range h.All() {
+				if string(k) == name {
+					return
+				}
+			}
+			t.Errorf("%q is not canonical: fasthttp stores it as another name", name)
+		})
+	}
+}
+
+// TestForwardHeadersNormalizingOff checks that the upstream request gets
+// the client's end-to-end headers, and none of the dropped ones, when
+// both headers have normalizing off, as in attempt.
+func TestForwardHeadersNormalizingOff(t *testing.T) {
+	var src fasthttp.RequestHeader
+	if err := src.Read(bufio.NewReader(strings.NewReader("POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nauthorization: Bearer sk\r\n" +
+		"content-type: application/json\r\nx-custom-thing: 1\r\nconnection: keep-alive, x-hop\r\nx-hop: 2\r\n" +
+		"compat-project: t/p\r\naccept-encoding: gzip\r\nuser-agent: ua\r\nx-request-id: r1\r\n\r\n"))); err != nil {
+		t.Fatal(err)
+	}
+	src.DisableNormalizing()
+	var dst fasthttp.RequestHeader
+	dst.DisableNormalizing()
+	forwardHeaders(&dst, &src)
+	got := map[string]string{}
+	for k, v := range dst.All() {
+		got[string(k)] = string(v)
+	}
+	for _, name := range []string{"X-Custom-Thing", "User-Agent"} {
+		if _, ok := got[name]; !ok {
+			t.Errorf("%s not forwarded; got %v", name, got)
+		}
+	}
+	for _, name := range []string{"Authorization", "Connection", "X-Hop", "Compat-Project", "Accept-Encoding", "X-Request-Id", "Host"} {
+		if v, ok := got[name]; ok {
+			t.Errorf("%s forwarded (%q)", name, v)
+		}
+	}
+}
