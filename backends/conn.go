@@ -18,6 +18,13 @@ import (
 // idle timeout afterwards — never later than the request's own deadline
 // (the total timeout) that fasthttp sets through SetReadDeadline.
 //
+// The read deadline is applied by Read, not by SetReadDeadline: every
+// Read sets its own anyway, and each setting costs a timer update in the
+// runtime's poller, so passing the request's deadline straight through
+// would be undone by the very next Read. SetReadDeadline records it, and
+// Read applies whichever deadline is due, only when it is not the one
+// already on the connection.
+//
 // fasthttp writes a request and then reads its response from one goroutine,
 // so the fields need no locking.
 type timeoutConn struct {
@@ -26,6 +33,8 @@ type timeoutConn struct {
 	idle      time.Duration
 	hard      time.Time
 	awaiting  bool
+	// applied is the read deadline last set on Conn.
+	applied time.Time
 }
 
 func (c *timeoutConn) Write(p []byte) (int, error) {
@@ -36,12 +45,12 @@ func (c *timeoutConn) Write(p []byte) (int, error) {
 
 func (c *timeoutConn) SetReadDeadline(t time.Time) error {
 	c.hard = t
-	return c.Conn.SetReadDeadline(t)
+	return nil
 }
 
 func (c *timeoutConn) SetDeadline(t time.Time) error {
 	c.hard = t
-	return c.Conn.SetDeadline(t)
+	return c.Conn.SetWriteDeadline(t)
 }
 
 func (c *timeoutConn) Read(p []byte) (int, error) {
@@ -49,14 +58,17 @@ func (c *timeoutConn) Read(p []byte) (int, error) {
 	if c.awaiting {
 		d = c.firstByte
 	}
+	dl := c.hard
 	if d > 0 {
-		dl := time.Now().Add(d)
-		if !c.hard.IsZero() && c.hard.Before(dl) {
-			dl = c.hard
+		if soft := time.Now().Add(d); dl.IsZero() || soft.Before(dl) {
+			dl = soft
 		}
+	}
+	if !dl.Equal(c.applied) {
 		if err := c.Conn.SetReadDeadline(dl); err != nil {
 			return 0, err
 		}
+		c.applied = dl
 	}
 	n, err := c.Conn.Read(p)
 	if n > 0 {
