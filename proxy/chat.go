@@ -523,7 +523,8 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *completion, route *backend
 		s.finish(ctx, c, e)
 		return attemptResult{done: true}
 	}
-	if !validReply(rbody, c.gen.cfg.Server.MaxJSONDepth) {
+	reply, ok := scanReply(rbody, c.gen.cfg.Server.MaxJSONDepth, c.ep.responses)
+	if !ok {
 		// A 200 that is not a chat completion (an HTML page from a proxy
 		// in front of the backend, a truncated body) must not reach a
 		// client that will fail to parse it.
@@ -544,7 +545,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *completion, route *backend
 			c.pendingResponse = pendingID(reply)
 		}
 	} else {
-		uerr = u.set(gjson.Get(b2s(rbody), "usage"))
+		uerr = u.set(reply.usage)
 	}
 	if uerr != nil {
 		fasthttp.ReleaseResponse(resp)
@@ -553,7 +554,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *completion, route *backend
 		return attemptResult{done: true}
 	}
 	c.setUsage(&u, u.completion)
-	c.rec.CompletionID, c.rec.CompletionCreated = completionKeyOf(rbody, c.ep.responses)
+	c.rec.CompletionID, c.rec.CompletionCreated = reply.id, reply.created
 	if c.payloads {
 		c.rec.Input = append([]byte(nil), body...)
 		c.rec.Output = append([]byte(nil), rbody...)

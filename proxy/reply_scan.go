@@ -1,0 +1,111 @@
+package proxy
+
+import (
+	"strings"
+
+	"github.com/tidwall/gjson"
+)
+
+// replyMembers are what the gateway reads from the top level of a
+// non-streamed reply: its usage object, and the id and date by which the
+// usage record is joined to an SDK's trace (see completionKeyOf).
+type replyMembers struct {
+	// usage is the first "usage" member's value, as gjson.Get finds it;
+	// the zero Result when there is none.
+	usage   gjson.Result
+	id      string
+	created int64
+}
+
+// scanReply does validReply's check and finds the reply's members in the
+// same walk over the top-level object. Looking them up afterwards walked
+// the reply twice more (gjson.Get for usage skips the choices, with the
+// whole generated text, byte by byte), which cost more than the check.
+// It finds what gjson.Get(body, "usage") and completionKeyOf(body,
+// response) find; a reply with an escaped top-level key (which those
+// unescape before comparing) is left to them.
+func scanReply(body []byte, maxDepth int, response bool) (m replyMembers, ok bool) {
+	s := b2s(body)
+	if !looksLikeJSONObject(body) || tooDeep(s, maxDepth) {
+		return m, false
+	}
+	i := skipSpace(s, 0)
+	if i >= len(s) || s[i] != '{' {
+		return m, false
+	}
+	dateKey := "created"
+	if response {
+		dateKey = "created_at"
+	}
+	var (
+		usageRaw, idRaw, dateRaw string
+		haveUsage, haveID, haveDate bool
+		escaped                     bool
+	)
+	i = skipSpace(s, i+1)
+	if i < len(s) && s[i] == '}' {
+		i++
+	} else {
+		for {
+			if i >= len(s) || s[i] != '"' {
+				return m, false
+			}
+			keyStart := i + 1
+			if i, ok = validString(s, keyStart); !ok {
+				return m, false
+			}
+			key := s[keyStart : i-1]
+			i = skipSpace(s, i)
+			if i >= len(s) || s[i] != ':' {
+				return m, false
+			}
+			valStart := skipSpace(s, i+1)
+			if i, ok = validValue(s, valStart); !ok {
+				return m, false
+			}
+			if strings.IndexByte(key, '\\') >= 0 {
+				escaped = true
+			}
+			val := s[valStart:i]
+			// completionKeyOf stops at the member where it has both; the
+			// last id and date before that point are the ones it keeps.
+			if !haveID || !haveDate {
+				switch key {
+				case "id":
+					idRaw, haveID = val, true
+				case dateKey:
+					dateRaw, haveDate = val, true
+				}
+			}
+			if key == "usage" && !haveUsage {
+				usageRaw, haveUsage = val, true
+			}
+			var closed bool
+			if i, closed, ok = separator(s, i, '}'); !ok {
+				return m, false
+			}
+			if closed {
+				break
+			}
+			i = skipSpace(s, i)
+		}
+	}
+	if skipSpace(s, i) != len(s) {
+		return m, false
+	}
+	if escaped {
+		m.usage = gjson.Get(s, "usage")
+		m.id, m.created = completionKeyOf(body, response)
+		return m, true
+	}
+	if haveUsage {
+		m.usage = gjson.Parse(usageRaw)
+	}
+	if haveID {
+		m.id = strings.Clone(gjson.Parse(idRaw).String())
+	}
+	if haveDate {
+		m.created = gjson.Parse(dateRaw).Int()
+	}
+	return m, true
+}

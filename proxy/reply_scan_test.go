@@ -1,0 +1,63 @@
+package proxy
+
+import (
+	"testing"
+
+	"github.com/tidwall/gjson"
+)
+
+// TestScanReplyMatchesLookups checks scanReply against what it replaces:
+// validReply, gjson.Get(body, "usage") and completionKeyOf.
+func TestScanReplyMatchesLookups(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		body string
+	}{
+		{"typical", `{"id":"chatcmpl-1","object":"chat.completion","created":1700000000,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi \"usage\": {}"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}`},
+		{"spaces", " \n{ \"usage\" : { \"prompt_tokens\" : 1 } , \"id\" : \"x\" , \"created\" : 3 }\t"},
+		{"no usage", `{"id":"a","created":1}`},
+		{"null usage", `{"id":"a","created":1,"usage":null}`},
+		{"usage not an object", `{"usage":[1,2]}`},
+		{"nested usage only", `{"choices":[{"usage":{"prompt_tokens":9}}],"x":{"usage":1}}`},
+		{"duplicate usage", `{"usage":{"prompt_tokens":1},"usage":{"prompt_tokens":2}}`},
+		{"duplicate id before created", `{"id":"a","id":"b","created":2,"id":"c"}`},
+		{"id and created late", `{"usage":{"prompt_tokens":1},"created":5,"id":7}`},
+		{"escaped id string", `{"id":"a\u0062\n","created":1}`},
+		{"escaped key", `{"us\u0061ge":{"prompt_tokens":4},"\u0069d":"z","created":1}`},
+		{"created as float", `{"id":"a","created":1.5e3}`},
+		{"responses date", `{"id":"resp_1","created_at":9,"created":1,"usage":{"input_tokens":1}}`},
+		{"empty object", `{}`},
+		{"empty object spaced", `{ }`},
+		{"not an object", `[1]`},
+		{"trailing garbage", `{"a":1} x`},
+		{"two objects", `{"a":1}{"b":2}`},
+		{"missing colon", `{"a" 1}`},
+		{"trailing comma", `{"a":1,}`},
+		{"bad value", `{"a":tru}`},
+		{"truncated", `{"id":"a","usage":{"prompt_tokens":1}`},
+		{"too deep", `{"a":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}`},
+		{"bad utf8 key", "{\"\xff\":1}"},
+	} {
+		for _, response := range []bool{false, true} {
+			t.Run(tt.name, func(t *testing.T) {
+				body := []byte(tt.body)
+				const depth = 32
+				m, ok := scanReply(body, depth, response)
+				if want := validReply(body, depth); ok != want {
+					t.Fatalf("ok = %v, validReply says %v", ok, want)
+				}
+				if !ok {
+					return
+				}
+				want := gjson.Get(tt.body, "usage")
+				if m.usage.Type != want.Type || m.usage.Raw != want.Raw || m.usage.Exists() != want.Exists() {
+					t.Errorf("usage = %v %q, gjson.Get says %v %q", m.usage.Type, m.usage.Raw, want.Type, want.Raw)
+				}
+				id, created := completionKeyOf(body, response)
+				if m.id != id || m.created != created {
+					t.Errorf("id, created = %q, %d; completionKeyOf says %q, %d", m.id, m.created, id, created)
+				}
+			})
+		}
+	}
+}
