@@ -47,12 +47,22 @@ func forwardHeaders(dst, src *fasthttp.RequestHeader) {
 	}
 }
 
-func dropHeader(k, connection []byte) bool {
+// droppedByLength indexes droppedRequestHeaders by length, so that a name
+// is compared only with the dropped names it could equal: one or two, not
+// all sixteen, for every header of every request.
+var droppedByLength = func() (idx [len("Proxy-Authorization") + 1][][]byte) {
 	for _, h := range droppedRequestHeaders {
-		// The length check first: EqualFold walks both names even when
-		// their lengths differ, and most names here do.
-		if len(k) == len(h) && bytes.EqualFold(k, h) {
-			return true
+		idx[len(h)] = append(idx[len(h)], h)
+	}
+	return idx
+}()
+
+func dropHeader(k, connection []byte) bool {
+	if len(k) < len(droppedByLength) {
+		for _, h := range droppedByLength[len(k)] {
+			if bytes.EqualFold(k, h) {
+				return true
+			}
 		}
 	}
 	if len(k) >= len(compatPrefix) && bytes.EqualFold(k[:len(compatPrefix)], compatPrefix) {

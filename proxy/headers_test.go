@@ -60,3 +60,34 @@ func TestForwardHeadersNormalizingOff(t *testing.T) {
 		}
 	}
 }
+
+func TestDropHeader(t *testing.T) {
+	for _, h := range droppedRequestHeaders {
+		for _, name := range []string{string(h), strings.ToLower(string(h)), strings.ToUpper(string(h))} {
+			if !dropHeader([]byte(name), nil) {
+				t.Errorf("%s is forwarded", name)
+			}
+		}
+	}
+	for _, tt := range []struct {
+		name, connection string
+		drop             bool
+	}{
+		{"Compat-Trace-Id", "", true},
+		{"compat-anything", "", true},
+		{"X-Hop", "keep-alive, x-hop", true},
+		{"X-Hop", "keep-alive", false},
+		{"User-Agent", "", false},
+		{"X-Custom-Thing", "", false},
+		{"Hosts", "", false},
+		{"Te-", "", false},
+		{"A-Header-Name-Longer-Than-Any-Dropped-One", "", false},
+		{"", "", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := dropHeader([]byte(tt.name), []byte(tt.connection)); got != tt.drop {
+				t.Errorf("dropHeader(%q, %q) = %v, want %v", tt.name, tt.connection, got, tt.drop)
+			}
+		})
+	}
+}

@@ -86,10 +86,12 @@ func scanFraming(raw []byte) framing {
 			f.spaceInName = true
 			continue
 		}
-		switch name[0] | 0x20 {
-		case 'c':
+		// By length first: EqualFold walks names of another length too
+		// (Content-Type against Content-Length, on every request).
+		switch len(name) {
+		case len(strContentLength):
 			f.contentLength = f.contentLength || bytes.EqualFold(name, strContentLength)
-		case 't':
+		case len(strTransferEncoding):
 			f.transferEncoding = f.transferEncoding || bytes.EqualFold(name, strTransferEncoding)
 		}
 	}
