@@ -783,21 +783,7 @@ func (s *Server) settle(c *completion) {
 	}
 	s.metrics.countRequest(c.rec.Model, c.rec.Backend, c.rec.Status, c.ep.name, c.rec.Ended.Sub(c.rec.Started))
 	if ce := s.log.Check(zap.InfoLevel, "request"); ce != nil {
-		ce.Write(
-			zap.String("request_id", c.rec.RequestID),
-			zap.String("endpoint", c.rec.Endpoint),
-			zap.String("model", c.rec.Model),
-			zap.String("backend", c.rec.Backend),
-			zap.Int("status", c.rec.Status),
-			zap.Duration("duration", c.rec.Ended.Sub(c.rec.Started)),
-			zap.String("key", c.rec.KeyName),
-			zap.String("team", c.rec.Team),
-			zap.String("project", c.rec.Project),
-			zap.Bool("stream", c.rec.Stream),
-			zap.Int64("prompt_tokens", c.rec.PromptTokens),
-			zap.Int64("completion_tokens", c.rec.CompletionTokens),
-			zap.String("error", c.rec.Error),
-		)
+		ce.Write(zap.Inline(requestLog{&c.rec}))
 	}
 }
 
