@@ -466,3 +466,43 @@ func TestDeleteCallsFreesGatewayLinks(t *testing.T) {
 		}
 	})
 }
+
+// TestCompletionFoldBatch writes one batch of 100 gateway records, more
+// than one INSERT of links carries (64, then 32 and 4 on SQLite, 36 on
+// PostgreSQL), whose completions SDK calls hold already for one in each
+// statement: those fold, and every other gateway call stands with its link.
+func TestCompletionFoldBatch(t *testing.T) {
+	forEachStore(t, func(t *testing.T, db *store.DB) {
+		ctx := context.Background()
+		app, inference := acmeProjects(t, db)
+		const n = 100
+		held := map[int]bool{5: true, 70: true, 97: true}
+		for i := range held {
+			s, e := sdkCall(app.ID, fmt.Sprint("sdk-", i), fmt.Sprintf("chatcmpl-%03d", i), "js-sdk")
+			if _, err := db.WriteCalls(ctx, []trace.CallWrite{{Start: &s}, {End: &e}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		recs := make([]accounting.Record, n)
+		for i := range recs {
+			recs[i] = gatewayRecord(fmt.Sprint("gw-", i), fmt.Sprintf("chatcmpl-%03d", i))
+		}
+		if err := db.InsertRecords(ctx, recs); err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			_, err := db.ReadCall(ctx, inference.ID, fmt.Sprint("gw-", i))
+			if err != nil && !errors.Is(err, trace.ErrNotFound) {
+				t.Fatal(err)
+			}
+			if folded := err != nil; folded != held[i] {
+				t.Errorf("gw-%d folded %v, want %v", i, folded, held[i])
+			}
+			var links int
+			if err := db.QueryRow(ctx, `SELECT COUNT(*) FROM call_completions WHERE completion_id = ?`,
+				fmt.Sprintf("chatcmpl-%03d", i)).Scan(&links); err != nil || links != 1 {
+				t.Errorf("chatcmpl-%03d: %d links (%v), want 1", i, links, err)
+			}
+		}
+	})
+}
