@@ -84,9 +84,15 @@ func (s *Server) startStream(ctx *fasthttp.RequestCtx, c *completion, b *backend
 	sb := streamBodies.Get().(*streamBody)
 	sb.srv, sb.c, sb.backend, sb.resp = s, *c, b, resp
 	c.closed = true // the stream body settles it now
-	// The model bytes point into the client's request body, which fasthttp
-	// reuses once the handler returns.
-	sb.c.req.Model = nil
+	// The model and tool choice bytes point into the client's request
+	// body, which is given back below.
+	sb.c.req.Model, sb.c.req.ToolChoiceName = nil, nil
+	// Nothing reads the request body again, and it holds the prompt, often
+	// many kilobytes: it goes back to fasthttp's pool now rather than when
+	// the stream ends, minutes later. (With the server's
+	// ReduceMemoryUsage, ResetBody releases the buffer rather than keep
+	// it.)
+	ctx.Request.ResetBody()
 	// The client watch ends, and is recycled, when forward returns.
 	sb.c.watch = nil
 	sb.scan.reset(resp.BodyStream())

@@ -26,7 +26,14 @@ import (
 // openStreamMem is what the process holds, measured once streams are open.
 type openStreamMem struct {
 	heapInuse, stackInuse, rss uint64
-	goroutines                 int
+	// heapRetained is heap the runtime holds free but has not given back
+	// to the OS: it counts in RSS, and is most of what RSS has beyond the
+	// heap and stacks in use.
+	heapRetained uint64
+	// allocated is the heap allocated since the process started: what
+	// opening the streams allocated, live or garbage, is its growth.
+	allocated  uint64
+	goroutines int
 }
 
 func readStreamMem(t *testing.T) openStreamMem {
@@ -36,7 +43,7 @@ func readStreamMem(t *testing.T) openStreamMem {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return openStreamMem{heapInuse: ms.HeapInuse, stackInuse: ms.StackInuse, rss: vmRSS(t),
-		goroutines: runtime.NumGoroutine()}
+		heapRetained: ms.HeapIdle - ms.HeapReleased, allocated: ms.TotalAlloc, goroutines: runtime.NumGoroutine()}
 }
 
 // vmRSS is the process's resident set from /proc/self/status, 0 where
@@ -61,13 +68,13 @@ func vmRSS(t *testing.T) uint64 {
 // openSlowStream sends a streamed chat completion on a new connection and
 // reads up to its first event; the connection is then left open, unread,
 // as a client waiting for its next token leaves it.
-func openSlowStream(t *testing.T, addr string) net.Conn {
+func openSlowStream(t *testing.T, addr, prompt string) net.Conn {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := `{"model":"demo","messages":[{"role":"user","content":"hi"}],"max_tokens":1000,"stream":true}`
+	body := `{"model":"demo","messages":[{"role":"user","content":"` + prompt + `"}],"max_tokens":1000,"stream":true}`
 	fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer %s\r\n"+
 		"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", testKey, len(body), body)
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -108,6 +115,12 @@ func TestOpenStreamMemory(t *testing.T) {
 	if n <= 0 {
 		n = 200
 	}
+	// A prompt of TOLLGATE_STREAM_MEM_PROMPT bytes shows what a stream
+	// holds of its request while it is open.
+	prompt := "hi"
+	if n, _ := strconv.Atoi(os.Getenv("TOLLGATE_STREAM_MEM_PROMPT")); n > 0 {
+		prompt = strings.Repeat("a", n)
+	}
 	runtime.MemProfileRate = 512
 	defer func() { runtime.MemProfileRate = 512 << 10 }()
 	o := harnessOptions{
@@ -124,7 +137,7 @@ func TestOpenStreamMemory(t *testing.T) {
 	addr := strings.TrimPrefix(h.base, "http://")
 	// Warm the pools and the first-request paths.
 	for range 4 {
-		_ = openSlowStream(t, addr).Close()
+		_ = openSlowStream(t, addr, prompt).Close()
 	}
 	time.Sleep(200 * time.Millisecond)
 	var before bytes.Buffer
@@ -134,7 +147,7 @@ func TestOpenStreamMemory(t *testing.T) {
 	base := readStreamMem(t)
 	conns := make([]net.Conn, n)
 	for i := range conns {
-		conns[i] = openSlowStream(t, addr)
+		conns[i] = openSlowStream(t, addr, prompt)
 	}
 	defer func() {
 		for _, c := range conns {
@@ -145,8 +158,9 @@ func TestOpenStreamMemory(t *testing.T) {
 	loaded := readStreamMem(t)
 	per := func(a, b uint64) float64 { return (float64(b) - float64(a)) / float64(n) }
 	heap, goroutines := per(base.heapInuse, loaded.heapInuse), float64(loaded.goroutines-base.goroutines)/float64(n)
-	t.Logf("%d streams: per stream heap %.0f B, stack %.0f B, RSS %.0f B, goroutines %.2f",
-		n, heap, per(base.stackInuse, loaded.stackInuse), per(base.rss, loaded.rss), goroutines)
+	t.Logf("%d streams: per stream heap %.0f B, stack %.0f B, RSS %.0f B (free heap not returned to the OS %.0f B), goroutines %.2f; allocated %.0f B",
+		n, heap, per(base.stackInuse, loaded.stackInuse), per(base.rss, loaded.rss), per(base.heapRetained, loaded.heapRetained), goroutines,
+		per(base.allocated, loaded.allocated))
 	if os.Getenv("TOLLGATE_STREAM_MEM_UPSTREAM") == "" {
 		if goroutines > openStreamGoroutines+0.05 {
 			t.Errorf("%.2f goroutines per open stream, want at most %d (one each side)", goroutines, openStreamGoroutines)
