@@ -545,7 +545,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *completion, route *backend
 			c.pendingResponse = pendingID(reply)
 		}
 	} else {
-		uerr = u.set(reply.usage)
+		uerr = u.parseValidUsage(reply.usage, &chatUsageFields)
 	}
 	if uerr != nil {
 		fasthttp.ReleaseResponse(resp)

@@ -10,9 +10,9 @@ import (
 // non-streamed reply: its usage object, and the id and date by which the
 // usage record is joined to an SDK's trace (see completionKeyOf).
 type replyMembers struct {
-	// usage is the first "usage" member's value, as gjson.Get finds it;
-	// the zero Result when there is none.
-	usage   gjson.Result
+	// usage is the text of the first "usage" member's value, as gjson.Get
+	// finds it; "" when there is none.
+	usage   string
 	id      string
 	created int64
 }
@@ -38,7 +38,7 @@ func scanReply(body []byte, maxDepth int, response bool) (m replyMembers, ok boo
 		dateKey = "created_at"
 	}
 	var (
-		usageRaw, idRaw, dateRaw string
+		usageRaw, idRaw, dateRaw    string
 		haveUsage, haveID, haveDate bool
 		escaped                     bool
 	)
@@ -94,13 +94,11 @@ func scanReply(body []byte, maxDepth int, response bool) (m replyMembers, ok boo
 		return m, false
 	}
 	if escaped {
-		m.usage = gjson.Get(s, "usage")
+		m.usage = gjson.Get(s, "usage").Raw
 		m.id, m.created = completionKeyOf(body, response)
 		return m, true
 	}
-	if haveUsage {
-		m.usage = gjson.Parse(usageRaw)
-	}
+	m.usage = usageRaw
 	if haveID {
 		m.id = strings.Clone(gjson.Parse(idRaw).String())
 	}

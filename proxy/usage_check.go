@@ -77,6 +77,125 @@ func (u *usageCounts) parseUsage(v gjson.Result, f *usageFields) error {
 		}
 		return true
 	})
+	return u.setCounts(prompt, completion, total, cached, f)
+}
+
+// parseValidUsage is parseUsage for a usage value known to be valid JSON
+// (a non-streamed reply's, which scanReply checked), given as its text. Its
+// counts are found by a walk of the object's bytes, without gjson's parse
+// of every number in it into a float: the usage of every reply is read,
+// and that parse cost as much as the rest of the reply's accounting. A
+// value that is not an object, and an object with an escaped key (gjson
+// unescapes keys before comparing them), are left to parseUsage.
+func (u *usageCounts) parseValidUsage(raw string, f *usageFields) error {
+	if len(raw) == 0 || raw[0] != '{' {
+		return u.parseUsage(gjson.Parse(raw), f)
+	}
+	var prompt, completion, total, cached gjson.Result
+	m := rawMembers{s: raw, i: 1}
+	for key, val, ok := m.next(); ok; key, val, ok = m.next() {
+		var dst *gjson.Result
+		r := rawResult(val)
+		switch key {
+		case f.prompt:
+			dst = &prompt
+		case f.completion:
+			dst = &completion
+		case f.total:
+			dst = &total
+		case f.details:
+			// As parseUsage does, the count is the first found in a
+			// details object.
+			r = gjson.Result{}
+			if val[0] == '{' {
+				d := rawMembers{s: val, i: 1}
+				for k, v, ok := d.next(); ok; k, v, ok = d.next() {
+					if k == cachedTokensField {
+						r = rawResult(v)
+						break
+					}
+				}
+				if d.unread {
+					return u.parseUsage(gjson.Parse(raw), f)
+				}
+			}
+			dst = &cached
+		default:
+			continue
+		}
+		if dst.Raw == "" {
+			*dst = r
+		}
+	}
+	if m.unread {
+		return u.parseUsage(gjson.Parse(raw), f)
+	}
+	return u.setCounts(prompt, completion, total, cached, f)
+}
+
+// rawMembers walks the members of a valid JSON object's text s, from i
+// (just past the opening brace). The text being valid, the walk only
+// finds where keys and values end (keyEnd, valueEnd), checking nothing.
+type rawMembers struct {
+	s string
+	i int
+	// unread is set when the walk stopped at a member it does not read
+	// as gjson would: an escaped key.
+	unread bool
+}
+
+// next returns the next member's key (as written) and value text; ok is
+// false at the end of the object, or when the walk stops (unread).
+func (m *rawMembers) next() (key, val string, ok bool) {
+	s, i := m.s, skipSpace(m.s, m.i)
+	if i < len(s) && s[i] == ',' {
+		i = skipSpace(s, i+1)
+	}
+	if i >= len(s) || s[i] != '"' {
+		return "", "", false
+	}
+	end, esc := keyEnd(s, i)
+	if esc {
+		m.unread = true
+		return "", "", false
+	}
+	key = s[i+1 : end-1]
+	i = skipSpace(s, end)
+	if i >= len(s) || s[i] != ':' {
+		return "", "", false
+	}
+	start := skipSpace(s, i+1)
+	if start >= len(s) {
+		return "", "", false
+	}
+	m.i = valueEnd(s, start)
+	return key, s[start:m.i], true
+}
+
+// rawResult is the gjson.Result of a valid JSON value's text, with the
+// type and text tokenCount reads, and no parsed number.
+func rawResult(raw string) gjson.Result {
+	r := gjson.Result{Raw: raw}
+	switch raw[0] {
+	case '"':
+		r.Type = gjson.String
+	case 't':
+		r.Type = gjson.True
+	case 'f':
+		r.Type = gjson.False
+	case 'n':
+		r.Type = gjson.Null
+	case '{', '[':
+		r.Type = gjson.JSON
+	default:
+		r.Type = gjson.Number
+	}
+	return r
+}
+
+// setCounts checks the counts found in a usage object named by f and,
+// when they are valid, sets u to them (see parseUsage).
+func (u *usageCounts) setCounts(prompt, completion, total, cached gjson.Result, f *usageFields) error {
 	var (
 		n   usageCounts
 		err error
@@ -125,17 +244,17 @@ func tokenCount(r gjson.Result, path string) (int64, error) {
 	if raw != "" && raw[0] == '-' {
 		return 0, &usageError{"usage." + path, "is negative"}
 	}
+	// The value is read in the same pass that checks its digits: 13
+	// digits, as many as 2^40 has, cannot overflow an int64.
+	var n int64
 	for i := 0; i < len(raw); i++ {
 		if raw[i] < '0' || raw[i] > '9' {
 			return 0, &usageError{"usage." + path, "is not an integer"}
 		}
+		n = n*10 + int64(raw[i]-'0')
 	}
 	// 2^40 has 13 digits; a longer literal is out of range whatever it is.
-	if len(raw) > 13 {
-		return 0, &usageError{"usage." + path, "exceeds 2^40"}
-	}
-	n, err := strconv.ParseInt(raw, 10, 64)
-	if err != nil || n > maxTokenCount {
+	if len(raw) > 13 || n > maxTokenCount {
 		return 0, &usageError{"usage." + path, "exceeds 2^40"}
 	}
 	return n, nil

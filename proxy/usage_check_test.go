@@ -50,36 +50,61 @@ func TestParseUsage(t *testing.T) {
 		{"escaped key", `{"prompt\u005ftokens":10,"completion_tokens":5}`, [4]int64{10, 5, 15, 0}, ""},
 		{"details not an object", `{"prompt_tokens":10,"prompt_tokens_details":[8]}`, [4]int64{10, 0, 10, 0}, ""},
 		{"other fields around", `{"queue_time":0.5,"prompt_tokens":10,"x":{"prompt_tokens":99},"completion_tokens":5}`, [4]int64{10, 5, 15, 0}, ""},
+		{"spaces", " { \"prompt_tokens\" : 10 ,\n\"completion_tokens\":5 , \"prompt_tokens_details\" : { \"cached_tokens\" : 3 } } ", [4]int64{10, 5, 15, 3}, ""},
+		{"empty", `{}`, [4]int64{}, ""},
+		{"null count", `{"prompt_tokens":null,"completion_tokens":5}`, [4]int64{0, 5, 5, 0}, ""},
+		{"details without the count, then with", `{"prompt_tokens":10,"prompt_tokens_details":{"audio_tokens":1},"prompt_tokens_details":{"cached_tokens":4}}`, [4]int64{10, 0, 10, 4}, ""},
+		{"details with the count twice", `{"prompt_tokens":10,"prompt_tokens_details":{"x":[1,{"cached_tokens":9}],"cached_tokens":2,"cached_tokens":3}}`, [4]int64{10, 0, 10, 2}, ""},
+		{"details with an escaped key", `{"prompt_tokens":10,"prompt_tokens_details":{"cached\u005ftokens":5}}`, [4]int64{10, 0, 10, 5}, ""},
+		{"details a string", `{"prompt_tokens":10,"prompt_tokens_details":"cached_tokens"}`, [4]int64{10, 0, 10, 0}, ""},
+		{"cached not a number", `{"prompt_tokens":10,"prompt_tokens_details":{"cached_tokens":"2"}}`, [4]int64{}, "cached_tokens is not a number"},
+		{"long digits", `{"prompt_tokens":00000000000001}`, [4]int64{}, "usage.prompt_tokens exceeds"},
+		{"thirteen digits", `{"prompt_tokens":0000000000001}`, [4]int64{1, 0, 1, 0}, ""},
+	}
+	// parseValidUsage must agree with parseUsage on every valid usage.
+	parsers := []struct {
+		name  string
+		parse func(u *usageCounts, usage string) error
+	}{
+		{"parseUsage", func(u *usageCounts, usage string) error { return u.parseUsage(gjson.Parse(usage), &chatUsageFields) }},
+		{"parseValidUsage", func(u *usageCounts, usage string) error {
+			return u.parseValidUsage(strings.TrimSpace(usage), &chatUsageFields)
+		}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			// u starts with an earlier valid report, which a refused one
-			// must leave in place.
-			u := usageCounts{prompt: 1, completion: 2, total: 3, reported: true}
-			err := u.parseUsage(gjson.Parse(tt.usage), &chatUsageFields)
-			if tt.wantErr != "" {
-				var ue *usageError
-				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("err = %v, want a usageError containing %q", err, tt.wantErr)
+		for _, p := range parsers {
+			t.Run(tt.name+"/"+p.name, func(t *testing.T) {
+				// u starts with an earlier valid report, which a refused
+				// one must leave in place.
+				u := usageCounts{prompt: 1, completion: 2, total: 3, reported: true}
+				err := p.parse(&u, tt.usage)
+				if tt.wantErr != "" {
+					var ue *usageError
+					if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantErr) {
+						t.Fatalf("err = %v, want a usageError containing %q", err, tt.wantErr)
+					}
+					if u != (usageCounts{prompt: 1, completion: 2, total: 3, reported: true}) {
+						t.Errorf("a refused usage changed the counts: %+v", u)
+					}
+					return
 				}
-				if u != (usageCounts{prompt: 1, completion: 2, total: 3, reported: true}) {
-					t.Errorf("a refused usage changed the counts: %+v", u)
+				if err != nil {
+					t.Fatal(err)
 				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := [4]int64{u.prompt, u.completion, u.total, u.cached}; got != tt.want || !u.reported {
-				t.Errorf("counts %v (reported %v), want %v", got, u.reported, tt.want)
-			}
-		})
+				if got := [4]int64{u.prompt, u.completion, u.total, u.cached}; got != tt.want || !u.reported {
+					t.Errorf("counts %v (reported %v), want %v", got, u.reported, tt.want)
+				}
+			})
+		}
 	}
 	t.Run("absent or null is no report", func(t *testing.T) {
 		for _, v := range []gjson.Result{{}, gjson.Parse(`null`)} {
 			var u usageCounts
 			if err := u.parseUsage(v, &chatUsageFields); err != nil || u.reported {
 				t.Errorf("%q: err %v, reported %v", v.Raw, err, u.reported)
+			}
+			if err := u.parseValidUsage(v.Raw, &chatUsageFields); err != nil || u.reported {
+				t.Errorf("%q: parseValidUsage: err %v, reported %v", v.Raw, err, u.reported)
 			}
 		}
 	})
