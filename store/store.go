@@ -37,6 +37,9 @@ type DB struct {
 	// the engine, chosen once here.
 	expr  exprCompiler
 	stmts *stmtCache
+	// writer is InsertRecords' connection on SQLite (usage_writer.go);
+	// nil on PostgreSQL.
+	writer *usageWriter
 	// throwaway is the directory of a ":memory:" store's file, removed by
 	// Close; empty otherwise.
 	throwaway string
@@ -139,7 +142,9 @@ func openSQLiteFile(ctx context.Context, path string) (*DB, error) {
 		db.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	return newDB(db, dialectSQLite), nil
+	d := newDB(db, dialectSQLite)
+	d.writer = &usageWriter{db: db}
+	return d, nil
 }
 
 // openPostgres goes through pgx's database/sql adapter, so that both
@@ -171,7 +176,11 @@ func openPostgres(ctx context.Context, dsn string) (*DB, error) {
 
 // Close closes the cached statements, then the database.
 func (d *DB) Close() error {
-	err := errors.Join(d.stmts.close(), d.db.Close())
+	err := d.stmts.close()
+	if d.writer != nil {
+		err = errors.Join(err, d.writer.close())
+	}
+	err = errors.Join(err, d.db.Close())
 	if d.throwaway != "" {
 		err = errors.Join(err, os.RemoveAll(d.throwaway))
 	}

@@ -64,10 +64,11 @@ func (d *DB) insertRecords(ctx context.Context, recs []accounting.Record, now ti
 	if err := fillCallIDs(recs); err != nil {
 		return err
 	}
-	tx, c, err := d.begin(ctx)
+	tx, c, done, err := d.beginRecords(ctx)
 	if err != nil {
 		return err
 	}
+	defer done()
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
 	first, err := markBatch(ctx, c, recs, now)
 	if err != nil {

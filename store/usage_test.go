@@ -529,3 +529,42 @@ func TestUsageBatchMarkersPurged(t *testing.T) {
 		}
 	})
 }
+
+// TestForeignKeysAfterUsageWriter: the usage writer's connection skips the
+// foreign-key checks its own rows cannot fail, and no other statement
+// does: once batches are written, a call naming no project is still
+// refused, in a transaction and outside one.
+func TestForeignKeysAfterUsageWriter(t *testing.T) {
+	forEachStore(t, func(t *testing.T, d *store.DB) {
+		ctx := context.Background()
+		for i := range 3 {
+			rec := usageRec(fmt.Sprint("fk-", i), "acme", "bot", "m", "k", usageT0, 1, 0, 0)
+			if err := d.InsertRecords(ctx, []accounting.Record{rec}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		const orphan = `INSERT INTO calls (project_id, id, op_name, trace_id, started_at) VALUES (?, ?, 'op', 't', '2026-11-21T10:00:00.000000Z')`
+		for _, tc := range []struct {
+			name string
+			run  func(id string) error
+		}{
+			{"pool", func(id string) error {
+				return d.QueryRow(ctx, orphan+` RETURNING id`, 987654321, id).Scan(new(string))
+			}},
+			{"transaction", func(id string) error {
+				tx, err := d.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tx.Rollback() //nolint:errcheck // the test only reads its error
+				return d.TxExec(ctx, tx, orphan, 987654321, id)
+			}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				if err := tc.run("orphan-" + tc.name); err == nil {
+					t.Fatal("a call naming no project was stored")
+				}
+			})
+		}
+	})
+}
