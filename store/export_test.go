@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"time"
 
 	"github.com/tollgate-dev/tollgate/accounting"
 )
@@ -43,6 +44,9 @@ func (d *DB) InsertGatewayCalls(ctx context.Context, recs []accounting.Record) e
 	}
 	return tx.Commit()
 }
+
+// AppendTraceTime is appendTraceTime.
+func AppendTraceTime(b []byte, t time.Time) []byte { return appendTraceTime(b, t) }
 
 // Migrations counts the migrations of each component.
 func Migrations() map[string]int {

@@ -19,8 +19,43 @@ func formatTraceTime(t time.Time) string { return string(appendTraceTime(nil, t)
 
 // appendTraceTime appends t in the stored form of trace times: UTC, to the
 // microseconds, fixed width (trace.TimeLayout), so text order is time order.
+// It writes the digits itself, as AppendFormat would (the fraction
+// truncated, not rounded), because AppendFormat reads its layout again for
+// every time: the usage writer formats two per request, which in
+// BenchmarkInsertRecords was about 4 % of its instructions. A year
+// AppendFormat would not write as four digits goes to AppendFormat.
 func appendTraceTime(b []byte, t time.Time) []byte {
-	return t.UTC().AppendFormat(b, trace.TimeLayout)
+	t = t.UTC()
+	year, month, day := t.Date()
+	if year < 0 || year > 9999 {
+		return t.AppendFormat(b, trace.TimeLayout)
+	}
+	hour, minute, sec := t.Clock()
+	b = appendPadded(b, year, 4)
+	b = append(b, '-')
+	b = appendPadded(b, int(month), 2)
+	b = append(b, '-')
+	b = appendPadded(b, day, 2)
+	b = append(b, 'T')
+	b = appendPadded(b, hour, 2)
+	b = append(b, ':')
+	b = appendPadded(b, minute, 2)
+	b = append(b, ':')
+	b = appendPadded(b, sec, 2)
+	b = append(b, '.')
+	b = appendPadded(b, t.Nanosecond()/1000, 6)
+	return append(b, 'Z')
+}
+
+// appendPadded appends n, which is not negative and has at most width
+// digits, as width decimal digits.
+func appendPadded(b []byte, n, width int) []byte {
+	b = append(b, "000000"[:width]...)
+	for i := len(b) - 1; n > 0; i-- {
+		b[i] = byte('0' + n%10)
+		n /= 10
+	}
+	return b
 }
 
 func parseTraceTime(s string) (time.Time, error) {

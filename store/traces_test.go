@@ -715,3 +715,31 @@ func benchmarkTraceUsage10k(b *testing.B, db *store.DB) {
 		}
 	}
 }
+
+// TestAppendTraceTime: the stored form of a time is what AppendFormat
+// writes with trace.TimeLayout, in UTC, whatever the time's zone, year or
+// fraction (truncated to the microsecond, not rounded).
+func TestAppendTraceTime(t *testing.T) {
+	east := time.FixedZone("east", 5*3600+30*60)
+	times := []time.Time{
+		{},
+		time.Date(2026, 11, 21, 10, 0, 0, 123456789, time.UTC),
+		time.Date(2026, 12, 31, 23, 59, 59, 999999999, time.UTC),
+		time.Date(2027, 1, 1, 4, 0, 0, 999, east),
+		time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC),
+		time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(-1, 6, 15, 12, 30, 0, 500, time.UTC),
+		time.Date(999, 2, 3, 4, 5, 6, 7000, time.UTC),
+		time.Unix(0, 0),
+		time.Unix(-1, 999999),
+	}
+	for i := range 1000 {
+		times = append(times, time.Unix(0, int64(i)*7919_000_123_457).In(east))
+	}
+	for _, tm := range times {
+		want := tm.UTC().Format(trace.TimeLayout)
+		if got := string(store.AppendTraceTime([]byte("x"), tm)); got != "x"+want {
+			t.Errorf("%v: %q, want %q", tm, got, "x"+want)
+		}
+	}
+}
