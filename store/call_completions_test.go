@@ -428,7 +428,7 @@ func TestDeleteCallsFreesGatewayLinks(t *testing.T) {
 		links := func() []string {
 			t.Helper()
 			var ids []string
-			for _, id := range []string{"gw-a", "gw-b", "gw-c", "gw-none"} {
+			for _, id := range []string{"gw-a", "gw-b", "gw-c", "gw-none", "gw-old"} {
 				var n int
 				if err := db.QueryRow(ctx, `SELECT COUNT(*) FROM call_completions WHERE call_id = ?`, id).Scan(&n); err != nil {
 					t.Fatal(err)
@@ -439,21 +439,37 @@ func TestDeleteCallsFreesGatewayLinks(t *testing.T) {
 			}
 			return ids
 		}
-		// gw-b's completion is gw-a's: its link stays gw-a's.
+		// gw-b's completion is gw-a's: its link stays gw-a's. gw-old is
+		// made as a gateway call linked before traces version 5 was: the
+		// call keeps no key, and its link is not keyed.
 		recs := []accounting.Record{
 			gatewayRecord("gw-a", "chatcmpl-same"), gatewayRecord("gw-b", "chatcmpl-same"),
-			gatewayRecord("gw-c", "chatcmpl-c"), gatewayRecord("gw-none", ""),
+			gatewayRecord("gw-c", "chatcmpl-c"), gatewayRecord("gw-none", ""), gatewayRecord("gw-old", "chatcmpl-old"),
 		}
 		for _, rec := range recs {
 			if err := db.InsertRecords(ctx, []accounting.Record{rec}); err != nil {
 				t.Fatal(err)
 			}
 		}
+		tx, err := db.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := db.TxExec(ctx, tx, `UPDATE calls SET completion_created = NULL WHERE id = ?`, "gw-old"); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.TxExec(ctx, tx, `UPDATE call_completions SET keyed = ? WHERE call_id = ?`, false, "gw-old"); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
 		for _, tc := range []struct {
 			del  []string
 			want []string
 		}{
-			{del: []string{"gw-b", "gw-none"}, want: []string{"gw-a", "gw-c"}},
+			{del: []string{"gw-b", "gw-none"}, want: []string{"gw-a", "gw-c", "gw-old"}},
+			{del: []string{"gw-old"}, want: []string{"gw-a", "gw-c"}},
 			{del: []string{"gw-c"}, want: []string{"gw-a"}},
 			{del: []string{"gw-a"}, want: nil},
 		} {
