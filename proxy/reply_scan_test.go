@@ -60,3 +60,22 @@ func TestScanReplyMatchesLookups(t *testing.T) {
 		}
 	}
 }
+
+// TestReplyAccountingAllocs guards the reply's accounting against
+// allocating per request beyond the id the record keeps.
+func TestReplyAccountingAllocs(t *testing.T) {
+	body := []byte(`{"id":"chatcmpl-1","object":"chat.completion","created":1700000000,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"total_tokens":7,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":0}}}`)
+	var u usageCounts
+	allocs := testing.AllocsPerRun(100, func() {
+		m, ok := scanReply(body, 32, false)
+		if !ok || m.id != "chatcmpl-1" {
+			t.Fatal("reply refused")
+		}
+		if err := u.parseValidUsage(m.usage, &chatUsageFields); err != nil || u.total != 7 {
+			t.Fatalf("usage: %v %+v", err, u)
+		}
+	})
+	if allocs > 1 {
+		t.Errorf("%v allocations per reply, want at most 1 (the id)", allocs)
+	}
+}
