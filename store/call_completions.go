@@ -250,7 +250,8 @@ type sdkLink struct {
 //
 // rows and text are recs' of gatewayCallRows: a link's entity, project and
 // call id are the arguments its call was inserted with, not boxed again.
-func linkGatewayCompletions(ctx context.Context, c conn, recs []accounting.Record, rows []gatewayRow, text string) error {
+// numbered, on SQLite, has the INSERT bind fewer values (linkShapes).
+func linkGatewayCompletions(ctx context.Context, c conn, recs []accounting.Record, rows []gatewayRow, text string, numbered bool) error {
 	var linked []int
 	for i := range recs {
 		if recs[i].CompletionID != "" {
@@ -281,12 +282,18 @@ func linkGatewayCompletions(ctx context.Context, c conn, recs []accounting.Recor
 				dates = append(dates, dates[k-1])
 			}
 		}
-		args = args[:0]
-		for j, i := range part {
-			row := &rows[i]
-			args = append(args, row.project.entity, dates[j], recs[i].CompletionID, row.project.idArg, row.callID, false, true)
+		var inserted int64
+		var err error
+		if numbered {
+			inserted, err = execNumberedLinks(ctx, c, recs, rows, part, dates, args)
+		} else {
+			args = args[:0]
+			for j, i := range part {
+				row := &rows[i]
+				args = append(args, row.project.entity, dates[j], recs[i].CompletionID, row.project.idArg, row.callID, false, true)
+			}
+			inserted, err = execLinks(ctx, c, len(part), args)
 		}
-		inserted, err := execLinks(ctx, c, len(part), args)
 		yieldBetweenStatements()
 		if err != nil {
 			return fmt.Errorf("link completions: %w", err)
@@ -360,6 +367,34 @@ func execLinks(ctx context.Context, c conn, rows int, args []any) (int64, error)
 		return 0, err
 	}
 	return res.RowsAffected()
+}
+
+// linkShapes are the rows of insertCompletionLink's statements on SQLite,
+// by shared (see numberedRow): a link's sdk and keyed are always false
+// and true, written 0 and 1; in a shared statement every link names the
+// first one's entity and project, bound once. Links of one team's batch
+// are all shared, and bind 3 values rather than 7.
+var linkShapes = [2]*numberedInsert{
+	newNumberedInsert(insertCompletionLink, numberedRow{"?", "?", "?", "?", "?", "0", "1"}),
+	newNumberedInsert(insertCompletionLink, numberedRow{"^0", "?", "?", "^3", "?", "0", "1"}),
+}
+
+// execNumberedLinks runs insertCompletionLink on SQLite for the links of
+// records part, dated dates, in a statement of linkShapes, and returns
+// how many it inserted. args is reused for the statement's arguments.
+func execNumberedLinks(ctx context.Context, c conn, recs []accounting.Record, rows []gatewayRow, part []int, dates, args []any) (int64, error) {
+	shared := true
+	for _, i := range part {
+		shared = shared && rows[i].project == rows[part[0]].project
+	}
+	shape := linkShapes[b2i(shared)]
+	args = args[:0]
+	for j, i := range part {
+		row := &rows[i]
+		vals := [...]any{row.project.entity, dates[j], recs[i].CompletionID, row.project.idArg, row.callID, nil, nil}
+		args = shape.row.values(args, vals[:], j == 0)
+	}
+	return execCached(ctx, c, shape.sql(len(part)), args)
 }
 
 // readSDKLinks adds to held the SDK links among n link keys: args are

@@ -20,6 +20,11 @@ func (d *DB) QueryRow(ctx context.Context, query string, args ...any) *sql.Row {
 	return d.conn().queryRow(ctx, query, args...)
 }
 
+// Query runs a query written with ? placeholders on either engine.
+func (d *DB) Query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return d.conn().query(ctx, query, args...)
+}
+
 // Begin starts a transaction.
 func (d *DB) Begin(ctx context.Context) (*sql.Tx, error) { return d.db.BeginTx(ctx, nil) }
 
@@ -29,8 +34,19 @@ func (d *DB) TxExec(ctx context.Context, tx *sql.Tx, query string, args ...any) 
 	return err
 }
 
-// InsertGatewayCalls records recs as trace calls only, in one transaction.
+// InsertGatewayCalls records recs as trace calls only, in one transaction,
+// as InsertRecords does.
 func (d *DB) InsertGatewayCalls(ctx context.Context, recs []accounting.Record) error {
+	return d.insertGatewayCalls(ctx, recs, d.dialect == dialectSQLite)
+}
+
+// InsertGatewayCallsBound is InsertGatewayCalls binding every value of
+// every row, as before SQLite's statements numbered their parameters.
+func (d *DB) InsertGatewayCallsBound(ctx context.Context, recs []accounting.Record) error {
+	return d.insertGatewayCalls(ctx, recs, false)
+}
+
+func (d *DB) insertGatewayCalls(ctx context.Context, recs []accounting.Record, numbered bool) error {
 	if err := fillCallIDs(recs); err != nil {
 		return err
 	}
@@ -39,7 +55,7 @@ func (d *DB) InsertGatewayCalls(ctx context.Context, recs []accounting.Record) e
 		return err
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	if err := insertGatewayCalls(ctx, c, recs); err != nil {
+	if err := insertGatewayCalls(ctx, c, recs, numbered); err != nil {
 		return err
 	}
 	return tx.Commit()

@@ -186,8 +186,10 @@ func (l *lastArg) box(s string) any {
 // insertGatewayCalls records each request as a trace call, the one row a
 // request has (its usage is summed in the roll-up in the same transaction).
 // Every record has its call id (fillCallIDs). A call that exists already
-// is left alone, so that a retried batch inserts nothing twice.
-func insertGatewayCalls(ctx context.Context, c conn, recs []accounting.Record) error {
+// is left alone, so that a retried batch inserts nothing twice. numbered
+// lets SQLite statements bind fewer values (gatewayCallShapes); without
+// it every statement binds every value, as PostgreSQL's do.
+func insertGatewayCalls(ctx context.Context, c conn, recs []accounting.Record, numbered bool) error {
 	if len(recs) == 0 {
 		return nil
 	}
@@ -197,18 +199,84 @@ func insertGatewayCalls(ctx context.Context, c conn, recs []accounting.Record) e
 	}
 	rows, text := gatewayCallRows(recs, projects)
 	var op, user lastArg
-	err = insertGatewayCall.exec(ctx, c, len(recs), func(args []any, i int) ([]any, error) {
-		return appendGatewayCallArgs(args, &recs[i], &rows[i], text, &op, &user), nil
-	})
+	if numbered {
+		err = insertNumberedGatewayCalls(ctx, c, recs, rows, text)
+	} else {
+		err = insertGatewayCall.exec(ctx, c, len(recs), func(args []any, i int) ([]any, error) {
+			return appendGatewayCallArgs(args, &recs[i], &rows[i], text, &op, &user), nil
+		})
+	}
 	if err != nil {
 		return fmt.Errorf("insert gateway calls: %w", err)
 	}
 	// Last, so that the links' row locks are taken after every statement
 	// that may need a connection of the pool (see linkGatewayCompletions).
-	if err := linkGatewayCompletions(ctx, c, recs, rows, text); err != nil {
+	if err := linkGatewayCompletions(ctx, c, recs, rows, text, numbered); err != nil {
 		return fmt.Errorf("insert gateway calls: %w", err)
 	}
 	return nil
+}
+
+// gatewayCallShapes are the rows of insertGatewayCall's statements on
+// SQLite, by [plain][shared] (see numberedRow): a plain row is a call with
+// no parent, no exception and no stored payloads, as nearly every request
+// is, which binds 10 values rather than 14; in a shared statement every
+// row has the first row's project and op name, bound once. A statement
+// takes the shape every one of its rows fits, so that a batch still runs
+// at most 4 x 7 statement shapes, and rows in the order of recs.
+var gatewayCallShapes = [2][2]*numberedInsert{
+	{
+		newNumberedInsert(insertGatewayCall, numberedRow{"?", "?", "?", "?", "?", "?", "?", "?", "?", "?", "?", "?", "?", "?"}),
+		newNumberedInsert(insertGatewayCall, numberedRow{"^0", "?", "^2", "?", "?", "?", "?", "?", "?", "?", "?", "?", "?", "?"}),
+	},
+	{
+		newNumberedInsert(insertGatewayCall, numberedRow{"?", "?", "?", "?", "NULL", "?", "?", "NULL", "?", "'{}'", "NULL", "?", "?", "?"}),
+		newNumberedInsert(insertGatewayCall, numberedRow{"^0", "?", "^2", "?", "NULL", "?", "?", "NULL", "?", "'{}'", "NULL", "?", "?", "?"}),
+	},
+}
+
+// plainGatewayCall reports whether rec's call fits a plain row of
+// gatewayCallShapes: its parent, exception and output NULL and its inputs
+// {} (see gatewayCallValues).
+func plainGatewayCall(rec *accounting.Record) bool {
+	return rec.ParentID == "" && rec.Error == "" && len(rec.Input) == 0 && len(rec.Output) == 0
+}
+
+// insertNumberedGatewayCalls is insertGatewayCall on SQLite, in statements
+// of gatewayCallShapes, split as multiRowInsert.exec splits them.
+func insertNumberedGatewayCalls(ctx context.Context, c conn, recs []accounting.Record, rows []gatewayRow, text string) error {
+	var op, user lastArg
+	args := make([]any, 0, min(len(recs), rowsPerInsert)*insertGatewayCall.cols)
+	for start := 0; start < len(recs); {
+		n := statementRows(len(recs) - start)
+		plain, shared := true, true
+		firstOp := gatewayOpName(recs[start].Endpoint)
+		for i := start; i < start+n; i++ {
+			plain = plain && plainGatewayCall(&recs[i])
+			shared = shared && rows[i].project == rows[start].project && gatewayOpName(recs[i].Endpoint) == firstOp
+		}
+		shape := gatewayCallShapes[b2i(plain)][b2i(shared)]
+		args = args[:0]
+		for i := start; i < start+n; i++ {
+			var vals [14]any
+			args = shape.row.values(args, appendGatewayCallArgs(vals[:0], &recs[i], &rows[i], text, &op, &user), i == start)
+		}
+		_, err := execCached(ctx, c, shape.sql(n), args)
+		yieldBetweenStatements()
+		if err != nil {
+			return fmt.Errorf("rows %d to %d: %w", start, start+n-1, err)
+		}
+		start += n
+	}
+	return nil
+}
+
+// b2i is 1 for true, 0 for false.
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // recordProject is the team and project a record's call is filed under.
@@ -251,8 +319,8 @@ func ensureRecordProjects(ctx context.Context, c conn, recs []accounting.Record)
 	return projects, nil
 }
 
-// appendGatewayCallArgs appends a record's row of insertGatewayCall to
-// args; row and text are the record's of gatewayCallRows, op and user box
+// gatewayCallValues appends a record's row of insertGatewayCall to
+// vals; row and text are the record's of gatewayCallRows, op and user box
 // the op name and key name across the batch's rows.
 func appendGatewayCallArgs(args []any, rec *accounting.Record, row *gatewayRow, text string, op, user *lastArg) []any {
 	traceID := row.callID

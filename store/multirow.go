@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/bits"
 	"runtime"
+	"strconv"
 	"strings"
 )
 
@@ -72,7 +73,7 @@ func yieldBetweenStatements() { runtime.Gosched() }
 func (m multiRowInsert) each(n int, appendRow func(args []any, i int) ([]any, error), run func(first, rows int, args []any) error) error {
 	args := make([]any, 0, min(n, rowsPerInsert)*m.cols)
 	for start := 0; start < n; {
-		rows := min(rowsPerInsert, 1<<(bits.Len(uint(n-start))-1))
+		rows := statementRows(n - start)
 		args = args[:0]
 		for i := start; i < start+rows; i++ {
 			var err error
@@ -91,10 +92,22 @@ func (m multiRowInsert) each(n int, appendRow func(args []any, i int) ([]any, er
 	return nil
 }
 
+// statementRows is how many of n rows left the next statement carries, as
+// exec splits them.
+func statementRows(n int) int {
+	return min(rowsPerInsert, 1<<(bits.Len(uint(n))-1))
+}
+
 // execRows runs the statement for rows rows with args and returns how
 // many rows it inserted (ON CONFLICT DO NOTHING skips the others).
 func (m multiRowInsert) execRows(ctx context.Context, c conn, rows int, args []any) (int64, error) {
-	stmt, err := c.cached(ctx, m.sql(rows))
+	return execCached(ctx, c, m.sql(rows), args)
+}
+
+// execCached runs query, cached (conn.cached), with args and returns how
+// many rows it changed.
+func execCached(ctx context.Context, c conn, query string, args []any) (int64, error) {
+	stmt, err := c.cached(ctx, query)
 	if err != nil {
 		return 0, err
 	}
@@ -104,4 +117,112 @@ func (m multiRowInsert) execRows(ctx context.Context, c conn, rows int, args []a
 		return 0, err
 	}
 	return res.RowsAffected()
+}
+
+// numberedRow is a VALUES row of a SQLite statement, one entry a column:
+//   - "?", a value of the row's own, bound;
+//   - "^k", the value of column k of the statement's first row, bound
+//     there once for all of its rows;
+//   - anything else, SQL written as is (a literal: NULL, '{}', 0).
+//
+// Every bound value costs modernc.org/sqlite a call into SQLite under the
+// connection's mutex, and a text one a C copy, freed and unbound again
+// after the statement: about 1,000 instructions for a string and 400 for
+// NULL in BenchmarkInsertRecords. A value every row of the statement
+// shares is written ?NNN after the first row, which SQLite reads as that
+// parameter again; one the row always has is a literal. The values stored
+// are the same as when each is bound.
+//
+// SQLite gives a plain ? the number after the largest so far, so a ?NNN
+// may only name a parameter before it, as "^k" does. The driver binds the
+// numbered ones by their number, the others in order: args are the row's
+// "?" values, and the first row's "^k" ones, in column order (see values).
+//
+// No row refers to another value of its own (trace_id = id): the driver
+// asks SQLite the name of every parameter it binds, which SQLite looks up
+// in a list of the statement's numbered ones, so a name per row made each
+// 64-row statement's binding quadratic (BenchmarkInsertRecords: 5,400
+// instructions a record in sqlite3VListNumToName, more than it saved).
+type numberedRow []string
+
+// numberedInsert is a multiRowInsert on SQLite whose rows are row, with
+// the statement of each count of rows multiRowInsert.exec runs (1, 2, 4,
+// ..., rowsPerInsert) written once: writing a 64-row statement out for
+// each run cost 2,300 instructions a record in BenchmarkInsertRecords.
+type numberedInsert struct {
+	row  numberedRow
+	sqls []string // by bits.Len(rows) - 1
+}
+
+func newNumberedInsert(m multiRowInsert, row numberedRow) *numberedInsert {
+	if len(row) != m.cols {
+		panic(fmt.Sprintf("numberedInsert: %d columns, want %d", len(row), m.cols))
+	}
+	n := &numberedInsert{row: row}
+	for rows := 1; rows <= rowsPerInsert; rows *= 2 {
+		n.sqls = append(n.sqls, row.sql(m.head, rows, m.tail))
+	}
+	return n
+}
+
+// sql returns the statement for rows rows, a power of two up to
+// rowsPerInsert.
+func (n *numberedInsert) sql(rows int) string {
+	return n.sqls[bits.Len(uint(rows))-1]
+}
+
+// sql returns head + rows rows + tail.
+func (r numberedRow) sql(head string, rows int, tail string) string {
+	var sb strings.Builder
+	sb.WriteString(head)
+	first := make([]int, len(r)) // the parameter of each of the first row's columns
+	own := make([]int, len(r))
+	n := 0
+	for i := range rows {
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		sb.WriteByte('(')
+		for k, col := range r {
+			if k > 0 {
+				sb.WriteString(", ")
+			}
+			switch {
+			case col == "?" || col[0] == '^' && i == 0:
+				n++
+				own[k] = n
+				sb.WriteByte('?')
+			case col[0] == '^':
+				sb.WriteString("?" + strconv.Itoa(first[r.column(col)]))
+			default:
+				sb.WriteString(col)
+			}
+		}
+		if i == 0 {
+			copy(first, own)
+		}
+		sb.WriteByte(')')
+	}
+	sb.WriteString(tail)
+	return sb.String()
+}
+
+// column is the column k of a "^k" entry.
+func (numberedRow) column(col string) int {
+	k, err := strconv.Atoi(col[1:])
+	if err != nil {
+		panic(fmt.Sprintf("numberedRow: bad column %q", col))
+	}
+	return k
+}
+
+// values appends to args the values of vals, a row's values by column,
+// that r binds: its "?" columns, and its "^k" ones if first.
+func (r numberedRow) values(args []any, vals []any, first bool) []any {
+	for k, col := range r {
+		if col == "?" || first && col[0] == '^' {
+			args = append(args, vals[k])
+		}
+	}
+	return args
 }
