@@ -253,17 +253,21 @@ type sdkLink struct {
 // numbered, on SQLite, has the INSERT bind fewer values (linkShapes).
 func linkGatewayCompletions(ctx context.Context, c conn, recs []accounting.Record, rows []gatewayRow, text string, numbered bool) error {
 	var linked []int
+	keys := make([]linkKey, len(recs))
 	for i := range recs {
 		if recs[i].CompletionID != "" {
 			linked = append(linked, i)
+			keys[i] = recordLink(&recs[i], &rows[i])
 		}
 	}
 	// In key order, so that two batches linking the same completions lock
 	// them in the same order.
 	slices.SortFunc(linked, func(a, b int) int {
-		ka, kb := recordLink(&recs[a], &rows[a]), recordLink(&recs[b], &rows[b])
-		return cmp.Or(strings.Compare(ka.entity, kb.entity), cmp.Compare(ka.created, kb.created),
-			strings.Compare(ka.completion, kb.completion))
+		ka, kb := &keys[a], &keys[b]
+		if ka.entity == kb.entity && ka.created == kb.created {
+			return strings.Compare(ka.completion, kb.completion)
+		}
+		return cmp.Or(strings.Compare(ka.entity, kb.entity), cmp.Compare(ka.created, kb.created))
 	})
 	held := make(map[linkKey]sdkLink)
 	dates := make([]any, 0, rowsPerInsert)
