@@ -147,8 +147,9 @@ type numberedRow []string
 
 // numberedInsert is a multiRowInsert on SQLite whose rows are row, with
 // the statement of each count of rows multiRowInsert.exec runs (1, 2, 4,
-// ..., rowsPerInsert) written once: writing a 64-row statement out for
-// each run cost 2,300 instructions a record in BenchmarkInsertRecords.
+// ..., rowsPerInsert) written once: writing it out again for each
+// statement (with its ?NNN) cost 3,200 instructions a record in
+// BenchmarkInsertRecords (78.8k -> 75.6k).
 type numberedInsert struct {
 	row  numberedRow
 	sqls []string // by bits.Len(rows) - 1
