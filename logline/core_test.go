@@ -55,7 +55,7 @@ type sink struct {
 }
 
 func (s *sink) Write(p []byte) (int, error) { s.writes++; return s.Buffer.Write(p) }
-func (*sink) Sync() error                    { return nil }
+func (*sink) Sync() error                   { return nil }
 
 // writeBoth writes ent with fields through the JSON core and through the
 // plain zap core it stands for, returning both outputs.
