@@ -4,12 +4,15 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/tollgate-dev/tollgate/accounting"
+	"github.com/tollgate-dev/tollgate/logline"
 )
 
 // requestLog is the log line of a finished request, the fields of its
 // record, logged with zap.Inline: the encoder is handed the fields
 // directly, instead of thirteen zap.Fields built, copied and walked for
-// every request. The line is the same (TestRequestLogLine).
+// every request. The line is the same (TestRequestLogLine). It is also a
+// logline.Fields, so that the gateway's JSON core writes it without zap's
+// encoder (TestRequestLogFastLine).
 type requestLog struct{ rec *accounting.Record }
 
 func (l requestLog) MarshalLogObject(enc zapcore.ObjectEncoder) error {
@@ -28,4 +31,36 @@ func (l requestLog) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 	enc.AddInt64("completion_tokens", r.CompletionTokens)
 	enc.AddString("error", r.Error)
 	return nil
+}
+
+// AppendJSONFields appends the fields MarshalLogObject writes, as zap's
+// JSON encoder on the gateway's config writes them. It always can.
+func (l requestLog) AppendJSONFields(dst []byte) ([]byte, bool) {
+	r := l.rec
+	dst = append(dst, `"request_id":`...)
+	dst = logline.AppendString(dst, r.RequestID)
+	dst = append(dst, `,"endpoint":`...)
+	dst = logline.AppendString(dst, r.Endpoint)
+	dst = append(dst, `,"model":`...)
+	dst = logline.AppendString(dst, r.Model)
+	dst = append(dst, `,"backend":`...)
+	dst = logline.AppendString(dst, r.Backend)
+	dst = append(dst, `,"status":`...)
+	dst = logline.AppendInt(dst, int64(r.Status))
+	dst = append(dst, `,"duration":`...)
+	dst = logline.AppendSeconds(dst, r.Ended.Sub(r.Started))
+	dst = append(dst, `,"key":`...)
+	dst = logline.AppendString(dst, r.KeyName)
+	dst = append(dst, `,"team":`...)
+	dst = logline.AppendString(dst, r.Team)
+	dst = append(dst, `,"project":`...)
+	dst = logline.AppendString(dst, r.Project)
+	dst = append(dst, `,"stream":`...)
+	dst = logline.AppendBool(dst, r.Stream)
+	dst = append(dst, `,"prompt_tokens":`...)
+	dst = logline.AppendInt(dst, r.PromptTokens)
+	dst = append(dst, `,"completion_tokens":`...)
+	dst = logline.AppendInt(dst, r.CompletionTokens)
+	dst = append(dst, `,"error":`...)
+	return logline.AppendString(dst, r.Error), true
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/tollgate-dev/tollgate/auth"
 	"github.com/tollgate-dev/tollgate/backends"
 	"github.com/tollgate-dev/tollgate/config"
+	"github.com/tollgate-dev/tollgate/logline"
 	"github.com/tollgate-dev/tollgate/proxy"
 	"github.com/tollgate-dev/tollgate/route"
 	"github.com/tollgate-dev/tollgate/store"
@@ -245,20 +246,18 @@ func newLogger(cfg config.Log, out io.Writer) (*zap.Logger, *zapcore.BufferedWri
 	if err != nil {
 		return nil, nil, fmt.Errorf("log.level: %w", err)
 	}
-	encCfg := zap.NewProductionEncoderConfig()
-	encCfg.EncodeTime = zapcore.ISO8601TimeEncoder
-	var enc zapcore.Encoder
-	if cfg.Format == "console" {
-		encCfg.EncodeLevel = zapcore.CapitalLevelEncoder
-		enc = zapcore.NewConsoleEncoder(encCfg)
-	} else {
-		enc = zapcore.NewJSONEncoder(encCfg)
-	}
 	// The writer is wrapped so that zap never calls its Sync: stderr is
 	// usually a pipe or a terminal, where fsync fails (EINVAL), and a
 	// failed sync must not turn a clean shutdown into exit status 1.
 	ws := &zapcore.BufferedWriteSyncer{WS: zapcore.AddSync(writerOnly{out}), Size: 256 << 10, FlushInterval: time.Second}
-	return zap.New(zapcore.NewCore(enc, ws, level)), ws, nil
+	if cfg.Format == "console" {
+		encCfg := logline.EncoderConfig()
+		encCfg.EncodeLevel = zapcore.CapitalLevelEncoder
+		return zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(encCfg), ws, level)), ws, nil
+	}
+	// JSON lines are zap's JSON encoder's on logline.EncoderConfig; the
+	// per-request line is written by logline without the encoder.
+	return zap.New(logline.NewJSONCore(ws, level)), ws, nil
 }
 
 // requireAdmin reports whether the request carries an admin key, answering
