@@ -135,6 +135,12 @@ func TestAppendTimeMatchesLayout(t *testing.T) {
 	for range 3000 {
 		times = append(times, time.Unix(r.Int64N(1<<36)-1<<35, r.Int64N(1e9)))
 	}
+	// Every year from before 0 to after 9999, and the days around each end.
+	const year0, year10000 = -62167219200, 253402300800
+	for range 3000 {
+		times = append(times, time.Unix(year0-3*86400+r.Int64N(year10000-year0+6*86400), r.Int64N(1e9)),
+			time.Unix(year0+r.Int64N(4*86400)-2*86400, 0), time.Unix(year10000+r.Int64N(4*86400)-2*86400, 0))
+	}
 	for _, loc := range testZones(t) {
 		for _, tm := range times {
 			tm = tm.In(loc)
