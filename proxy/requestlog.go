@@ -15,6 +15,9 @@ import (
 // encoder (TestRequestLogFastLine).
 type requestLog struct{ rec *accounting.Record }
 
+// The gateway's JSON core writes the line itself only for a logline.Fields.
+var _ logline.Fields = requestLog{}
+
 func (l requestLog) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 	r := l.rec
 	enc.AddString("request_id", r.RequestID)
