@@ -37,6 +37,8 @@ type jsonCore struct {
 	bufs         sync.Pool // *[]byte
 }
 
+var _ zapcore.Core = (*jsonCore)(nil)
+
 // NewJSONCore returns a core writing JSON lines on EncoderConfig to out at
 // the levels enab enables, as zapcore.NewCore(zapcore.NewJSONEncoder(
 // EncoderConfig()), out, enab) would, writing the lines of one Fields
