@@ -270,31 +270,19 @@ func linkGatewayCompletions(ctx context.Context, c conn, recs []accounting.Recor
 		return cmp.Or(strings.Compare(ka.entity, kb.entity), cmp.Compare(ka.created, kb.created))
 	})
 	held := make(map[linkKey]sdkLink)
-	dates := make([]any, 0, rowsPerInsert)
 	args := make([]any, 0, insertCompletionLink.cols*min(len(linked), rowsPerInsert))
 	for start, size := 0, 0; start < len(linked); start += size {
 		size = linkStatementRows(c.d, len(linked)-start)
 		part := linked[start : start+size]
-		// A batch's links share a few dates, adjacent in key order: each
-		// is boxed once, for both statements.
-		dates = dates[:0]
-		var last int64
-		for k, i := range part {
-			if d := recs[i].CompletionCreated; k == 0 || d != last {
-				dates, last = append(dates, d), d
-			} else {
-				dates = append(dates, dates[k-1])
-			}
-		}
 		var inserted int64
 		var err error
 		if numbered {
-			inserted, err = execNumberedLinks(ctx, c, recs, rows, part, dates, args)
+			inserted, err = execNumberedLinks(ctx, c, recs, rows, part, args)
 		} else {
 			args = args[:0]
-			for j, i := range part {
+			for _, i := range part {
 				row := &rows[i]
-				args = append(args, row.project.entity, dates[j], recs[i].CompletionID, row.project.idArg, row.callID, false, true)
+				args = append(args, row.project.entity, row.created, recs[i].CompletionID, row.project.idArg, row.callID, false, true)
 			}
 			inserted, err = execLinks(ctx, c, len(part), args)
 		}
@@ -314,7 +302,9 @@ func linkGatewayCompletions(ctx context.Context, c conn, recs []accounting.Recor
 		for _, i := range part {
 			args = append(args, rows[i].project.entity)
 		}
-		args = append(args, dates...)
+		for _, i := range part {
+			args = append(args, rows[i].created)
+		}
 		for _, i := range part {
 			args = append(args, recs[i].CompletionID)
 		}
@@ -384,9 +374,9 @@ var linkShapes = [2]*numberedInsert{
 }
 
 // execNumberedLinks runs insertCompletionLink on SQLite for the links of
-// records part, dated dates, in a statement of linkShapes, and returns
-// how many it inserted. args is reused for the statement's arguments.
-func execNumberedLinks(ctx context.Context, c conn, recs []accounting.Record, rows []gatewayRow, part []int, dates, args []any) (int64, error) {
+// records part in a statement of linkShapes, and returns how many it
+// inserted. args is reused for the statement's arguments.
+func execNumberedLinks(ctx context.Context, c conn, recs []accounting.Record, rows []gatewayRow, part []int, args []any) (int64, error) {
 	shared := true
 	for _, i := range part {
 		shared = shared && rows[i].project == rows[part[0]].project
@@ -395,7 +385,7 @@ func execNumberedLinks(ctx context.Context, c conn, recs []accounting.Record, ro
 	args = args[:0]
 	for j, i := range part {
 		row := &rows[i]
-		vals := [...]any{row.project.entity, dates[j], recs[i].CompletionID, row.project.idArg, row.callID, nil, nil}
+		vals := [...]any{row.project.entity, row.created, recs[i].CompletionID, row.project.idArg, row.callID, nil, nil}
 		args = shape.row.values(args, vals[:], j == 0)
 	}
 	return execCached(ctx, c, shape.sql(len(part)), args)
