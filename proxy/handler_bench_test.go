@@ -134,6 +134,19 @@ func runHandlerBench(b *testing.B, client *fasthttp.HostClient, body []byte) {
 // connection deadlines then go through the runtime's network poller, as
 // they do in production, where the in-memory pipes only reset a timer.
 func BenchmarkHandlerNonStreamTCP(b *testing.B) {
+	up := serveSimulatorTCP(b)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	serveBench(b, ln, "sk-bench-key-0001", fmt.Sprintf("url: \"http://%s/v1\"", up))
+	runHandlerBench(b, tcpClient(ln.Addr().String()), append(append([]byte(nil), benchBody...), '}'))
+}
+
+// serveSimulatorTCP serves a simulated backend (16 tokens) on loopback TCP
+// until the benchmark ends, and returns its address.
+func serveSimulatorTCP(b *testing.B) string {
+	b.Helper()
 	up, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -147,15 +160,13 @@ func BenchmarkHandlerNonStreamTCP(b *testing.B) {
 		}
 		<-simDone
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	serveBench(b, ln, "sk-bench-key-0001", fmt.Sprintf("url: \"http://%s/v1\"", up.Addr()))
-	// net.Dial, not fasthttp's default dialer, whose cache goroutine
-	// outlives the test.
-	client := &fasthttp.HostClient{Addr: ln.Addr().String(), Dial: func(addr string) (net.Conn, error) { return net.Dial("tcp", addr) }}
-	runHandlerBench(b, client, append(append([]byte(nil), benchBody...), '}'))
+	return up.Addr().String()
+}
+
+// tcpClient is a client of addr over TCP. It dials with net.Dial, not
+// fasthttp's default dialer, whose cache goroutine outlives the test.
+func tcpClient(addr string) *fasthttp.HostClient {
+	return &fasthttp.HostClient{Addr: addr, Dial: func(addr string) (net.Conn, error) { return net.Dial("tcp", addr) }}
 }
 
 // BenchmarkBareProxyTCP is BenchmarkHandlerNonStreamTCP through what
@@ -163,15 +174,9 @@ func BenchmarkHandlerNonStreamTCP(b *testing.B) {
 // came and copy the reply back. The difference between the two is the
 // gateway's own cost per request.
 func BenchmarkBareProxyTCP(b *testing.B) {
-	up, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	sim := simulated.New(simulated.Options{Tokens: 16})
-	simDone := make(chan error, 1)
-	go func() { simDone <- sim.Serve(up) }()
-	upstream := &fasthttp.HostClient{Addr: up.Addr().String(), NoDefaultUserAgentHeader: true,
-		Dial: func(addr string) (net.Conn, error) { return net.Dial("tcp", addr) }}
+	// The simulator's cleanup, registered first, runs after the proxy's.
+	upstream := tcpClient(serveSimulatorTCP(b))
+	upstream.NoDefaultUserAgentHeader = true
 	srv := &fasthttp.Server{NoDefaultServerHeader: true, ReduceMemoryUsage: true, Handler: func(ctx *fasthttp.RequestCtx) {
 		req := fasthttp.AcquireRequest()
 		ctx.Request.CopyTo(req)
@@ -200,11 +205,6 @@ func BenchmarkBareProxyTCP(b *testing.B) {
 		}
 		<-srvDone
 		upstream.CloseIdleConnections()
-		if err := sim.Shutdown(); err != nil {
-			b.Error(err)
-		}
-		<-simDone
 	})
-	client := &fasthttp.HostClient{Addr: ln.Addr().String(), Dial: func(addr string) (net.Conn, error) { return net.Dial("tcp", addr) }}
-	runHandlerBench(b, client, append(append([]byte(nil), benchBody...), '}'))
+	runHandlerBench(b, tcpClient(ln.Addr().String()), append(append([]byte(nil), benchBody...), '}'))
 }
