@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -171,6 +172,45 @@ func TestRecorderFlushesPartialBatchAfterInterval(t *testing.T) {
 	eventually(func() bool { return len(st.callIDs()) == 1 })
 	if err := r.Close(context.Background()); err != nil {
 		t.Fatalf("Close: %v", err)
+	}
+}
+
+// A tick writes what was queued at the tick. Records that arrive during
+// that write wait for the next tick (or a full batch) rather than each
+// becoming a transaction of its own right after it.
+func TestRecorderTickWritesWhatWasQueuedAtTheTick(t *testing.T) {
+	ticks := make(chan time.Time)
+	st := &memStore{gate: make(chan struct{}), entered: make(chan struct{})}
+	r := newRecorder(st, RecorderOptions{QueueSize: 100, BatchSize: 100, ticks: ticks}, zap.NewNop(), nil, testBackoff)
+	for i := range 3 {
+		r.Record(rec(i))
+	}
+	ticks <- time.Now()
+	<-st.entered // the tick's write of the three records, held at the gate
+	for i := 3; i < 5; i++ {
+		r.Record(rec(i))
+	}
+	st.gate <- struct{}{}
+	// The writer either starts another write at once (chasing the two
+	// records) or goes back to waiting, where it takes the next tick.
+	select {
+	case <-st.entered:
+		t.Fatal("the writer wrote records queued after the tick in the tick's flush")
+	case ticks <- time.Now():
+	}
+	<-st.entered
+	close(st.gate)
+	if err := r.Close(context.Background()); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	st.mu.Lock()
+	batches := slices.Clone(st.batches)
+	st.mu.Unlock()
+	if !slices.Equal(batches, []int{3, 2}) {
+		t.Errorf("batches %v, want [3 2]: one per tick", batches)
+	}
+	if got := st.callIDs(); !equalStrings(got, wantIDs(5)) {
+		t.Errorf("written %v, want %v", got, wantIDs(5))
 	}
 }
 
