@@ -218,22 +218,36 @@ func insertGatewayCalls(ctx context.Context, c conn, recs []accounting.Record, n
 }
 
 // gatewayCallShapes are the rows of insertGatewayCall's statements on
-// SQLite, by [plain][shared] (see numberedRow): a plain row is a call with
-// no parent, no exception and no stored payloads, as nearly every request
-// is, which binds 10 values rather than 14; in a shared statement every
-// row has the first row's project and op name, bound once. A statement
-// takes the shape every one of its rows fits, so that a batch still runs
-// at most 4 x 7 statement shapes, and rows in the order of recs.
-var gatewayCallShapes = [2][2]*numberedInsert{
-	{
-		newNumberedInsert(insertGatewayCall, numberedRow{"?", "?", "?", "?", "?", "?", "?", "?", "?", "?", "?", "?", "?", "?"}),
-		newNumberedInsert(insertGatewayCall, numberedRow{"^0", "?", "^2", "?", "?", "?", "?", "?", "?", "?", "?", "?", "?", "?"}),
-	},
-	{
-		newNumberedInsert(insertGatewayCall, numberedRow{"?", "?", "?", "?", "NULL", "?", "?", "NULL", "?", "'{}'", "NULL", "?", "?", "?"}),
-		newNumberedInsert(insertGatewayCall, numberedRow{"^0", "?", "^2", "?", "NULL", "?", "?", "NULL", "?", "'{}'", "NULL", "?", "?", "?"}),
-	},
-}
+// SQLite, by [plain][shared][sharedUser] (see numberedRow): a plain row is
+// a call with no parent, no exception and no stored payloads, as nearly
+// every request is, which binds 10 values rather than 14; in a shared
+// statement every row has the first row's project and op name, and in a
+// sharedUser one its svc_user_id (the key name), bound once. The key is a
+// dimension of its own because a project's requests come through several
+// keys as often as through one: a statement whose keys differ still binds
+// its project and op once. A statement takes the shape every one of its
+// rows fits, so that a batch still runs at most 8 x 7 statement shapes,
+// and rows in the order of recs.
+var gatewayCallShapes = func() (shapes [2][2][2]*numberedInsert) {
+	for plain := range 2 {
+		for shared := range 2 {
+			for sharedUser := range 2 {
+				row := numberedRow{"?", "?", "?", "?", "?", "?", "?", "?", "?", "?", "?", "?", "?", "?"}
+				if plain == 1 {
+					row[4], row[7], row[9], row[10] = "NULL", "NULL", "'{}'", "NULL"
+				}
+				if shared == 1 {
+					row[0], row[2] = "^0", "^2"
+				}
+				if sharedUser == 1 {
+					row[12] = "^12"
+				}
+				shapes[plain][shared][sharedUser] = newNumberedInsert(insertGatewayCall, row)
+			}
+		}
+	}
+	return shapes
+}()
 
 // plainGatewayCall reports whether rec's call fits a plain row of
 // gatewayCallShapes: its parent, exception and output NULL and its inputs
@@ -249,13 +263,15 @@ func insertNumberedGatewayCalls(ctx context.Context, c conn, recs []accounting.R
 	args := make([]any, 0, min(len(recs), rowsPerInsert)*insertGatewayCall.cols)
 	for start := 0; start < len(recs); {
 		n := statementRows(len(recs) - start)
-		plain, shared := true, true
-		firstOp := gatewayOpName(recs[start].Endpoint)
+		plain, shared, sharedUser := true, true, true
+		firstOp, firstUser := gatewayOpName(recs[start].Endpoint), recs[start].KeyName
 		for i := start; i < start+n; i++ {
 			plain = plain && plainGatewayCall(&recs[i])
 			shared = shared && rows[i].project == rows[start].project && gatewayOpName(recs[i].Endpoint) == firstOp
+			// Equal key names are equal values: NULL for "" (appendGatewayCallArgs).
+			sharedUser = sharedUser && recs[i].KeyName == firstUser
 		}
-		shape := gatewayCallShapes[b2i(plain)][b2i(shared)]
+		shape := gatewayCallShapes[b2i(plain)][b2i(shared)][b2i(sharedUser)]
 		args = args[:0]
 		for i := start; i < start+n; i++ {
 			var vals [14]any
