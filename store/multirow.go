@@ -105,8 +105,12 @@ func (m multiRowInsert) execRows(ctx context.Context, c conn, rows int, args []a
 }
 
 // execCached runs query, cached (conn.cached), with args and returns how
-// many rows it changed.
+// many rows it changed. In the SQLite usage writer's transaction it runs
+// on the writer's own statements (writer_stmts.go).
 func execCached(ctx context.Context, c conn, query string, args []any) (int64, error) {
+	if wt, ok := c.q.(*writerTx); ok {
+		return wt.w.exec(ctx, query, args)
+	}
 	stmt, err := c.cached(ctx, query)
 	if err != nil {
 		return 0, err

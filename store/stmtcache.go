@@ -12,7 +12,10 @@ import (
 // prepared for the life of the DB. Compiling a 64-row INSERT (up to 1,280
 // parameters) again for every batch cost the writer about a tenth of its
 // CPU; database/sql then prepares each cached statement once per pooled
-// connection, and a transaction on that connection reuses it.
+// connection, and a transaction on that connection reuses it. On SQLite
+// the writer runs its INSERTs on statements of its own connection
+// (writer_stmts.go), and only the statements it runs through conn.cached
+// itself (the markers' purge) are kept here.
 type stmtCache struct {
 	db *sql.DB
 	d  dialect

@@ -29,9 +29,12 @@ import (
 type usageWriter struct {
 	db *sql.DB
 	// mu is held from begin until the transaction has ended, so that one
-	// batch at a time uses conn.
+	// batch at a time uses conn and stmts.
 	mu   sync.Mutex
 	conn *sql.Conn // nil until the first batch, and after it failed
+	// stmts are the statements every batch runs, prepared on conn's
+	// driver connection (writer_stmts.go); empty while conn is nil.
+	stmts writerStmts
 }
 
 // begin starts a transaction on the writer's connection, opening it
@@ -44,21 +47,46 @@ func (w *usageWriter) begin(ctx context.Context) (*sql.Tx, func(), error) {
 			w.mu.Unlock()
 			return nil, nil, fmt.Errorf("usage writer: %w", err)
 		}
-		if _, err := c.ExecContext(ctx, `PRAGMA foreign_keys = OFF`); err != nil {
-			w.mu.Unlock()
-			return nil, nil, errors.Join(fmt.Errorf("usage writer: %w", err), discard(c))
-		}
 		w.conn = c
+		if _, err := c.ExecContext(ctx, `PRAGMA foreign_keys = OFF`); err != nil {
+			err = errors.Join(fmt.Errorf("usage writer: %w", err), w.discard())
+			w.mu.Unlock()
+			return nil, nil, err
+		}
 	}
 	tx, err := w.conn.BeginTx(ctx, nil)
 	if err != nil {
 		// The connection may be broken: the next batch opens another.
-		err = errors.Join(err, discard(w.conn))
-		w.conn = nil
+		err = errors.Join(err, w.discard())
 		w.mu.Unlock()
 		return nil, nil, err
 	}
 	return tx, w.mu.Unlock, nil
+}
+
+// exec runs query, one of the statements every batch runs, with args in
+// the transaction begin started, on the writer's statements, and returns
+// how many rows it changed.
+func (w *usageWriter) exec(ctx context.Context, query string, args []any) (int64, error) {
+	var n int64
+	err := w.conn.Raw(func(dc any) error {
+		// database/sql rolls back a transaction whose context has ended,
+		// on a goroutine of its own, and the statement would then run on
+		// its own, outside of any transaction. The rollback waits for dc,
+		// which Raw holds: if the context is live now, the transaction
+		// outlasts the statement.
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var err error
+		n, err = w.stmts.exec(ctx, dc, query, args)
+		if errors.Is(err, driver.ErrBadConn) {
+			// Raw closes dc: its statements go first.
+			err = errors.Join(err, w.stmts.close())
+		}
+		return err
+	})
+	return n, err
 }
 
 // close discards the writer's connection; the DB closes its pool after.
@@ -68,26 +96,36 @@ func (w *usageWriter) close() error {
 	if w.conn == nil {
 		return nil
 	}
-	err := discard(w.conn)
-	w.conn = nil
-	return err
+	return w.discard()
 }
 
-// discard closes c's driver connection rather than returning it to the
-// pool, where a connection with foreign-key checks off must never serve
-// another statement.
-func discard(c *sql.Conn) error {
+// discard closes the writer's statements and then its driver connection,
+// rather than returning the connection to the pool, where a connection
+// with foreign-key checks off must never serve another statement.
+func (w *usageWriter) discard() error {
+	c := w.conn
+	w.conn = nil
+	var stmtsErr error
 	// Raw closes the connection when its function reports it bad; Close
 	// then has nothing left to do.
-	if err := c.Raw(func(any) error { return driver.ErrBadConn }); !errors.Is(err, driver.ErrBadConn) {
-		return errors.Join(err, c.Close())
+	err := c.Raw(func(any) error {
+		stmtsErr = w.stmts.close()
+		return driver.ErrBadConn
+	})
+	// A connection database/sql closed already (a driver.ErrBadConn from
+	// a transaction's own statement, which the SQLite driver does not
+	// return) took the statements with it.
+	w.stmts = writerStmts{}
+	if !errors.Is(err, driver.ErrBadConn) {
+		return errors.Join(stmtsErr, err, c.Close())
 	}
-	return nil
+	return stmtsErr
 }
 
 // beginRecords starts InsertRecords' transaction: on SQLite on the usage
 // writer's connection, on PostgreSQL on the pool. The caller ends the
-// transaction, then calls done.
+// transaction, then calls done. On SQLite the conn runs cached statements
+// on the writer's own (writerTx).
 func (d *DB) beginRecords(ctx context.Context) (*sql.Tx, conn, func(), error) {
 	if d.writer == nil {
 		tx, c, err := d.begin(ctx)
@@ -97,5 +135,5 @@ func (d *DB) beginRecords(ctx context.Context) (*sql.Tx, conn, func(), error) {
 	if err != nil {
 		return nil, conn{}, nil, err
 	}
-	return tx, conn{q: tx, d: d.dialect, tx: tx, stmts: d.stmts}, done, nil
+	return tx, conn{q: &writerTx{Tx: tx, w: d.writer}, d: d.dialect, tx: tx, stmts: d.stmts}, done, nil
 }
