@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/tidwall/gjson"
@@ -77,5 +78,28 @@ func TestReplyAccountingAllocs(t *testing.T) {
 	})
 	if allocs > 1 {
 		t.Errorf("%v allocations per reply, want at most 1 (the id)", allocs)
+	}
+}
+
+// TestIDStringDateIntMatchGjson checks the reply's id and date read
+// without gjson against gjson's reading, for the values a backend may
+// send: plain and escaped strings, every length of integer around 15
+// digits, and numbers that are not plain integers.
+func TestIDStringDateIntMatchGjson(t *testing.T) {
+	values := []string{`"chatcmpl-1"`, `""`, `"a\u0062\n"`, `"\""`, `"é"`, `7`, `-7`, `0`, `1.5e3`, `1e2`, `-0`,
+		`null`, `true`, `{"a":1}`, `[1]`, `123456789012345`, `999999999999999`, `1234567890123456`,
+		`9007199254740993`, `99999999999999999999`, `-123456789012345`, `1700000000`, `12.0`}
+	for i := 1; i <= 20; i++ {
+		values = append(values, strings.Repeat("9", i), "1"+strings.Repeat("0", i-1))
+	}
+	for _, v := range values {
+		t.Run(v, func(t *testing.T) {
+			if got, want := idString(v), gjson.Parse(v).String(); got != want {
+				t.Errorf("idString = %q, gjson says %q", got, want)
+			}
+			if got, want := dateInt(v), gjson.Parse(v).Int(); got != want {
+				t.Errorf("dateInt = %d, gjson says %d", got, want)
+			}
+		})
 	}
 }
