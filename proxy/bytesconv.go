@@ -17,3 +17,10 @@ import "unsafe"
 func b2s(b []byte) string {
 	return unsafe.String(unsafe.SliceData(b), len(b))
 }
+
+// s2b returns a []byte that shares s's memory. The bytes must not be
+// modified: it is for fasthttp calls that only copy what they are given
+// (SetCanonical copies the name and the value into the header).
+func s2b(s string) []byte {
+	return unsafe.Slice(unsafe.StringData(s), len(s))
+}
