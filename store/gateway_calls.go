@@ -218,36 +218,44 @@ func insertGatewayCalls(ctx context.Context, c conn, recs []accounting.Record, n
 }
 
 // gatewayCallShapes are the rows of insertGatewayCall's statements on
-// SQLite, by [plain][shared][sharedUser] (see numberedRow): a plain row is
-// a call with no parent, no exception and no stored payloads, as nearly
-// every request is, which binds 10 values rather than 14; in a shared
-// statement every row has the first row's project and op name, and in a
-// sharedUser one its svc_user_id (the key name), bound once. The key is a
-// dimension of its own because a project's requests come through several
-// keys as often as through one: a statement whose keys differ still binds
-// its project and op once. A statement takes the shape every one of its
-// rows fits, so that a batch still runs at most 8 x 7 statement shapes,
-// and rows in the order of recs.
-var gatewayCallShapes = func() (shapes [2][2][2]*numberedInsert) {
-	for plain := range 2 {
-		for shared := range 2 {
-			for sharedUser := range 2 {
-				row := numberedRow{"?", "?", "?", "?", "?", "?", "?", "?", "?", "?", "?", "?", "?", "?"}
-				if plain == 1 {
-					row[4], row[7], row[9], row[10] = "NULL", "NULL", "'{}'", "NULL"
-				}
-				if shared == 1 {
-					row[0], row[2] = "^0", "^2"
-				}
-				if sharedUser == 1 {
-					row[12] = "^12"
-				}
-				shapes[plain][shared][sharedUser] = newNumberedInsert(insertGatewayCall, row)
-			}
+// SQLite (see numberedRow), by the sum of the gatewayCall flags every row
+// of the statement fits: a plain row is a call with no parent, no
+// exception and no stored payloads, as nearly every request is, which
+// binds 10 values rather than 14; the shared ones bind a value of the
+// first row once for all: its project and op name, its svc_user_id (the
+// key name), its completion_created (the reply's second, which a
+// statement's completions mostly share). Each is a flag of its own
+// because they vary apart: a project's requests come through several
+// keys as often as through one. A statement takes the shape every one of
+// its rows fits, so that a batch runs at most 16 x 7 statement shapes,
+// each prepared on first use, and rows in the order of recs.
+var gatewayCallShapes = func() (shapes [16]*numberedInsert) {
+	for flags := range shapes {
+		row := numberedRow{"?", "?", "?", "?", "?", "?", "?", "?", "?", "?", "?", "?", "?", "?"}
+		if flags&gatewayCallPlain != 0 {
+			row[4], row[7], row[9], row[10] = "NULL", "NULL", "'{}'", "NULL"
 		}
+		if flags&gatewayCallSharedProjectOp != 0 {
+			row[0], row[2] = "^0", "^2"
+		}
+		if flags&gatewayCallSharedUser != 0 {
+			row[12] = "^12"
+		}
+		if flags&gatewayCallSharedCreated != 0 {
+			row[13] = "^13"
+		}
+		shapes[flags] = newNumberedInsert(insertGatewayCall, row)
 	}
 	return shapes
 }()
+
+// The flags of gatewayCallShapes.
+const (
+	gatewayCallPlain = 1 << iota
+	gatewayCallSharedProjectOp
+	gatewayCallSharedUser
+	gatewayCallSharedCreated
+)
 
 // plainGatewayCall reports whether rec's call fits a plain row of
 // gatewayCallShapes: its parent, exception and output NULL and its inputs
@@ -263,15 +271,7 @@ func insertNumberedGatewayCalls(ctx context.Context, c conn, recs []accounting.R
 	args := make([]any, 0, min(len(recs), rowsPerInsert)*insertGatewayCall.cols)
 	for start := 0; start < len(recs); {
 		n := statementRows(len(recs) - start)
-		plain, shared, sharedUser := true, true, true
-		firstOp, firstUser := gatewayOpName(recs[start].Endpoint), recs[start].KeyName
-		for i := start; i < start+n; i++ {
-			plain = plain && plainGatewayCall(&recs[i])
-			shared = shared && rows[i].project == rows[start].project && gatewayOpName(recs[i].Endpoint) == firstOp
-			// Equal key names are equal values: NULL for "" (appendGatewayCallArgs).
-			sharedUser = sharedUser && recs[i].KeyName == firstUser
-		}
-		shape := gatewayCallShapes[b2i(plain)][b2i(shared)][b2i(sharedUser)]
+		shape := gatewayCallShapes[gatewayCallFlags(recs[start:start+n], rows[start:start+n])]
 		args = args[:0]
 		for i := start; i < start+n; i++ {
 			var vals [14]any
@@ -285,6 +285,23 @@ func insertNumberedGatewayCalls(ctx context.Context, c conn, recs []accounting.R
 		start += n
 	}
 	return nil
+}
+
+// gatewayCallFlags are the flags of gatewayCallShapes that every one of
+// recs' calls fits; rows are recs' gatewayRows.
+func gatewayCallFlags(recs []accounting.Record, rows []gatewayRow) int {
+	plain, shared, sharedUser, sharedCreated := true, true, true, true
+	firstOp := gatewayOpName(recs[0].Endpoint)
+	for i := range recs {
+		plain = plain && plainGatewayCall(&recs[i])
+		shared = shared && rows[i].project == rows[0].project && gatewayOpName(recs[i].Endpoint) == firstOp
+		// Equal key names are equal values: NULL for "" (appendGatewayCallArgs).
+		sharedUser = sharedUser && recs[i].KeyName == recs[0].KeyName
+		// nil, without a completion id, or the same int64.
+		sharedCreated = sharedCreated && rows[i].created == rows[0].created
+	}
+	return b2i(plain)*gatewayCallPlain + b2i(shared)*gatewayCallSharedProjectOp +
+		b2i(sharedUser)*gatewayCallSharedUser + b2i(sharedCreated)*gatewayCallSharedCreated
 }
 
 // b2i is 1 for true, 0 for false.
