@@ -364,24 +364,35 @@ func execLinks(ctx context.Context, c conn, rows int, args []any) (int64, error)
 }
 
 // linkShapes are the rows of insertCompletionLink's statements on SQLite,
-// by shared (see numberedRow): a link's sdk and keyed are always false
-// and true, written 0 and 1; in a shared statement every link names the
-// first one's entity and project, bound once. Links of one team's batch
-// are all shared, and bind 3 values rather than 7.
-var linkShapes = [2]*numberedInsert{
-	newNumberedInsert(insertCompletionLink, numberedRow{"?", "?", "?", "?", "?", "0", "1"}),
-	newNumberedInsert(insertCompletionLink, numberedRow{"^0", "?", "?", "^3", "?", "0", "1"}),
+// by [shared][sharedCreated] (see numberedRow): a link's sdk and keyed are
+// always false and true, written 0 and 1; in a shared statement every
+// link names the first one's entity and project, bound once, and in a
+// sharedCreated one its date, which links in key order share in runs
+// (the reply's second). Links of one team's batch are all shared, and
+// bind 3 values rather than 7, or 2 within a second.
+var linkShapes = [2][2]*numberedInsert{
+	{
+		newNumberedInsert(insertCompletionLink, numberedRow{"?", "?", "?", "?", "?", "0", "1"}),
+		newNumberedInsert(insertCompletionLink, numberedRow{"?", "^1", "?", "?", "?", "0", "1"}),
+	},
+	{
+		newNumberedInsert(insertCompletionLink, numberedRow{"^0", "?", "?", "^3", "?", "0", "1"}),
+		newNumberedInsert(insertCompletionLink, numberedRow{"^0", "^1", "?", "^3", "?", "0", "1"}),
+	},
 }
 
 // execNumberedLinks runs insertCompletionLink on SQLite for the links of
 // records part in a statement of linkShapes, and returns how many it
 // inserted. args is reused for the statement's arguments.
 func execNumberedLinks(ctx context.Context, c conn, recs []accounting.Record, rows []gatewayRow, part []int, args []any) (int64, error) {
-	shared := true
+	shared, sharedCreated := true, true
+	first := &rows[part[0]]
 	for _, i := range part {
-		shared = shared && rows[i].project == rows[part[0]].project
+		shared = shared && rows[i].project == first.project
+		// Every link has a date: its record has a completion id.
+		sharedCreated = sharedCreated && rows[i].created == first.created
 	}
-	shape := linkShapes[b2i(shared)]
+	shape := linkShapes[b2i(shared)][b2i(sharedCreated)]
 	args = args[:0]
 	for j, i := range part {
 		row := &rows[i]

@@ -16,7 +16,8 @@ import (
 // writes on SQLite with literals and shared parameters are the rows, value
 // and type, that binding every value of every row stored, for batches
 // whose statements take each shape: plain or not, one project and op or
-// several.
+// several, one completion date or several (the records' dates change
+// every ten).
 func TestNumberedRowsStoreSameRows(t *testing.T) {
 	t0 := time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC)
 	plain := func(i int) accounting.Record {
