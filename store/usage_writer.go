@@ -112,9 +112,10 @@ func (w *usageWriter) discard() error {
 		stmtsErr = w.stmts.close()
 		return driver.ErrBadConn
 	})
-	// A connection database/sql closed already (a driver.ErrBadConn from
-	// a transaction's own statement, which the SQLite driver does not
-	// return) took the statements with it.
+	// On a connection database/sql closed already (after a
+	// driver.ErrBadConn from a transaction's own statement, which the
+	// SQLite driver does not return) the statements can no longer be
+	// closed; they are dropped.
 	w.stmts = writerStmts{}
 	if !errors.Is(err, driver.ErrBadConn) {
 		return errors.Join(stmtsErr, err, c.Close())
