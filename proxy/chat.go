@@ -135,7 +135,8 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, ep *endpoint) {
 		return
 	}
 	c.rec.CallID = callID
-	if rid := ctx.Request.Header.Peek(headerRequestID); validID(rid) {
+	hdr := readClientHeaders(&ctx.Request.Header)
+	if rid := hdr.requestID; validID(rid) {
 		c.rec.RequestID = string(rid)
 	} else {
 		c.rec.RequestID = callID
@@ -143,13 +144,13 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, ep *endpoint) {
 	ctx.Response.Header.SetCanonical(requestIDName, s2b(c.rec.RequestID))
 	ctx.Response.Header.SetCanonical(callIDName, s2b(callID))
 
-	key, e := s.authenticate(ctx, st)
+	key, e := s.authenticateKey(st, hdr.authorization)
 	if e != nil {
 		s.reject(ctx, c, e)
 		return
 	}
 	c.rec.KeyName = key.Name
-	team, project, err := accounting.ParseProject(ctx.Request.Header.Peek(headerProject), key.DefaultTeam, st.cfg.Usage.DefaultProject)
+	team, project, err := accounting.ParseProject(hdr.project, key.DefaultTeam, st.cfg.Usage.DefaultProject)
 	if err != nil {
 		s.reject(ctx, c, &apiError{Status: fasthttp.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_project",
 			Message: err.Error()})
@@ -162,8 +163,7 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, ep *endpoint) {
 	}
 	c.rec.Team, c.rec.Project = team, project
 
-	tc, err := parseTraceHeaders(ctx.Request.Header.Peek(headerTraceID), ctx.Request.Header.Peek(headerParentID),
-		ctx.Request.Header.Peek(headerTraceparent))
+	tc, err := parseTraceHeaders(hdr.traceID, hdr.parentID, hdr.traceparent)
 	if err != nil {
 		s.reject(ctx, c, &apiError{Status: fasthttp.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_trace_context",
 			Message: err.Error() + "."})

@@ -86,3 +86,47 @@ func connectionNames(connection, name []byte) bool {
 	}
 	return false
 }
+
+// clientHeaders are the client's request headers serve reads.
+type clientHeaders struct {
+	authorization, requestID, project, traceID, parentID, traceparent []byte
+}
+
+// readClientHeaders finds the headers serve reads in one pass over h, each
+// as Peek finds it: the first of duplicate names, compared as stored
+// (canonical, as the server parsed them, and as serve's constants are; see
+// serve). A Peek of each copied its name and looked it over for a space
+// before looking it up: six Peeks cost about 1,500 instructions on every
+// request, the pass about a fifth of that.
+func readClientHeaders(h *fasthttp.RequestHeader) clientHeaders {
+	var (
+		ch   clientHeaders
+		seen uint8
+	)
+	for k, v := range h.All() {
+		var (
+			dst *[]byte
+			bit uint8
+		)
+		switch string(k) {
+		case fasthttp.HeaderAuthorization:
+			dst, bit = &ch.authorization, 1<<0
+		case headerRequestID:
+			dst, bit = &ch.requestID, 1<<1
+		case headerProject:
+			dst, bit = &ch.project, 1<<2
+		case headerTraceID:
+			dst, bit = &ch.traceID, 1<<3
+		case headerParentID:
+			dst, bit = &ch.parentID, 1<<4
+		case headerTraceparent:
+			dst, bit = &ch.traceparent, 1<<5
+		default:
+			continue
+		}
+		if seen&bit == 0 {
+			*dst, seen = v, seen|bit
+		}
+	}
+	return ch
+}

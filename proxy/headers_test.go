@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"strings"
 	"testing"
 
@@ -87,6 +88,48 @@ func TestDropHeader(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := dropHeader([]byte(tt.name), []byte(tt.connection)); got != tt.drop {
 				t.Errorf("dropHeader(%q, %q) = %v, want %v", tt.name, tt.connection, got, tt.drop)
+			}
+		})
+	}
+}
+
+// TestReadClientHeadersMatchesPeek checks the one pass of serve against a
+// Peek of each name, as serve did before, on parsed requests with
+// normalizing off: names in any case, duplicates (the first wins, empty or
+// not), cookies, Connection: close, and headers absent.
+func TestReadClientHeadersMatchesPeek(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		headers string
+	}{
+		{"none", "Host: gw\r\n"},
+		{"all", "Host: gw\r\nAuthorization: Bearer sk\r\nX-Request-Id: r1\r\nCompat-Project: t/p\r\nCompat-Trace-Id: tr\r\n" +
+			"Compat-Parent-Id: pa\r\nTraceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\n"},
+		{"lower case", "host: gw\r\nauthorization: Bearer sk\r\nx-request-id: r1\r\ncompat-project: t/p\r\ncompat-trace-id: tr\r\n" +
+			"compat-parent-id: pa\r\ntraceparent: tp\r\n"},
+		{"duplicates", "Host: gw\r\nX-Request-Id: r1\r\nAuthorization: Bearer a\r\nX-Request-Id: r2\r\nAuthorization: Bearer b\r\n"},
+		{"empty first", "Host: gw\r\nX-Request-Id:\r\nX-Request-Id: r2\r\nCompat-Project: \r\nCompat-Project: t\r\n"},
+		{"cookies and close", "Host: gw\r\nCookie: a=1\r\nAuthorization: Bearer sk\r\nConnection: close\r\nCookie: b=2\r\nCompat-Trace-Id: tr\r\n"},
+		{"specials", "Host: gw\r\nContent-Type: application/json\r\nUser-Agent: x\r\nContent-Length: 0\r\nCompat-Parent-Id: pa\r\n"},
+		{"near names", "Host: gw\r\nX-Request-Ids: no\r\nCompat-Trace: no\r\nAuthorizatio: no\r\nTraceparent: tp\r\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var h fasthttp.RequestHeader
+			if err := h.Read(bufio.NewReader(strings.NewReader("POST /v1/chat/completions HTTP/1.1\r\n" + tt.headers + "\r\n"))); err != nil {
+				t.Fatal(err)
+			}
+			h.DisableNormalizing()
+			got := readClientHeaders(&h)
+			for _, c := range []struct {
+				name string
+				got  []byte
+			}{
+				{fasthttp.HeaderAuthorization, got.authorization}, {headerRequestID, got.requestID}, {headerProject, got.project},
+				{headerTraceID, got.traceID}, {headerParentID, got.parentID}, {headerTraceparent, got.traceparent},
+			} {
+				if want := h.Peek(c.name); !bytes.Equal(c.got, want) {
+					t.Errorf("%s = %q, Peek says %q", c.name, c.got, want)
+				}
 			}
 		})
 	}

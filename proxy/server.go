@@ -405,7 +405,11 @@ func (s *Server) serveReady(ctx *fasthttp.RequestCtx) {
 
 // authenticate resolves the request's API key.
 func (s *Server) authenticate(ctx *fasthttp.RequestCtx, st *state) (*auth.Key, *apiError) {
-	h := ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)
+	return s.authenticateKey(st, ctx.Request.Header.Peek(fasthttp.HeaderAuthorization))
+}
+
+// authenticateKey is authenticate for the Authorization header's value h.
+func (s *Server) authenticateKey(st *state, h []byte) (*auth.Key, *apiError) {
 	if len(h) == 0 {
 		return nil, &apiError{Status: fasthttp.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
 			Message: "You didn't provide an API key. Send it as 'Authorization: Bearer <key>'."}
