@@ -125,14 +125,12 @@ func openSQLiteFile(ctx context.Context, path string) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	// One idle connection, not database/sql's two. The usage writer needs
-	// one, but it opened a second and kept it: the statement cache prepares
-	// on the pool while the writer's transaction holds the first, so each
-	// cached INSERT shape was compiled on both, about 1 MiB of SQLite's
-	// memory after load with their page caches. Readers overlapping the
-	// writer still get a connection of their own; it is closed when both
-	// are back, and the writer prepares its statements again if it was the
-	// one closed.
+	// One idle connection, not database/sql's two: each keeps its own
+	// page cache and prepared statements, and the idle ones serve readers
+	// and the occasional write (the usage writer takes one connection for
+	// good, usage_writer.go, and prepares its INSERTs there).
+	// Readers that overlap still get a connection each; the extra one is
+	// closed when it comes back.
 	db.SetMaxIdleConns(1)
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
