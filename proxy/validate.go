@@ -1746,8 +1746,13 @@ func (v *validator) checkKnown(val value, fields []field) *ValidationError {
 	}
 }
 
+// skipSpace returns the index of the first byte at or after s[i] that is not
+// JSON whitespace. Nearly every call stands on a token already, so the test
+// first asks whether the byte is above the space, which no whitespace is:
+// one comparison instead of four for each of the couple of hundred calls a
+// request and its reply make.
 func skipSpace(s string, i int) int {
-	for i < len(s) && (s[i] == ' ' || s[i] == '\n' || s[i] == '\r' || s[i] == '\t') {
+	for i < len(s) && s[i] <= ' ' && (s[i] == ' ' || s[i] == '\n' || s[i] == '\r' || s[i] == '\t') {
 		i++
 	}
 	return i
