@@ -3,6 +3,7 @@ package proxy
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -1780,10 +1781,29 @@ func stringEnd(s string, i int) int {
 	}
 }
 
-// keyEnd is stringEnd for object keys, which are short: a plain loop beats the set-up of
-// IndexByte there, and it also tells whether the key needs unescaping.
+// keyEnd is stringEnd for object keys, which are short: IndexByte's set-up costs more
+// than the key, and keyEnd also tells whether the key needs unescaping. It tests eight
+// bytes at a time for a quote or a backslash, as validString does (the lowest byte
+// marked is a true match), and a byte at a time only at the end of s: a plain loop over
+// every byte cost about 1,700 instructions per request in the keys of a chat body and
+// its reply's usage.
 func keyEnd(s string, i int) (end int, esc bool) {
 	for j := i + 1; j < len(s); j++ {
+		for j+8 <= len(s) {
+			t := s[j : j+8]
+			w := uint64(t[0]) | uint64(t[1])<<8 | uint64(t[2])<<16 | uint64(t[3])<<24 |
+				uint64(t[4])<<32 | uint64(t[5])<<40 | uint64(t[6])<<48 | uint64(t[7])<<56
+			quote := w ^ (lowBits * '"')
+			backslash := w ^ (lowBits * '\\')
+			if m := ((quote-lowBits)&^quote | (backslash-lowBits)&^backslash) & highBits; m != 0 {
+				j += bits.TrailingZeros64(m) >> 3
+				break
+			}
+			j += 8
+		}
+		if j >= len(s) {
+			break
+		}
 		switch s[j] {
 		case '"':
 			return j + 1, esc

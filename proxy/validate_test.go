@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"math/rand/v2"
 	"reflect"
 	"strconv"
 	"strings"
@@ -830,5 +831,44 @@ func TestSharedFieldRules(t *testing.T) {
 				t.Fatalf("got %+v, want param %q message %q", err, tc.param, tc.msg)
 			}
 		})
+	}
+}
+
+// keyEndByBytes is keyEnd as a loop over every byte, as it was written
+// before it read eight bytes at a time.
+func keyEndByBytes(s string, i int) (end int, esc bool) {
+	for j := i + 1; j < len(s); j++ {
+		switch s[j] {
+		case '"':
+			return j + 1, esc
+		case '\\':
+			esc = true
+			j++
+		}
+	}
+	return len(s), esc
+}
+
+// TestKeyEndMatchesBytes compares keyEnd with the byte loop on random
+// texts of quotes, backslashes, bytes one off from them, and others,
+// from every start, so that each byte is met at every place of a word and
+// at the end of the text.
+func TestKeyEndMatchesBytes(t *testing.T) {
+	pieces := []string{`"`, `\`, `\"`, `\\`, "!", "#", "[", "]", "a", "key_name", "\x00", "\xff", "\xa2", "\xdc", " "}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 20000 {
+		var b strings.Builder
+		b.WriteByte('"')
+		for n := rng.IntN(16); n > 0; n-- {
+			b.WriteString(pieces[rng.IntN(len(pieces))])
+		}
+		s := b.String()
+		for i := range len(s) {
+			gotEnd, gotEsc := keyEnd(s, i)
+			wantEnd, wantEsc := keyEndByBytes(s, i)
+			if gotEnd != wantEnd || gotEsc != wantEsc {
+				t.Fatalf("keyEnd(%q, %d) = %d, %v; byte loop %d, %v", s, i, gotEnd, gotEsc, wantEnd, wantEsc)
+			}
+		}
 	}
 }
