@@ -800,7 +800,7 @@ func (s *Server) settle(c *completion) {
 
 // hasPrefixFold reports whether s starts with prefix, ignoring ASCII case.
 func hasPrefixFold(s, prefix []byte) bool {
-	return len(s) >= len(prefix) && bytes.EqualFold(s[:len(prefix)], prefix)
+	return len(s) >= len(prefix) && equalFold(s[:len(prefix)], prefix)
 }
 
 // completionKeyOf returns the "id" of a completion reply as a new string,

@@ -60,15 +60,25 @@ var droppedByLength = func() (idx [len("Proxy-Authorization") + 1][][]byte) {
 func dropHeader(k, connection []byte) bool {
 	if len(k) < len(droppedByLength) {
 		for _, h := range droppedByLength[len(k)] {
-			if bytes.EqualFold(k, h) {
+			if equalFold(k, h) {
 				return true
 			}
 		}
 	}
-	if len(k) >= len(compatPrefix) && bytes.EqualFold(k[:len(compatPrefix)], compatPrefix) {
+	if len(k) >= len(compatPrefix) && equalFold(k[:len(compatPrefix)], compatPrefix) {
 		return true
 	}
 	return len(connection) > 0 && connectionNames(connection, k)
+}
+
+// equalFold is bytes.EqualFold, which folds byte by byte even when a and b
+// are the same bytes. Names come in their canonical case (the server
+// canonicalizes them, and so do clients): an exact comparison first settles
+// those in a few instructions. The dropped headers of every request (Host,
+// Content-Length, Content-Type, Authorization) cost about 450 instructions
+// in EqualFold alone.
+func equalFold(a, b []byte) bool {
+	return bytes.Equal(a, b) || bytes.EqualFold(a, b)
 }
 
 // connectionNames reports whether the Connection header value lists name.
