@@ -61,7 +61,15 @@ func (w *usageWriter) begin(ctx context.Context) (*sql.Tx, func(), error) {
 		w.mu.Unlock()
 		return nil, nil, err
 	}
-	return tx, w.mu.Unlock, nil
+	return tx, w.done, nil
+}
+
+// done ends begin's hold on the writer. The statements' arguments let go
+// of the batch's values, which would otherwise stay reachable until the
+// next batch: its rows' text, about 0.5 MiB of heap for 512 records.
+func (w *usageWriter) done() {
+	w.stmts.forgetValues()
+	w.mu.Unlock()
 }
 
 // exec runs query, one of the statements every batch runs, with args in

@@ -73,15 +73,21 @@ func (w *writerStmts) exec(ctx context.Context, dc any, query string, args []any
 }
 
 // namedValues returns n arguments numbered 1 to n, to set the values of.
-// They are kept from one statement to the next, values and all, rather
-// than cleared: a statement's values are its batch's, which the writer's
-// next batch replaces, and database/sql allocated them for every
-// statement.
+// They are kept from one statement to the next rather than allocated for
+// each, as database/sql did; a statement's values are its batch's, which
+// the batch's end forgets (forgetValues).
 func (w *writerStmts) namedValues(n int) []driver.NamedValue {
 	for i := len(w.args); i < n; i++ {
 		w.args = append(w.args, driver.NamedValue{Ordinal: i + 1})
 	}
 	return w.args[:n]
+}
+
+// forgetValues drops the arguments' values, keeping their slots.
+func (w *writerStmts) forgetValues() {
+	for i := range w.args {
+		w.args[i].Value = nil
+	}
 }
 
 // prepare prepares query on dc and keeps it.

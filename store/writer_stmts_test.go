@@ -171,6 +171,27 @@ func (c *endingContext) Err() error {
 // TestWriterBatchEndingMidway: a batch whose context ends while its
 // statements run (in its marker, its calls, its links) stores none of its
 // rows, and the writer's next batch is stored whole.
+// After a batch the writer's arguments hold none of its values, so that
+// the batch's rows are not kept reachable until the next one.
+func TestWriterForgetsBatchValues(t *testing.T) {
+	d := openWriterTestDB(t)
+	if err := d.InsertRecords(context.Background(), writerTestRecords(0, 100)); err != nil {
+		t.Fatal(err)
+	}
+	args := d.writer.stmts.args
+	if len(args) == 0 {
+		t.Fatal("the writer bound no arguments")
+	}
+	for i, a := range args {
+		if a.Value != nil {
+			t.Fatalf("argument %d still holds %T %.40v after the batch", a.Ordinal, a.Value, a.Value)
+		}
+		if a.Ordinal != i+1 {
+			t.Fatalf("argument %d numbered %d", i, a.Ordinal)
+		}
+	}
+}
+
 func TestWriterBatchEndingMidway(t *testing.T) {
 	d := openWriterTestDB(t)
 	failed := 0
