@@ -147,20 +147,32 @@ func BenchmarkHandlerNonStreamTCP(b *testing.B) {
 // until the benchmark ends, and returns its address.
 func serveSimulatorTCP(b *testing.B) string {
 	b.Helper()
-	up, err := net.Listen("tcp", "127.0.0.1:0")
+	return serveTCP(b, simulated.New(simulated.Options{Tokens: 16}))
+}
+
+// tcpServer is what serveTCP runs: the simulator and fasthttp.Server.
+type tcpServer interface {
+	Serve(net.Listener) error
+	Shutdown() error
+}
+
+// serveTCP serves srv on loopback TCP until the benchmark ends, and
+// returns its address.
+func serveTCP(b *testing.B, srv tcpServer) string {
+	b.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
-	sim := simulated.New(simulated.Options{Tokens: 16})
-	simDone := make(chan error, 1)
-	go func() { simDone <- sim.Serve(up) }()
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
 	b.Cleanup(func() {
-		if err := sim.Shutdown(); err != nil {
+		if err := srv.Shutdown(); err != nil {
 			b.Error(err)
 		}
-		<-simDone
+		<-done
 	})
-	return up.Addr().String()
+	return ln.Addr().String()
 }
 
 // tcpClient is a client of addr over TCP. It dials with net.Dial, not
@@ -174,9 +186,11 @@ func tcpClient(addr string) *fasthttp.HostClient {
 // came and copy the reply back. The difference between the two is the
 // gateway's own cost per request.
 func BenchmarkBareProxyTCP(b *testing.B) {
-	// The simulator's cleanup, registered first, runs after the proxy's.
+	// Cleanups run last registered first: the proxy shuts down, then its
+	// idle upstream connections close, then the simulator shuts down.
 	upstream := tcpClient(serveSimulatorTCP(b))
 	upstream.NoDefaultUserAgentHeader = true
+	b.Cleanup(upstream.CloseIdleConnections)
 	srv := &fasthttp.Server{NoDefaultServerHeader: true, ReduceMemoryUsage: true, Handler: func(ctx *fasthttp.RequestCtx) {
 		req := fasthttp.AcquireRequest()
 		ctx.Request.CopyTo(req)
@@ -193,18 +207,5 @@ func BenchmarkBareProxyTCP(b *testing.B) {
 		ctx.Response.SetBody(resp.Body())
 		fasthttp.ReleaseResponse(resp)
 	}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	srvDone := make(chan error, 1)
-	go func() { srvDone <- srv.Serve(ln) }()
-	b.Cleanup(func() {
-		if err := srv.Shutdown(); err != nil {
-			b.Error(err)
-		}
-		<-srvDone
-		upstream.CloseIdleConnections()
-	})
-	runHandlerBench(b, tcpClient(ln.Addr().String()), append(append([]byte(nil), benchBody...), '}'))
+	runHandlerBench(b, tcpClient(serveTCP(b, srv)), append(append([]byte(nil), benchBody...), '}'))
 }
