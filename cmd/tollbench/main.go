@@ -199,8 +199,10 @@ func run(args []string, stdout, stderr io.Writer) (err error) {
 	context.AfterFunc(ctx, stop)
 	began := time.Now()
 
-	// Each open stream costs the gateway two sockets, and the benchmark
-	// and the slow mock one each; the margin covers everything else.
+	// Each open stream costs the process it goes through two sockets, and
+	// the benchmark and the slow mock one each. The bare proxy and the
+	// gateway hold the streams in turn, each stopped before the next
+	// starts, so no process needs more; the margin covers everything else.
 	held := o.openStreams
 	if o.only == "soak" {
 		held = nil
@@ -302,6 +304,9 @@ type bench struct {
 	bins        binaries
 	configPath  string
 	gatewayRuns int
+	// bareRuns counts the fresh bare proxies of the open-streams
+	// phases, each of which gets its own log.
+	bareRuns int
 
 	// The three mocks: fast non-streaming replies, streams of
 	// -stream-tokens events at -stream-itl, and slow streams at -slow-itl.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -227,9 +228,10 @@ func (b *bench) measure(ctx context.Context) error {
 		return err
 	}
 
-	// Each open-streams measurement gets a fresh gateway, so that memory
-	// the earlier load left in its heap neither inflates the baseline nor
-	// gets reused by the streams and hides their cost.
+	// Each open-streams measurement gets a fresh gateway and a fresh bare
+	// proxy, so that memory the earlier load left in a heap neither
+	// inflates the baseline nor gets reused by the streams and hides
+	// their cost.
 	if err := b.stopGateway(); err != nil {
 		return err
 	}
@@ -242,7 +244,7 @@ func (b *bench) measure(ctx context.Context) error {
 }
 
 // memoryRow reports the gateway's resident memory now against its goal,
-// beside the bare proxy's, with the peak in the note.
+// beside the bare proxy's.
 func (b *bench) memoryRow(when string) error {
 	gw, err := readMem(b.gateway.pid())
 	if err != nil {
@@ -252,10 +254,18 @@ func (b *bench) memoryRow(when string) error {
 	if err != nil {
 		return err
 	}
-	b.rep.add(row{Section: "memory", Metric: "RSS " + when, Unit: unitMiB,
-		Bare: ptr(mib(bp.RSS)), Gateway: ptr(mib(gw.RSS)), Value: mib(gw.RSS), Target: atMost(targetRSSMiB),
-		Note: fmt.Sprintf("peak (VmHWM): gateway %.1f MiB, bare proxy %.1f MiB", mib(gw.HWM), mib(bp.HWM))})
+	b.rep.add(memoryRowOf(when, bp, gw))
 	return nil
+}
+
+// memoryRowOf is the row of memoryRow, with the peaks and the split into
+// anonymous memory (what the process allocated) and file-backed pages
+// (mostly its executable) in the note.
+func memoryRowOf(when string, bp, gw memInfo) row {
+	return row{Section: "memory", Metric: "RSS " + when, Unit: unitMiB,
+		Bare: ptr(mib(bp.RSS)), Gateway: ptr(mib(gw.RSS)), Value: mib(gw.RSS), Target: atMost(targetRSSMiB),
+		Note: fmt.Sprintf("anon %.1f / file %.1f MiB; bare proxy anon %.1f / file %.1f MiB; peak (VmHWM): gateway %.1f MiB, bare proxy %.1f MiB",
+			mib(gw.Anon), mib(gw.File), mib(bp.Anon), mib(bp.File), mib(gw.HWM), mib(bp.HWM))}
 }
 
 func mib(bytes uint64) float64 { return float64(bytes) / (1 << 20) }
@@ -532,86 +542,165 @@ func (b *bench) streamLatency(ctx context.Context) error {
 	return nil
 }
 
-// openStreams measures the gateway's memory per open stream with n slow
-// streams held at once, on a fresh gateway process.
+// openStreams measures the memory per open stream of the bare proxy and
+// of the gateway with n slow streams held at once through each, in turn,
+// on fresh processes; the bare proxy goes first, so that both see the
+// slow mock and the machine in the same state.
 func (b *bench) openStreams(ctx context.Context, n int) error {
-	b.logf("open streams: %d at %s per event, on a fresh gateway", n, b.o.slowITL)
-	if err := b.startGateway(ctx); err != nil {
-		return err
-	}
-	if err := b.warmFresh(ctx); err != nil {
-		return errors.Join(err, b.stopGateway())
-	}
-	pid := b.gateway.pid()
-	baseline, err := readMem(pid)
-	if err != nil {
-		return errors.Join(err, b.stopGateway())
-	}
-	res, err := holdStreams(ctx, openStreamsOptions{
-		addr: b.gatewayAddr, key: b.key, body: chatBody(modelSlow, slowTokens, true), n: n,
+	b.logf("open streams: %d at %s per event, on a fresh bare proxy, then on a fresh gateway", n, b.o.slowITL)
+	// Both forward the same request to the same slow mock: the gateway
+	// routes modelSlow to it, the bare proxy forwards everything there.
+	hold := openStreamsOptions{
+		key: b.key, body: chatBody(modelSlow, slowTokens, true), n: n,
 		openConc: 128, firstEventTimeout: 90 * time.Second, settle: b.o.slowITL + 500*time.Millisecond,
-		measure: func() (memInfo, error) { return readMem(pid) },
-	})
-	if err != nil {
-		return errors.Join(fmt.Errorf("open streams %d: %w", n, err), b.stopGateway())
 	}
-	res.Baseline = baseline
-	if err := b.stopGateway(); err != nil {
-		return err
+	var res [numSides]openStreamsResult
+	var err error
+	if res[bare], err = b.holdOnFreshBare(ctx, hold); err != nil {
+		return fmt.Errorf("open streams %d, bare proxy: %w", n, err)
 	}
-
-	sec := fmt.Sprintf("%d open streams", n)
-	held := res.Open
-	perStream := 0.0
-	if held > 0 && res.Loaded.RSS > baseline.RSS {
-		perStream = float64(res.Loaded.RSS-baseline.RSS) / float64(held) / 1024
+	if res[gateway], err = b.holdOnFreshGateway(ctx, hold); err != nil {
+		return fmt.Errorf("open streams %d, gateway: %w", n, err)
 	}
-	note := fmt.Sprintf("RSS %.1f MiB idle → %.1f MiB with %d streams", mib(baseline.RSS), mib(res.Loaded.RSS), held)
-	if held != n {
-		note += fmt.Sprintf(" (divided by the %d held, not %d)", held, n)
+	for _, rw := range openStreamsRows(n, res[bare], res[gateway]) {
+		b.rep.add(rw)
 	}
-	b.rep.add(row{Section: sec, Metric: "gateway memory per stream", Unit: unitKiB, Gateway: ptr(perStream), Value: perStream,
-		Target: atMost(targetKiBPerStream), Note: note})
-	errNote := ""
-	if len(res.ErrorSample) > 0 {
-		errNote = res.ErrorSample[0]
-	}
-	b.rep.add(row{Section: sec, Metric: "streams failed", Unit: unitCount, Gateway: ptr(float64(res.Errors)),
-		Value: float64(res.Errors), Target: atMost(0), Note: errNote})
-	b.rep.add(row{Section: sec, Metric: "time until all had a first event", Unit: unitMicros, Gateway: ptr(micros(res.OpenTime)),
-		Value: micros(res.OpenTime)})
-	for _, e := range res.ErrorSample {
-		b.rep.note("%d open streams: %s", n, e)
+	for side, r := range res {
+		for _, e := range r.ErrorSample {
+			b.rep.note("%d open streams, %s: %s", n, sideNames[side], e)
+		}
 	}
 	return nil
 }
 
-// warmFresh sends a few requests through a freshly started gateway, so
-// that the idle baseline includes what any first request initialises
-// (pools, prepared statements, log buffers) rather than charging it to the
-// streams; then it lets the gateway settle for a second.
-func (b *bench) warmFresh(ctx context.Context) error {
-	e := newEndpoint("gateway", b.gatewayAddr, b.key, 4)
+// holdOnFreshBare starts a bare proxy in front of the slow mock, warms it,
+// reads its idle memory and holds the streams of o through it; it stops
+// the proxy before it returns.
+func (b *bench) holdOnFreshBare(ctx context.Context, o openStreamsOptions) (res openStreamsResult, err error) {
+	b.bareRuns++
+	p, addr, err := startBare(ctx, b.bins.bare, b.dir, fmt.Sprintf("bare-slow-%d", b.bareRuns), b.slowAddr)
+	if err != nil {
+		return res, err
+	}
+	defer func() { err = errors.Join(err, p.stop(stopGrace)) }()
+	// The bare proxy reaches only the slow mock, which answers plain
+	// requests at once but waits -slow-itl between a stream's tokens:
+	// its warm-up streams have one token, so that they end at once.
+	if err := warmFresh(ctx, "bare proxy", addr, b.key, chatBody(modelSlow, 16, false), chatBody(modelSlow, 1, true)); err != nil {
+		return res, err
+	}
+	return holdAndMeasure(ctx, o, addr, p.pid())
+}
+
+// holdOnFreshGateway starts a gateway, warms it, reads its idle memory and
+// holds the streams of o through it; it stops the gateway before it
+// returns.
+func (b *bench) holdOnFreshGateway(ctx context.Context, o openStreamsOptions) (res openStreamsResult, err error) {
+	if err := b.startGateway(ctx); err != nil {
+		return res, err
+	}
+	defer func() { err = errors.Join(err, b.stopGateway()) }()
+	if err := warmFresh(ctx, "gateway", b.gatewayAddr, b.key, chatBody(modelFast, 16, false), chatBody(modelStream, 8, true)); err != nil {
+		return res, err
+	}
+	return holdAndMeasure(ctx, o, b.gatewayAddr, b.gateway.pid())
+}
+
+// holdAndMeasure reads the idle memory of process pid, then holds the
+// streams of o through it at addr.
+func holdAndMeasure(ctx context.Context, o openStreamsOptions, addr string, pid int) (openStreamsResult, error) {
+	baseline, err := readMem(pid)
+	if err != nil {
+		return openStreamsResult{}, err
+	}
+	o.addr = addr
+	o.measure = func() (memInfo, error) { return readMem(pid) }
+	res, err := holdStreams(ctx, o)
+	res.Baseline = baseline
+	return res, err
+}
+
+// kibPerStream is the growth from before to after spread over held
+// streams, in KiB; 0 when nothing was held or nothing grew.
+func kibPerStream(before, after uint64, held int) float64 {
+	if held <= 0 || after <= before {
+		return 0
+	}
+	return float64(after-before) / float64(held) / 1024
+}
+
+// mibDelta is after - before in MiB, signed.
+func mibDelta(before, after uint64) float64 {
+	return mib(after) - mib(before)
+}
+
+// openStreamsRows reports the memory per open stream of the bare proxy and
+// the gateway side by side. The target is on the gateway's own figure;
+// the note gives the difference, the anonymous memory alone per stream
+// (what streams allocate: buffers, goroutine stacks, connection state),
+// and how far the file-backed pages moved, which they should not.
+func openStreamsRows(n int, bp, gw openStreamsResult) []row {
+	sec := fmt.Sprintf("%d open streams", n)
+	res := [numSides]openStreamsResult{bare: bp, gateway: gw}
+	var rss, anon [numSides]float64
+	var idle []string
+	for _, side := range []int{bare, gateway} {
+		r := res[side]
+		rss[side] = kibPerStream(r.Baseline.RSS, r.Loaded.RSS, r.Open)
+		anon[side] = kibPerStream(r.Baseline.Anon, r.Loaded.Anon, r.Open)
+		s := fmt.Sprintf("%s %.1f → %.1f MiB", sideNames[side], mib(r.Baseline.RSS), mib(r.Loaded.RSS))
+		if r.Open != n {
+			s += fmt.Sprintf(" (divided by the %d held, not %d)", r.Open, n)
+		}
+		idle = append(idle, s)
+	}
+	note := fmt.Sprintf("gateway − bare %s; anon only: bare %.1f, gateway %.1f KiB/stream; RSS idle → held: %s; "+
+		"file-backed moved: bare %+.1f, gateway %+.1f MiB",
+		formatValue(rss[gateway]-rss[bare], unitKiB, true), anon[bare], anon[gateway], strings.Join(idle, ", "),
+		mibDelta(bp.Baseline.File, bp.Loaded.File), mibDelta(gw.Baseline.File, gw.Loaded.File))
+
+	errNote := ""
+	for _, side := range []int{bare, gateway} {
+		if len(res[side].ErrorSample) > 0 && errNote == "" {
+			errNote = sideNames[side] + ": " + res[side].ErrorSample[0]
+		}
+	}
+	return []row{
+		{Section: sec, Metric: "memory per stream", Unit: unitKiB, Bare: ptr(rss[bare]), Gateway: ptr(rss[gateway]),
+			Value: rss[gateway], Target: atMost(targetKiBPerStream), Note: note},
+		{Section: sec, Metric: "streams failed", Unit: unitCount, Bare: ptr(float64(bp.Errors)), Gateway: ptr(float64(gw.Errors)),
+			Value: float64(bp.Errors + gw.Errors), Target: atMost(0), Note: errNote},
+		{Section: sec, Metric: "time until all had a first event", Unit: unitMicros, Bare: ptr(micros(bp.OpenTime)),
+			Gateway: ptr(micros(gw.OpenTime)), Value: micros(gw.OpenTime)},
+	}
+}
+
+// warmFresh sends a few plain requests and two streams through a freshly
+// started gateway or bare proxy at addr, so that the idle baseline
+// includes what any first request initialises (pools, prepared statements,
+// log buffers) rather than charging it to the streams; then it lets the
+// process settle for a second.
+func warmFresh(ctx context.Context, name, addr, key string, plain, stream []byte) error {
+	e := newEndpoint(name, addr, key, 4)
 	defer e.client.CloseIdleConnections()
-	body := chatBody(modelFast, 16, false)
-	req := e.newRequest(body)
+	req := e.newRequest(plain)
 	defer fasthttp.ReleaseRequest(req)
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
 	for range 50 {
 		if err := e.do(req, resp); err != nil {
-			return fmt.Errorf("warm fresh gateway: %w", err)
+			return fmt.Errorf("warm fresh %s: %w", name, err)
 		}
 	}
-	se := newEndpoint("gateway", b.gatewayAddr, b.key, 2)
+	se := newEndpoint(name, addr, key, 2)
 	defer se.client.CloseIdleConnections()
-	sreq := se.newRequest(chatBody(modelStream, 8, true))
+	sreq := se.newRequest(stream)
 	defer fasthttp.ReleaseRequest(sreq)
 	var sr streamResult
 	buf := make([]byte, 16<<10)
 	for range 2 {
 		if err := readStream(se, sreq, buf, &sr); err != nil {
-			return fmt.Errorf("warm fresh gateway: %w", err)
+			return fmt.Errorf("warm fresh %s: %w", name, err)
 		}
 	}
 	return sleepCtx(ctx, time.Second)

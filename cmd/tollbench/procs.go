@@ -360,9 +360,16 @@ func parseMachineBusy(b []byte) (busy, steal time.Duration, err error) {
 type memInfo struct {
 	RSS uint64 // VmRSS: resident now
 	HWM uint64 // VmHWM: the peak resident size
+	// RSS is anonymous pages (heap, stacks, the Go runtime's arenas: what
+	// the program allocated), file-backed pages (the executable and any
+	// shared libraries: what it was built as) and shared memory, which
+	// none of the measured programs uses.
+	Anon uint64 // RssAnon
+	File uint64 // RssFile
 }
 
-// readMem returns the resident and peak resident memory of process pid.
+// readMem returns the resident memory of process pid: now, at its peak,
+// and the anonymous and file-backed parts of it now.
 func readMem(pid int) (memInfo, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
@@ -371,32 +378,40 @@ func readMem(pid int) (memInfo, error) {
 	return parseStatusMem(b)
 }
 
-// parseStatusMem extracts VmRSS and VmHWM from /proc/<pid>/status, whose
-// lines read "VmRSS:\t   12345 kB".
+// parseStatusMem extracts VmRSS, VmHWM, RssAnon and RssFile from
+// /proc/<pid>/status, whose lines read "VmRSS:\t   12345 kB". Each must be
+// there (RssAnon and RssFile since Linux 4.5), in kB.
 func parseStatusMem(b []byte) (memInfo, error) {
 	var m memInfo
-	var haveRSS, haveHWM bool
+	fields := [...]struct {
+		key string
+		dst *uint64
+	}{{"VmRSS", &m.RSS}, {"VmHWM", &m.HWM}, {"RssAnon", &m.Anon}, {"RssFile", &m.File}}
+	var seen [len(fields)]bool
 	for line := range strings.SplitSeq(string(b), "\n") {
 		key, val, ok := strings.Cut(line, ":")
-		if !ok || (key != "VmRSS" && key != "VmHWM") {
+		if !ok {
 			continue
 		}
-		f := strings.Fields(val)
-		if len(f) != 2 || f[1] != "kB" {
-			return memInfo{}, fmt.Errorf("parse /proc status: unexpected %s line %q", key, line)
-		}
-		kb, err := strconv.ParseUint(f[0], 10, 64)
-		if err != nil {
-			return memInfo{}, fmt.Errorf("parse /proc status %s: %w", key, err)
-		}
-		if key == "VmRSS" {
-			m.RSS, haveRSS = kb<<10, true
-		} else {
-			m.HWM, haveHWM = kb<<10, true
+		for i, f := range fields {
+			if f.key != key {
+				continue
+			}
+			v := strings.Fields(val)
+			if len(v) != 2 || v[1] != "kB" {
+				return memInfo{}, fmt.Errorf("parse /proc status: unexpected %s line %q", key, line)
+			}
+			kb, err := strconv.ParseUint(v[0], 10, 64)
+			if err != nil {
+				return memInfo{}, fmt.Errorf("parse /proc status %s: %w", key, err)
+			}
+			*f.dst, seen[i] = kb<<10, true
 		}
 	}
-	if !haveRSS || !haveHWM {
-		return memInfo{}, errors.New("parse /proc status: no VmRSS or VmHWM line")
+	for i, f := range fields {
+		if !seen[i] {
+			return memInfo{}, fmt.Errorf("parse /proc status: no %s line", f.key)
+		}
 	}
 	return m, nil
 }
@@ -427,7 +442,7 @@ func raiseNoFile(want uint64) (uint64, string, error) {
 	}
 	if lim.Max < want {
 		return lim.Max, fmt.Sprintf("open-file hard limit %d is below the %d the largest open-streams phase needs "+
-			"(the gateway holds two sockets per stream); expect errors there, or raise `ulimit -Hn`", lim.Max, want), nil
+			"(the bare proxy and then the gateway hold two sockets per stream); expect errors there, or raise `ulimit -Hn`", lim.Max, want), nil
 	}
 	return lim.Max, "", nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -29,22 +30,45 @@ func TestParseStatCPUErrors(t *testing.T) {
 }
 
 func TestParseStatusMem(t *testing.T) {
+	// The memory lines of a real status file, in the kernel's order.
 	status := "Name:\ttollgate\nUmask:\t0022\nState:\tS (sleeping)\nVmPeak:\t 1300000 kB\n" +
-		"VmHWM:\t   81234 kB\nVmRSS:\t   40000 kB\nRssAnon:\t   30000 kB\nThreads:\t9\n"
+		"VmHWM:\t   81234 kB\nVmRSS:\t   40000 kB\nRssAnon:\t   30000 kB\nRssFile:\t    9900 kB\n" +
+		"RssShmem:\t     100 kB\nVmData:\t  120000 kB\nThreads:\t9\n"
 	got, err := parseStatusMem([]byte(status))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (memInfo{RSS: 40000 << 10, HWM: 81234 << 10}); got != want {
+	if want := (memInfo{RSS: 40000 << 10, HWM: 81234 << 10, Anon: 30000 << 10, File: 9900 << 10}); got != want {
 		t.Errorf("parseStatusMem = %+v, want %+v", got, want)
 	}
 }
 
 func TestParseStatusMemErrors(t *testing.T) {
-	for _, in := range []string{"", "VmRSS:\t 1 kB\n", "VmHWM:\t 1 kB\nVmRSS:\t x kB\n", "VmHWM:\t 1 MB\nVmRSS:\t 1 kB\n"} {
-		if _, err := parseStatusMem([]byte(in)); err == nil {
-			t.Errorf("parseStatusMem(%q) succeeded, want an error", in)
-		}
+	const (
+		rss  = "VmRSS:\t 4 kB\n"
+		hwm  = "VmHWM:\t 5 kB\n"
+		anon = "RssAnon:\t 3 kB\n"
+		file = "RssFile:\t 1 kB\n"
+	)
+	tests := []struct {
+		name, in, wantErr string
+	}{
+		{"empty", "", "no VmRSS line"},
+		{"no VmHWM", rss + anon + file, "no VmHWM line"},
+		{"no RssAnon", hwm + rss + file, "no RssAnon line"},
+		{"no RssFile (kernel before 4.5)", hwm + rss + anon, "no RssFile line"},
+		{"VmRSS not a number", hwm + "VmRSS:\t x kB\n" + anon + file, "VmRSS"},
+		{"VmHWM in another unit", "VmHWM:\t 1 MB\n" + rss + anon + file, "unexpected VmHWM line"},
+		{"RssAnon not a number", hwm + rss + "RssAnon:\t -3 kB\n" + file, "RssAnon"},
+		{"RssFile without a unit", hwm + rss + anon + "RssFile:\t 1\n", "unexpected RssFile line"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parseStatusMem([]byte(tt.in))
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("parseStatusMem(%q) = %v, want an error containing %q", tt.in, err, tt.wantErr)
+			}
+		})
 	}
 }
 
@@ -57,8 +81,9 @@ func TestReadOwnProc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.RSS == 0 || m.HWM < m.RSS {
-		t.Errorf("readMem = %+v, want RSS > 0 and HWM >= RSS", m)
+	// VmRSS is the sum of RssAnon, RssFile and RssShmem, read at once.
+	if m.RSS == 0 || m.HWM < m.RSS || m.Anon == 0 || m.File == 0 || m.Anon+m.File > m.RSS {
+		t.Errorf("readMem = %+v, want RSS > 0, HWM >= RSS, and Anon and File above 0 adding up to at most RSS", m)
 	}
 }
 

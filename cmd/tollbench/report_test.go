@@ -161,3 +161,108 @@ func TestCompareIsARatioToTheBareProxy(t *testing.T) {
 		})
 	}
 }
+
+func TestKiBPerStream(t *testing.T) {
+	tests := []struct {
+		name          string
+		before, after uint64
+		held          int
+		want          float64
+	}{
+		{"growth spread over the streams", 10 << 20, 20 << 20, 1024, 10},
+		{"nothing held", 10 << 20, 20 << 20, 0, 0},
+		{"shrank", 20 << 20, 10 << 20, 1024, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := kibPerStream(tt.before, tt.after, tt.held); got != tt.want {
+				t.Errorf("kibPerStream(%d, %d, %d) = %v, want %v", tt.before, tt.after, tt.held, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestOpenStreamsRows checks that an open-streams section shows the bare
+// proxy and the gateway side by side, judges only the gateway's figure
+// against the absolute goal, and notes the difference, the anonymous
+// memory per stream and how far the file-backed pages moved.
+func TestOpenStreamsRows(t *testing.T) {
+	mem := func(anonMiB, fileMiB uint64) memInfo {
+		return memInfo{RSS: (anonMiB + fileMiB) << 20, HWM: (anonMiB + fileMiB) << 20, Anon: anonMiB << 20, File: fileMiB << 20}
+	}
+	// 1,024 streams: the bare proxy grows by 8 MiB of anonymous memory
+	// (8 KiB a stream), the gateway by 12 MiB anonymous and 1 MiB file
+	// (13 KiB a stream, 12 anonymous).
+	bp := openStreamsResult{N: 1024, Open: 1024, OpenTime: 2 * time.Second, Baseline: mem(3, 10), Loaded: mem(11, 10)}
+	gw := openStreamsResult{N: 1024, Open: 1024, OpenTime: 3 * time.Second, Baseline: mem(15, 20), Loaded: mem(27, 21)}
+
+	tests := []struct {
+		name       string
+		bp, gw     openStreamsResult
+		wantBare   float64
+		wantGW     float64
+		wantStatus string
+		wantNote   []string
+		wantErrors float64
+		wantErrTxt string
+	}{
+		{"both held every stream", bp, gw, 8, 13, "PASS", []string{"gateway − bare +5.0 KiB", "anon only: bare 8.0, gateway 12.0 KiB/stream",
+			"bare 13.0 → 21.0 MiB, gateway 35.0 → 48.0 MiB", "file-backed moved: bare +0.0, gateway +1.0 MiB"}, 0, ""},
+		{"the gateway over the goal", bp, func() openStreamsResult { r := gw; r.Loaded = mem(35, 21); return r }(), 8, 21, "MISS",
+			[]string{"gateway − bare +13.0 KiB"}, 0, ""},
+		{"the bare proxy held fewer", func() openStreamsResult {
+			r := bp
+			r.Open, r.Errors, r.ErrorSample = 512, 512, []string{"512× open: dial tcp: too many open files"}
+			return r
+		}(), gw, 16, 13, "PASS", []string{"bare 13.0 → 21.0 MiB (divided by the 512 held, not 1024)"}, 512, "bare: 512× open"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rows := openStreamsRows(1024, tt.bp, tt.gw)
+			if len(rows) != 3 {
+				t.Fatalf("got %d rows, want 3", len(rows))
+			}
+			var r report
+			for _, rw := range rows {
+				if rw.Section != "1024 open streams" || rw.Direct != nil || rw.Bare == nil || rw.Gateway == nil {
+					t.Errorf("row %q: section %q, sides direct %v bare %v gateway %v; want bare and gateway only",
+						rw.Metric, rw.Section, rw.Direct, rw.Bare, rw.Gateway)
+				}
+				r.add(rw)
+			}
+			perStream := r.Rows[0]
+			if *perStream.Bare != tt.wantBare || *perStream.Gateway != tt.wantGW || perStream.Value != tt.wantGW || perStream.Status != tt.wantStatus ||
+				perStream.Target.Limit != targetKiBPerStream {
+				t.Errorf("memory row = bare %v gateway %v value %v status %q target %+v; want %v, %v, %v, %q, ≤ %v",
+					*perStream.Bare, *perStream.Gateway, perStream.Value, perStream.Status, perStream.Target, tt.wantBare, tt.wantGW, tt.wantGW, tt.wantStatus,
+					targetKiBPerStream)
+			}
+			for _, w := range tt.wantNote {
+				if !strings.Contains(perStream.Note, w) {
+					t.Errorf("memory note %q lacks %q", perStream.Note, w)
+				}
+			}
+			failed := r.Rows[1]
+			if failed.Value != tt.wantErrors || !strings.Contains(failed.Note, tt.wantErrTxt) {
+				t.Errorf("failed row = value %v note %q; want %v containing %q", failed.Value, failed.Note, tt.wantErrors, tt.wantErrTxt)
+			}
+			if open := r.Rows[2]; *open.Bare != 2e6 || *open.Gateway != 3e6 || open.Value != 3e6 {
+				t.Errorf("open time row = bare %v gateway %v value %v; want 2s, 3s, 3s", *open.Bare, *open.Gateway, open.Value)
+			}
+		})
+	}
+}
+
+func TestMemoryRowOf(t *testing.T) {
+	bp := memInfo{RSS: 14 << 20, HWM: 16 << 20, Anon: 3 << 20, File: 11 << 20}
+	gw := memInfo{RSS: 36 << 20, HWM: 40 << 20, Anon: 16 << 20, File: 20 << 20}
+	var r report
+	r.add(memoryRowOf("after load", bp, gw))
+	rw := r.Rows[0]
+	if rw.Metric != "RSS after load" || *rw.Bare != 14 || *rw.Gateway != 36 || rw.Value != 36 || rw.Status != "MISS" {
+		t.Errorf("row = %q bare %v gateway %v value %v status %q; want 14, 36, 36 MISS", rw.Metric, *rw.Bare, *rw.Gateway, rw.Value, rw.Status)
+	}
+	if want := "anon 16.0 / file 20.0 MiB; bare proxy anon 3.0 / file 11.0 MiB; peak (VmHWM): gateway 40.0 MiB, bare proxy 16.0 MiB"; rw.Note != want {
+		t.Errorf("note = %q, want %q", rw.Note, want)
+	}
+}

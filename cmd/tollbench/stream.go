@@ -258,7 +258,7 @@ type openStreamsOptions struct {
 	// settle is how long to hold all streams before reading memory, so
 	// that every stream has passed at least one token event.
 	settle time.Duration
-	// measure reads the gateway's memory.
+	// measure reads the memory of the process the streams go through.
 	measure func() (memInfo, error)
 }
 
@@ -316,8 +316,9 @@ func (c *streamCounters) summary() []string {
 }
 
 // holdStreams opens n streams, waits until every one has received its
-// first event, holds them for o.settle, reads the gateway's memory, and
-// then closes every connection.
+// first event, holds them for o.settle, reads the memory of the process
+// they go through (the gateway or a bare proxy), and then closes every
+// connection.
 func holdStreams(ctx context.Context, o openStreamsOptions) (openStreamsResult, error) {
 	res := openStreamsResult{N: o.n}
 	tracker := &connTracker{dialer: net.Dialer{Timeout: 5 * time.Second}}
@@ -328,7 +329,7 @@ func holdStreams(ctx context.Context, o openStreamsOptions) (openStreamsResult, 
 		NoDefaultUserAgentHeader: true,
 		MaxIdleConnDuration:      time.Minute,
 	}
-	ep := &endpoint{side: "gateway", client: client, url: "http://" + o.addr + "/v1/chat/completions", key: o.key}
+	ep := &endpoint{side: "held", client: client, url: "http://" + o.addr + "/v1/chat/completions", key: o.key}
 
 	var (
 		c  streamCounters
