@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 )
 
 // rowsPerInsert is how many rows one INSERT statement of a batch carries.
@@ -153,27 +154,38 @@ type numberedRow []string
 // the statement of each count of rows multiRowInsert.exec runs (1, 2, 4,
 // ..., rowsPerInsert) written once: writing it out again for each
 // statement (with its ?NNN) cost 3,200 instructions a record in
-// BenchmarkInsertRecords (78.8k -> 75.6k).
+// BenchmarkInsertRecords (78.8k -> 75.6k). Each is written on first use
+// rather than when the package is initialised: of the 20 row shapes and 7
+// counts (about 150 KB of text) a gateway whose requests look alike runs a
+// handful, and the rest would stay in the heap for the life of the process.
 type numberedInsert struct {
+	m    multiRowInsert
 	row  numberedRow
-	sqls []string // by bits.Len(rows) - 1
+	sqls [numberedCounts]atomic.Pointer[string] // by bits.Len(rows) - 1
 }
+
+// numberedCounts is how many counts of rows a numberedInsert has a
+// statement for: 1, 2, 4, ..., rowsPerInsert.
+const numberedCounts = 7
 
 func newNumberedInsert(m multiRowInsert, row numberedRow) *numberedInsert {
 	if len(row) != m.cols {
 		panic(fmt.Sprintf("numberedInsert: %d columns, want %d", len(row), m.cols))
 	}
-	n := &numberedInsert{row: row}
-	for rows := 1; rows <= rowsPerInsert; rows *= 2 {
-		n.sqls = append(n.sqls, row.sql(m.head, rows, m.tail))
-	}
-	return n
+	return &numberedInsert{m: m, row: row}
 }
 
 // sql returns the statement for rows rows, a power of two up to
-// rowsPerInsert.
+// rowsPerInsert. Two callers writing the same statement at once store
+// equal text, so either may win.
 func (n *numberedInsert) sql(rows int) string {
-	return n.sqls[bits.Len(uint(rows))-1]
+	p := &n.sqls[bits.Len(uint(rows))-1]
+	if s := p.Load(); s != nil {
+		return *s
+	}
+	s := n.row.sql(n.m.head, rows, n.m.tail)
+	p.Store(&s)
+	return s
 }
 
 // sql returns head + rows rows + tail.
