@@ -1,6 +1,8 @@
 package main
 
 import (
+	"sync"
+
 	"github.com/valyala/fasthttp"
 
 	"github.com/tollgate-dev/tollgate/admin"
@@ -35,7 +37,11 @@ func ownRoutes(cfg *config.Config, keys *auth.Keyring, usageAPI *admin.UsageAPI,
 			}
 		}
 	}
-	dashboard := ui.Handler()
+	// The dashboard's files (about 290 KB) are read into the heap on its
+	// first request rather than here: a gateway whose dashboard nobody
+	// opens would otherwise hold them for its life, and at GOGC=100 the
+	// heap may grow by as much again before each collection.
+	dashboard := onFirstRequest(ui.Handler)
 	return []servedRoute{
 		{route.Route{Pattern: "/v1/organization/usage/completions", Module: "usage API"}, usageAPI.ServeUsage},
 		{route.Route{Pattern: "/v1/organization/usage/embeddings", Module: "usage API"}, usageAPI.ServeEmbeddingsUsage},
@@ -45,6 +51,13 @@ func ownRoutes(cfg *config.Config, keys *auth.Keyring, usageAPI *admin.UsageAPI,
 		{route.Route{Pattern: ui.Prefix, Module: "dashboard"}, dashboard},
 		{route.Route{Pattern: ui.Prefix + "{path...}", Module: "dashboard"}, dashboard},
 	}
+}
+
+// onFirstRequest returns a handler that builds its handler with
+// newHandler on its first request, and serves every request with it.
+func onFirstRequest(newHandler func() fasthttp.RequestHandler) fasthttp.RequestHandler {
+	handler := sync.OnceValue(newHandler)
+	return func(ctx *fasthttp.RequestCtx) { handler()(ctx) }
 }
 
 // serveOwnAndTraces serves own's routes, then the trace service's, and

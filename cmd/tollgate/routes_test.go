@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -9,8 +10,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/tollgate-dev/tollgate/config"
 	"github.com/tollgate-dev/tollgate/route"
+	"github.com/tollgate-dev/tollgate/ui"
 )
 
 // gatewayRoutes builds a gateway on cfg, as main does, and returns its
@@ -141,4 +145,55 @@ func readmeRouteExists(routes []route.Route, method, path string, isPrefix bool)
 		}
 	}
 	return false
+}
+
+// TestOnFirstRequestBuildsOnce checks that the handler is built on the
+// first request, not before, and once however many follow.
+func TestOnFirstRequestBuildsOnce(t *testing.T) {
+	built, served := 0, 0
+	h := onFirstRequest(func() fasthttp.RequestHandler {
+		built++
+		return func(*fasthttp.RequestCtx) { served++ }
+	})
+	if built != 0 {
+		t.Fatalf("built %d times before any request", built)
+	}
+	for range 3 {
+		h(&fasthttp.RequestCtx{})
+	}
+	if built != 1 || served != 3 {
+		t.Fatalf("after 3 requests: built %d times, served %d; want 1 and 3", built, served)
+	}
+}
+
+// TestDashboardOnFirstRequestServesAsUI compares the dashboard ownRoutes
+// serves, built on its first request, with ui.Handler built at once.
+func TestDashboardOnFirstRequestServesAsUI(t *testing.T) {
+	lazy := onFirstRequest(ui.Handler)
+	eager := ui.Handler()
+	for _, tc := range []struct{ method, path string }{
+		{"GET", "/ui"}, {"GET", "/ui/"}, {"GET", "/ui/app.css"}, {"HEAD", "/ui/app.js"},
+		{"GET", "/ui/vendor/chart.umd.min.js"}, {"GET", "/ui/missing.js"}, {"POST", "/ui/"},
+	} {
+		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
+			serve := func(h fasthttp.RequestHandler) *fasthttp.Response {
+				var ctx fasthttp.RequestCtx
+				ctx.Request.Header.SetMethod(tc.method)
+				ctx.Request.SetRequestURI(tc.path)
+				h(&ctx)
+				var resp fasthttp.Response
+				ctx.Response.CopyTo(&resp)
+				return &resp
+			}
+			got, want := serve(lazy), serve(eager)
+			if got.StatusCode() != want.StatusCode() || !bytes.Equal(got.Body(), want.Body()) ||
+				got.Header.String() != want.Header.String() {
+				t.Errorf("got %d %q (%d bytes), want %d %q (%d bytes)", got.StatusCode(), got.Header.String(), len(got.Body()),
+					want.StatusCode(), want.Header.String(), len(want.Body()))
+			}
+			if tc.method == "GET" && tc.path == "/ui/" && (got.StatusCode() != fasthttp.StatusOK || len(got.Body()) == 0) {
+				t.Errorf("/ui/: %d with %d bytes, want the page", got.StatusCode(), len(got.Body()))
+			}
+		})
+	}
 }
