@@ -129,11 +129,7 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, ep *endpoint) {
 	c.rec.Started = time.Now()
 	c.payloads = st.cfg.Traces.StorePayloads
 
-	callID, err := newCallID()
-	if err != nil {
-		s.reject(ctx, c, &apiError{Status: fasthttp.StatusInternalServerError, Type: "api_error", Message: "could not create a call id: " + err.Error()})
-		return
-	}
+	callID := s.callIDs.next(c.rec.Started)
 	c.rec.CallID = callID
 	hdr := readClientHeaders(&ctx.Request.Header)
 	if rid := hdr.requestID; validID(rid) {

@@ -1,8 +1,14 @@
 package proxy
 
 import (
+	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"math/bits"
+	"sync/atomic"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -25,14 +31,93 @@ func validID(b []byte) bool {
 	return true
 }
 
-// newCallID returns a UUIDv7 string, the id format of trace calls: its
-// time prefix keeps ids of one trace sortable by start time.
-func newCallID() (string, error) {
-	u, err := uuid.NewV7()
-	if err != nil {
-		return "", err
+// callIDs makes the call ids of one server: UUIDv7s (RFC 9562, section
+// 5.7) whose 48-bit time prefix keeps the ids of one trace sortable by
+// start time. uuid.NewV7 reads 16 bytes from crypto/rand for every id (a
+// getrandom call) and takes a global lock; here randomness is drawn once.
+// The 12 bits after the time are a counter (section 6.2, method 1) that
+// keeps one server's ids strictly increasing, and the 62 bits of rand_b
+// are the server's random seed mixed with the time and counter: ids of two
+// replicas writing one store can only coincide if their seeds do (2^-62),
+// yet the tail looks random from id to id rather than repeat the seed. The
+// zero value works, with seed 0.
+type callIDs struct {
+	// seed is drawn from crypto/rand when the server is made.
+	seed uint64
+	// last is the time and counter of the last id, as ms<<12 | counter.
+	// When 4,096 ids fall in one millisecond the counter carries into the
+	// time, which runs a little ahead of the clock (as section 6.2 allows)
+	// rather than repeat an id; a clock that steps back is treated alike.
+	last atomic.Uint64
+}
+
+// seedFromRand draws the seed; it is called once, before any id is made.
+func (g *callIDs) seedFromRand() error {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return fmt.Errorf("seeding call ids: %w", err)
 	}
-	return u.String(), nil
+	g.seed = binary.LittleEndian.Uint64(b[:])
+	return nil
+}
+
+// next returns a new call id for a call started at now, in the 36-character
+// form of uuid.UUID.String. It is safe for concurrent use.
+func (g *callIDs) next(now time.Time) string {
+	ms := uint64(now.UnixMilli()) & (1<<48 - 1)
+	var tc uint64
+	for {
+		last := g.last.Load()
+		tc = max(ms<<12, last+1)
+		if g.last.CompareAndSwap(last, tc) {
+			break
+		}
+	}
+	var u [16]byte
+	binary.BigEndian.PutUint64(u[0:8], tc>>12<<16|0x7000|tc&0xfff)
+	binary.BigEndian.PutUint64(u[8:16], (g.seed^mix64(tc))&(1<<62-1)|2<<62)
+	return formatUUID(&u)
+}
+
+// mix64 is SplitMix64's finalizer, a bijection that spreads every bit of
+// its input over the whole output.
+func mix64(z uint64) uint64 {
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
+}
+
+// formatUUID is uuid.UUID(*u).String(), written straight into the string's
+// memory, eight digits at a time (see hex8), rather than a byte at a time
+// into an array the string is then copied from.
+func formatUUID(u *[16]byte) string {
+	b := make([]byte, 36)
+	binary.LittleEndian.PutUint64(b[0:8], hex8(binary.BigEndian.Uint32(u[0:4])))
+	h := hex8(binary.BigEndian.Uint32(u[4:8]))
+	b[8], b[13] = '-', '-'
+	binary.LittleEndian.PutUint32(b[9:13], uint32(h))
+	binary.LittleEndian.PutUint32(b[14:18], uint32(h>>32))
+	h = hex8(binary.BigEndian.Uint32(u[8:12]))
+	b[18], b[23] = '-', '-'
+	binary.LittleEndian.PutUint32(b[19:23], uint32(h))
+	binary.LittleEndian.PutUint32(b[24:28], uint32(h>>32))
+	binary.LittleEndian.PutUint64(b[28:36], hex8(binary.BigEndian.Uint32(u[12:16])))
+	// Nothing else holds b, and nothing writes it again.
+	return b2s(b)
+}
+
+// hex8 returns the eight lower-case hex digits of v, most significant
+// first, as the bytes of a little-endian word: v's nibbles are spread one
+// per byte, and each becomes '0'+n, plus 39 more ('a'-'0'-10) when n > 9,
+// which adding 6 carries into the byte's fifth bit.
+func hex8(v uint32) uint64 {
+	x := uint64(v)
+	x = (x | x<<16) & 0x0000ffff0000ffff
+	x = (x | x<<8) & 0x00ff00ff00ff00ff
+	x = (x | x<<4) & 0x0f0f0f0f0f0f0f0f
+	x = bits.ReverseBytes64(x)
+	letters := (x + 0x0606060606060606) >> 4 & 0x0101010101010101
+	return x + 0x3030303030303030 + letters*39
 }
 
 // traceContext is where a chat completion joins a trace.

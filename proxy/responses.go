@@ -92,9 +92,7 @@ func (s *Server) serveStoredResponse(suffix string) func(*fasthttp.RequestCtx, [
 		started := time.Now()
 		requestID := string(ctx.Request.Header.Peek(headerRequestID))
 		if !validID([]byte(requestID)) {
-			if id, err := newCallID(); err == nil {
-				requestID = id
-			}
+			requestID = s.callIDs.next(started)
 		}
 		ctx.Response.Header.Set(headerRequestID, requestID)
 		backend, e := s.storedResponse(ctx, st, rawID, suffix, requestID)

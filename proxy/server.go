@@ -116,6 +116,8 @@ type Server struct {
 	// background holds the background responses whose usage is not known
 	// yet, and runs their poller until Shutdown.
 	background *backgroundResponses
+	// callIDs makes the id of every call.
+	callIDs callIDs
 }
 
 // New builds a Server. It does not listen; call Serve.
@@ -136,6 +138,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if s.log == nil {
 		s.log = zap.NewNop()
+	}
+	if err := s.callIDs.seedFromRand(); err != nil {
+		return nil, fmt.Errorf("proxy: %w", err)
 	}
 	s.table = s.routes()
 	s.clients = newClientWatcher()
