@@ -239,8 +239,9 @@ func (g *gateway) close(timeout time.Duration) error {
 }
 
 // newLogger builds the zap logger the config asks for. Lines are buffered
-// and flushed every second (and on stop), so that logging a line per
-// request costs no write system call on the request path.
+// and flushed every second (and on stop, and when the buffer is full), so
+// that logging a line per request costs no write system call on the
+// request path but one per logBufferSize bytes of lines.
 func newLogger(cfg config.Log, out io.Writer) (*zap.Logger, *zapcore.BufferedWriteSyncer, error) {
 	level, err := zapcore.ParseLevel(cfg.Level)
 	if err != nil {
@@ -249,7 +250,7 @@ func newLogger(cfg config.Log, out io.Writer) (*zap.Logger, *zapcore.BufferedWri
 	// The writer is wrapped so that zap never calls its Sync: stderr is
 	// usually a pipe or a terminal, where fsync fails (EINVAL), and a
 	// failed sync must not turn a clean shutdown into exit status 1.
-	ws := &zapcore.BufferedWriteSyncer{WS: zapcore.AddSync(writerOnly{out}), Size: 256 << 10, FlushInterval: time.Second}
+	ws := &zapcore.BufferedWriteSyncer{WS: zapcore.AddSync(writerOnly{out}), Size: logBufferSize, FlushInterval: time.Second}
 	if cfg.Format == "console" {
 		encCfg := logline.EncoderConfig()
 		encCfg.EncodeLevel = zapcore.CapitalLevelEncoder
@@ -259,6 +260,13 @@ func newLogger(cfg config.Log, out io.Writer) (*zap.Logger, *zapcore.BufferedWri
 	// per-request line is written by logline without the encoder.
 	return zap.New(logline.NewJSONCore(ws, level)), ws, nil
 }
+
+// logBufferSize is the log buffer's size: about 190 request lines at info
+// level, a write every 20 ms at 10,000 requests a second. The buffer stays
+// in the heap for the life of the process; 256 KiB, as it was, held 192 KiB
+// more for a write system call per 750 lines rather than per 190, a few
+// instructions a request either way.
+const logBufferSize = 64 << 10
 
 // requireAdmin reports whether the request carries an admin key, answering
 // 401 or 403 when it does not. /metrics names every team and project, so
