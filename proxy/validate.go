@@ -127,14 +127,59 @@ func ValidateChatDepth(body []byte, req *ChatRequest, depth int) *ValidationErro
 }
 
 // ValidateChatLimits is ValidateChat within the server's limits.
+//
+// A body that passes is checked in one walk: the walk of its fields checks
+// the JSON syntax of every byte as it goes (see iter.check), instead of
+// validJSON reading the whole body first, which cost about as much as the
+// walk itself. A body the walk finds anything wrong with, in its syntax or
+// its fields, is checked again the old way (validateChatTwoPasses): the
+// syntax first, so that a body both malformed and wrong in a field gets the
+// syntax error, then the walk. Only the accepting walk is new; every error
+// comes from the two passes (FuzzValidateChatOnePass compares the two).
 func ValidateChatLimits(body []byte, req *ChatRequest, lim BodyLimits) *ValidationError {
+	if validateChatOnePass(body, req, lim) {
+		return nil
+	}
+	return validateChatTwoPasses(body, req, lim)
+}
+
+// validateChatOnePass reports whether body is a valid chat request, filling
+// req, in one walk that checks the syntax as it goes. False says only that
+// the walk cannot accept the body, not why: req is then to be refilled.
+func validateChatOnePass(body []byte, req *ChatRequest, lim BodyLimits) bool {
+	s := b2s(body)
+	first := skipSpace(s, 0)
+	// The checked walk recurses once per level of the values it delimits,
+	// so the depth is bounded first, as for validJSON.
+	if first == len(s) || s[first] != '{' || tooDeep(s, depthLimit(lim.MaxDepth)) {
+		return false
+	}
+	*req = ChatRequest{N: 1}
+	v := validator{body: body, s: s, req: req, limits: lim}
+	verr, checked := v.walkChat(first, true)
+	return verr == nil && checked
+}
+
+// validateChatTwoPasses checks body's syntax with checkDocument, then walks
+// its fields.
+func validateChatTwoPasses(body []byte, req *ChatRequest, lim BodyLimits) *ValidationError {
 	var v validator
 	first, verr := v.start(body, req, lim, `The request body is empty; send a JSON object with a "messages" array.`)
 	if verr != nil {
 		return verr
 	}
+	verr, _ = v.walkChat(first, false)
+	return verr
+}
+
+// walkChat walks the fields of the chat request whose opening brace is at
+// first. Unless check is set, the body is known to be valid JSON; with
+// check, the walk checks the syntax as it goes (see iter.check), and
+// checked reports that the body is valid JSON, when the walk ends without
+// an error.
+func (v *validator) walkChat(first int, check bool) (verr *ValidationError, checked bool) {
 	v.addGenerationPrompt = true
-	it := iter{s: v.s, i: first + 1, obj: true}
+	it := iter{s: v.s, i: first + 1, obj: true, check: check}
 	for {
 		key, start, ok := it.member()
 		if !ok {
@@ -153,14 +198,18 @@ func ValidateChatLimits(body []byte, req *ChatRequest, lim BodyLimits) *Validati
 		if v.seen&bit != 0 {
 			name := chatFields[id].param
 			return &ValidationError{Param: name, Message: fmt.Sprintf(
-				"The request body repeats the key %q; send each field once, because JSON parsers disagree on which copy wins.", name)}
+				"The request body repeats the key %q; send each field once, because JSON parsers disagree on which copy wins.", name)}, false
 		}
 		v.seen |= bit
 		if err := v.field(id, &it, start); err != nil {
-			return err
+			return err, false
 		}
 	}
-	return v.crossChecks()
+	// A checked walk that met a syntax error has moved to the end of the
+	// body; one that did not stands on the closing brace, which only
+	// whitespace may follow.
+	checked = check && it.i < len(v.s) && skipSpace(v.s, it.i+1) == len(v.s)
+	return v.crossChecks(), checked
 }
 
 // start begins the validation of body, which every endpoint's starts the same
@@ -187,9 +236,7 @@ func checkDocument(body []byte, depth int, empty string) (string, int, *Validati
 	if first == len(s) {
 		return "", 0, &ValidationError{Message: empty}
 	}
-	if depth <= 0 || depth > maxDepth {
-		depth = maxDepth
-	}
+	depth = depthLimit(depth)
 	if tooDeep(s, depth) {
 		return "", 0, &ValidationError{Message: fmt.Sprintf(
 			"The request body nests arrays and objects more than %d levels deep.", depth)}
@@ -208,6 +255,15 @@ func checkDocument(body []byte, depth int, empty string) (string, int, *Validati
 		return "", 0, &ValidationError{Message: fmt.Sprintf("The request body must be a JSON object, got %s.", describe(top))}
 	}
 	return s, first, nil
+}
+
+// depthLimit is the nesting bound for a configured depth: maxDepth when
+// depth is unset or above it.
+func depthLimit(depth int) int {
+	if depth <= 0 || depth > maxDepth {
+		return maxDepth
+	}
+	return depth
 }
 
 // maxDepth bounds how deeply arrays and objects may nest. validJSON recurses once per
@@ -1652,6 +1708,20 @@ type iter struct {
 	s   string
 	i   int  // where to look for the next member; at the closing bracket once done
 	obj bool // members have keys
+	// check makes the walk check the syntax it passes over instead of
+	// relying on validJSON: member checks the brackets, commas, keys and
+	// colons, and finish checks values with validValue, so that a walk
+	// which reaches the closing brace of the body has checked every byte
+	// before it, as validJSON would have (the walk enters only what it
+	// walks in place, messages and their parts, and delimits everything
+	// else with finish). At a syntax error the iter moves to the end of
+	// the body, where it finds no more members, and so does every iter
+	// that encloses it once it leaves the inner one; finish then gives
+	// null, which no check reads past.
+	check bool
+	// more is set, in a checked walk, once a member has been read: a
+	// comma must come before the next one.
+	more bool
 }
 
 // iter starts a walk over object or array val, which has already been delimited.
@@ -1663,6 +1733,9 @@ func (v *validator) iter(val value) iter {
 // value starts. The caller must then call finish or enter and leave.
 // ok is false at the end, where it.i is left at the closing bracket.
 func (it *iter) member() (key string, start int, ok bool) {
+	if it.check {
+		return it.checkedMember()
+	}
 	s := it.s
 	i := skipSpace(s, it.i)
 	if i < len(s) && s[i] == ',' {
@@ -1688,8 +1761,69 @@ func (it *iter) member() (key string, start int, ok bool) {
 	return key, i, true
 }
 
+// checkedMember is member for a walk that checks the syntax: the closing
+// bracket must match the opening one, members are separated by exactly one
+// comma, and a key is a valid string followed by a colon.
+func (it *iter) checkedMember() (key string, start int, ok bool) {
+	s := it.s
+	closing := byte(']')
+	if it.obj {
+		closing = '}'
+	}
+	i := skipSpace(s, it.i)
+	if i < len(s) && s[i] == closing {
+		it.i = i
+		return "", 0, false
+	}
+	if it.more {
+		if i >= len(s) || s[i] != ',' {
+			return it.fail()
+		}
+		i = skipSpace(s, i+1)
+	}
+	it.more = true
+	if it.obj {
+		if i >= len(s) || s[i] != '"' {
+			return it.fail()
+		}
+		e, valid := validString(s, i+1)
+		if !valid {
+			return it.fail()
+		}
+		key = s[i+1 : e-1]
+		if strings.IndexByte(key, '\\') >= 0 {
+			key = unquote(s[i:e])
+		}
+		i = skipSpace(s, e)
+		if i >= len(s) || s[i] != ':' {
+			return it.fail()
+		}
+		i = skipSpace(s, i+1)
+	}
+	if i >= len(s) {
+		return it.fail()
+	}
+	it.i = i
+	return key, i, true
+}
+
+// fail ends a checked walk at a syntax error.
+func (it *iter) fail() (string, int, bool) {
+	it.i = len(it.s)
+	return "", 0, false
+}
+
 // finish delimits the value starting at start and moves past it.
 func (it *iter) finish(start int) value {
+	if it.check {
+		e, ok := validValue(it.s, start)
+		if !ok {
+			it.i = len(it.s)
+			return value{raw: "null", off: start}
+		}
+		it.i = e
+		return value{raw: it.s[start:e], off: start}
+	}
 	e := valueEnd(it.s, start)
 	it.i = e
 	return value{raw: it.s[start:e], off: start}
@@ -1706,7 +1840,7 @@ func (it *iter) next() (key string, val value, ok bool) {
 
 // enter starts walking, in place, the object or array value that starts at start.
 func (it *iter) enter(start int) iter {
-	return iter{s: it.s, i: start + 1, obj: it.s[start] == '{'}
+	return iter{s: it.s, i: start + 1, obj: it.s[start] == '{', check: it.check}
 }
 
 // leave moves it past the value that child, from enter, has walked to its end.

@@ -3,19 +3,17 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
+	"math/rand/v2"
 	"reflect"
 	"strings"
 	"testing"
 	"unicode/utf8"
 )
 
-// FuzzValidateChat checks, on arbitrary bodies, that ValidateChat never panics and that
-// what it accepts and reports agrees with a full decode by encoding/json: the accepted
-// body is valid JSON, and the model, stream flags, counts and offsets it reports match the
-// decoded body. Duplicate known keys are refused, so "last copy wins" in encoding/json
-// cannot make the two disagree.
-func FuzzValidateChat(f *testing.F) {
-	seeds := []string{
+// chatFuzzSeeds are chat bodies, valid and not, that the fuzz targets of
+// ValidateChat start from.
+func chatFuzzSeeds() []string {
+	return []string{
 		string(typicalChatBody),
 		withFields(""),
 		withFields(`"model":"caf\u00e9","stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":true},"max_completion_tokens":5,"max_tokens":9,"n":2,"priority":-1`),
@@ -49,7 +47,15 @@ func FuzzValidateChat(f *testing.F) {
 		withFields(`"response_format":{"type":"json_schema","json_schema":{"schema":{}}},"stop":["",""],"allowed_token_ids":[]`),
 		withFields(`"logit_bias":{"1":-100,"x":1,"2":"3"},"documents":[{"title":1}],"repetition_detection":{"max_pattern_size":2,"min_pattern_size":3,"min_count":1}`),
 	}
-	for _, s := range seeds {
+}
+
+// FuzzValidateChat checks, on arbitrary bodies, that ValidateChat never panics and that
+// what it accepts and reports agrees with a full decode by encoding/json: the accepted
+// body is valid JSON, and the model, stream flags, counts and offsets it reports match the
+// decoded body. Duplicate known keys are refused, so "last copy wins" in encoding/json
+// cannot make the two disagree.
+func FuzzValidateChat(f *testing.F) {
+	for _, s := range chatFuzzSeeds() {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
@@ -158,4 +164,81 @@ func checkToolChoice(t *testing.T, doc map[string]any, req *ChatRequest) {
 		}
 	}
 	t.Fatalf("named tool_choice %q accepted without a tool of that name in %v", name, tools)
+}
+
+// onePassLimits are the limits the differential tests of the one-pass
+// walk run under: the defaults, and limits tight enough that the seeds
+// reach them.
+var onePassLimits = []BodyLimits{
+	{},
+	{MaxDepth: 4, MaxStopStrings: 1, MaxLogitBias: 1},
+}
+
+// checkOnePass compares ValidateChatLimits, which accepts a body in one
+// walk that checks the syntax as it goes, with the syntax pass followed by
+// the walk (validateChatTwoPasses): the same error, or the same request.
+func checkOnePass(t *testing.T, body []byte, lim BodyLimits) {
+	t.Helper()
+	var got, want ChatRequest
+	gotErr := ValidateChatLimits(body, &got, lim)
+	wantErr := validateChatTwoPasses(body, &want, lim)
+	switch {
+	case (gotErr == nil) != (wantErr == nil):
+		t.Fatalf("body %q, limits %+v: one pass says %v, two passes %v", body, lim, gotErr, wantErr)
+	case gotErr != nil && *gotErr != *wantErr:
+		t.Fatalf("body %q, limits %+v: one pass says %+v, two passes %+v", body, lim, *gotErr, *wantErr)
+	case gotErr == nil && !reflect.DeepEqual(got, want):
+		t.Fatalf("body %q, limits %+v: one pass reads %+v, two passes %+v", body, lim, got, want)
+	}
+}
+
+// FuzzValidateChatOnePass compares the one-pass check with the two passes
+// on arbitrary bodies.
+func FuzzValidateChatOnePass(f *testing.F) {
+	for _, s := range chatFuzzSeeds() {
+		f.Add([]byte(s), uint8(0))
+		f.Add([]byte(s), uint8(1))
+	}
+	f.Fuzz(func(t *testing.T, body []byte, lim uint8) {
+		checkOnePass(t, body, onePassLimits[int(lim)%len(onePassLimits)])
+	})
+}
+
+// TestValidateChatOnePassMutations runs the comparison of
+// FuzzValidateChatOnePass on every seed and on many mutations of each:
+// bytes deleted, replaced or inserted (JSON's structural bytes most often),
+// spans repeated, the body cut short. Most mutations break the syntax in
+// one place while the walk still reads the rest, which is what the one
+// pass must not get wrong.
+func TestValidateChatOnePassMutations(t *testing.T) {
+	r := rand.New(rand.NewPCG(17, 17))
+	const alphabet = "{}[],:\" \\\n0-1e.tfnux\x00\x7f\xc3\xa9\xff"
+	for _, seed := range chatFuzzSeeds() {
+		for _, lim := range onePassLimits {
+			checkOnePass(t, []byte(seed), lim)
+		}
+		for range 400 {
+			b := []byte(seed)
+			for range 1 + r.IntN(3) {
+				if len(b) == 0 {
+					break
+				}
+				i := r.IntN(len(b))
+				switch r.IntN(5) {
+				case 0:
+					b = append(b[:i], b[i+1:]...)
+				case 1:
+					b[i] = alphabet[r.IntN(len(alphabet))]
+				case 2:
+					b = append(b[:i], append([]byte{alphabet[r.IntN(len(alphabet))]}, b[i:]...)...)
+				case 3:
+					j := min(len(b), i+1+r.IntN(8))
+					b = append(b[:j], append(bytes.Clone(b[i:j]), b[j:]...)...)
+				case 4:
+					b = b[:i]
+				}
+			}
+			checkOnePass(t, b, onePassLimits[r.IntN(len(onePassLimits))])
+		}
+	}
 }
