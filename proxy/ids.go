@@ -39,8 +39,11 @@ func validID(b []byte) bool {
 // keeps one server's ids strictly increasing, and the 62 bits of rand_b
 // are the server's random seed mixed with the time and counter: ids of two
 // replicas writing one store can only coincide if their seeds do (2^-62),
-// yet the tail looks random from id to id rather than repeat the seed. The
-// zero value works, with seed 0.
+// yet the tail looks random from id to id rather than repeat the seed. It
+// is not secret: one id gives the seed away, and with it the tails to
+// come. No id is a capability (a call, a request or a stored response is
+// reached through a key allowed its team), as RFC 9562 section 8 advises.
+// The zero value works, with seed 0.
 type callIDs struct {
 	// seed is drawn from crypto/rand when the server is made.
 	seed uint64
