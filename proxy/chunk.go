@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"strings"
 
 	"github.com/tidwall/gjson"
 )
@@ -98,44 +97,23 @@ func (c *chunkProcessor) process(dst, ev []byte) []byte {
 		return append(dst, ev...)
 	}
 	c.events++
-	var (
-		modelStart, modelEnd = -1, -1
-		usageKey             = -1
-		usage                gjson.Result
-		hasChoices           bool
-		nonEmptyChoices      bool
-	)
-	gjson.Parse(b2s(data)).ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
-		case "id":
-			if c.completionID == "" {
-				c.completionID = strings.Clone(v.String())
-			}
-		case "created":
-			if n := v.Int(); n != 0 {
-				c.created = n
-			}
-		case "model":
-			if v.Type == gjson.String && v.Index > 0 {
-				modelStart, modelEnd = v.Index, v.Index+len(v.Raw)
-			}
-		case "usage":
-			usage, usageKey = v, k.Index
-		case "choices":
-			hasChoices = true
-			v.ForEach(func(_, choice gjson.Result) bool {
-				nonEmptyChoices = true
-				// Chat choices carry a delta, text completions a text.
-				if deltaHasContent(choice.Get("delta")) || textHasContent(choice) {
-					c.deltas++
-				}
-				return true
-			})
-		case "error":
-			c.errMessage = inBandErrorMessage(v)
-		}
-		return true
-	})
+	f := chunkFields{modelStart: -1, usageKey: -1}
+	if !f.readFlat(b2s(data), c.completionID == "") {
+		f = chunkFields{modelStart: -1, usageKey: -1}
+		f.readGJSON(b2s(data), c.completionID == "")
+	}
+	if f.id != "" {
+		c.completionID = f.id
+	}
+	if f.created != 0 {
+		c.created = f.created
+	}
+	c.deltas += f.deltas
+	if f.hasError {
+		c.errMessage = f.errMessage
+	}
+	modelStart, modelEnd, usage, usageKey := f.modelStart, f.modelEnd, f.usage, f.usageKey
+	hasChoices, nonEmptyChoices := f.hasChoices, f.nonEmptyChoices
 	if c.errMessage != "" {
 		return c.inBandError(dst)
 	}
