@@ -11,6 +11,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -118,6 +119,15 @@ type Server struct {
 	background *backgroundResponses
 	// callIDs makes the id of every call.
 	callIDs callIDs
+	// connStreams counts the streams written on their connections by
+	// goroutines of their own (see writeOnConn), which fasthttp's
+	// Shutdown does not wait for; stopping is set once Shutdown began.
+	connStreams atomic.Int64
+	stopping    atomic.Bool
+	// idleWaits are the connections waiting for the client's next
+	// request after a stream (see awaitNextRequest), under idleMu.
+	idleMu    sync.Mutex
+	idleWaits map[net.Conn]struct{}
 }
 
 // New builds a Server. It does not listen; call Serve.
@@ -150,15 +160,19 @@ func New(opts Options) (*Server, error) {
 	sc := opts.Config.Server
 	s.srv = &fasthttp.Server{
 		Handler:            s.Handler,
-		Name:               "tollgate",
+		Name:               serverName,
 		MaxRequestBodySize: sc.MaxBodyBytes,
 		ReadBufferSize:     sc.MaxHeaderBytes,
 		ReadTimeout:        sc.ReadTimeout,
 		IdleTimeout:        sc.IdleTimeout,
 		// The connection cap is the listener's (see limitListener), which
 		// answers in the OpenAI shape; fasthttp's own stays above it.
-		Concurrency:           sc.MaxConnections + 1,
-		CloseOnShutdown:       true,
+		Concurrency:     sc.MaxConnections + 1,
+		CloseOnShutdown: true,
+		// A stream is written by a goroutine of its own on the connection
+		// fasthttp hands over (see writeOnConn), which gives the
+		// connection back to the server after the stream, or closes it.
+		KeepHijackedConns:     true,
 		NoDefaultServerHeader: true,
 		// Parse errors must not quote request bytes: they hold API keys.
 		SecureErrorLogMessage: true,
@@ -227,17 +241,40 @@ func (s *Server) Swap(g Generation) (Generation, func(ctx context.Context) error
 // connections open at once.
 func (s *Server) Serve(ln net.Listener) error {
 	sc := s.state.Load().cfg.Server
-	return s.srv.Serve(newLimitListener(ln, sc.MaxConnections, sc.ReadTimeout))
+	idle := sc.IdleTimeout
+	if idle == 0 {
+		idle = sc.ReadTimeout // as fasthttp's own idle timeout
+	}
+	return s.srv.Serve(newLimitListener(ln, sc.MaxConnections, sc.ReadTimeout, idle))
 }
 
 // Shutdown stops accepting connections and waits for in-flight requests
 // and streams to finish, or for ctx to end; then it stops the poller of
 // background responses, recording those still running with no usage.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.stopIdleWaits()
 	err := s.srv.ShutdownWithContext(ctx)
+	if err == nil {
+		err = s.waitConnStreams(ctx)
+	}
 	s.clients.close()
 	s.stopBackground()
 	return err
+}
+
+// waitConnStreams waits until no stream is written on its connection, or
+// ctx ends.
+func (s *Server) waitConnStreams(ctx context.Context) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for s.connStreams.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
 }
 
 // routeEntry is one entry of the proxy's routing table: a method and a

@@ -41,6 +41,8 @@ type eventScanner struct {
 	err     error
 	// limit is the largest event in bytes; zero means maxEventBytes.
 	limit int
+	// one is what await reads into.
+	one [1]byte
 }
 
 // bufClasses are the sizes of the pooled buffers that streams scan and
@@ -153,6 +155,25 @@ func (s *eventScanner) nextInto(scratch []byte) ([]byte, error) {
 			continue
 		}
 		s.fill()
+	}
+}
+
+// await blocks, when nothing is pending, until the upstream's next byte
+// has come, or its end, holding no buffer while it waits: the byte is read
+// into the scanner itself (what came with it waits in the upstream
+// connection's read buffer), and a buffer is taken once it is there.
+func (s *eventScanner) await() {
+	if s.start != s.end || s.err != nil {
+		return
+	}
+	n, err := s.src.Read(s.one[:])
+	if n > 0 {
+		s.acquire()
+		s.buf[0] = s.one[0]
+		s.start, s.end, s.scanned = 0, 1, 0
+	}
+	if err != nil {
+		s.err = err
 	}
 }
 

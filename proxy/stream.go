@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"io"
+	"net"
 	"strconv"
 	"sync"
 	"time"
@@ -62,6 +63,18 @@ type streamBody struct {
 	headersAt     time.Time
 	upstreamTTFT  time.Duration
 	upstreamFirst bool
+
+	// For a stream written on the connection (see writeOnConn): head is
+	// the response head until it is sent (headPooled its pool entry),
+	// headWithEvents says it goes out with the first events, keepAlive
+	// that the connection serves the client's next request afterwards.
+	// onHijack is hijacked, bound once per streamBody so that handing it
+	// to fasthttp does not allocate.
+	head           []byte
+	headPooled     *[]byte
+	headWithEvents bool
+	keepAlive      bool
+	onHijack       func(net.Conn)
 }
 
 var streamBodies = sync.Pool{New: func() any { return new(streamBody) }}
@@ -82,6 +95,9 @@ const eventHeadroom = 512
 // replyModel, when non-nil, is the quoted model id every chunk must name.
 func (s *Server) startStream(ctx *fasthttp.RequestCtx, c *completion, b *backends.Backend, resp *fasthttp.Response, replyModel []byte) {
 	sb := streamBodies.Get().(*streamBody)
+	if sb.onHijack == nil {
+		sb.onHijack = sb.hijacked
+	}
 	sb.srv, sb.c, sb.backend, sb.resp = s, *c, b, resp
 	c.closed = true // the stream body settles it now
 	// The model and tool choice bytes point into the client's request
@@ -110,13 +126,18 @@ func (s *Server) startStream(ctx *fasthttp.RequestCtx, c *completion, b *backend
 	// Tell buffering reverse proxies in front of the gateway (nginx) to
 	// pass events through as they come.
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
-	// The headers go out at once, so the client knows the request was
-	// accepted before the first token is generated; unless the first
-	// event came with the upstream's headers, and the client's go out
-	// with it, in one write.
+	s.metrics.streamsInFlight.Inc()
+	if _, ok := ctx.Conn().(ownConn); ok && ctx.Request.Header.IsHTTP11() {
+		s.writeOnConn(ctx, sb)
+		return
+	}
+	// A connection of another listener (or HTTP/1.0, which has no
+	// chunked framing): fasthttp's worker writes the stream. The headers
+	// go out at once, so the client knows the request was accepted before
+	// the first token is generated; unless the first event came with the
+	// upstream's headers, and the client's go out with it, in one write.
 	ctx.Response.ImmediateHeaderFlush = b.StreamBuffered(resp) == 0
 	ctx.Response.SetBodyStream(sb, -1)
-	s.metrics.streamsInFlight.Inc()
 }
 
 // Read returns the next events for the client. It blocks until at least
@@ -345,6 +366,8 @@ func (sb *streamBody) CloseWithError(clientErr error) error {
 	sb.c = completion{}
 	sb.scan.reset(nil)
 	sb.releaseOut()
+	sb.releaseHead()
+	sb.headWithEvents, sb.keepAlive = false, false
 	streamBodies.Put(sb)
 	return nil
 }

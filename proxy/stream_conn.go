@@ -1,0 +1,328 @@
+package proxy
+
+import (
+	"errors"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// A stream held open costs what holds it while it waits for the next event.
+// Written by fasthttp's worker (streamBody as a body stream), that is the
+// worker's goroutine, whose stack grew to the depth of the whole request
+// path, the connection's 4 KiB write buffer and the 4 KiB copy buffer that
+// fasthttp reads the body stream into, for the life of the stream. So a
+// stream on a connection of the gateway's own listener is written by a
+// goroutine of its own instead (run): fasthttp hands the connection over
+// (Hijack) and its worker, buffers and request context go back to their
+// pools at once. While it waits, the stream holds its state, a small stack
+// and the upstream connection's 1 KiB read buffer; a buffer for events is
+// taken from a pool only once an event has come, and given back once it is
+// written. When the stream is over, the connection goes back to the server
+// as if newly accepted (limitListener.giveBack), so keep-alive is kept.
+
+// serverName is the Server header of every reply.
+const serverName = "tollgate"
+
+// Chunked framing (RFC 9112 section 7.1) around the events of one write.
+const (
+	// chunkLead is the room kept in front of the events for the chunk
+	// size line: up to eight hex digits and CRLF.
+	chunkLead = 10
+	// chunkTrail is the room kept after them for the CRLF that ends the
+	// chunk and, after the stream's last events, the last chunk.
+	chunkTrail = len("\r\n") + len(lastChunk)
+	// lastChunk ends the body (no trailers).
+	lastChunk = "0\r\n\r\n"
+)
+
+// maxHeadWithEvent is the longest response head sent in one write with
+// the first events; a longer one (a client's long X-Request-Id) goes out
+// on its own first, so that the events keep most of a pooled buffer.
+const maxHeadWithEvent = 1 << 10
+
+// headBufs holds buffers for response heads, by pointer so that Put does
+// not allocate.
+var headBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+// aLongTimeAgo is a read deadline already past: a read with it returns at
+// once what is buffered above the socket, and then a timeout.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// writeOnConn has the stream written on the client's connection by a
+// goroutine of its own (see run), rather than by fasthttp's worker. The
+// response head is rendered here, where the headers set on ctx are; the
+// head goes out with the first events when they came with the upstream's
+// headers, alone at once otherwise, as fasthttp's ImmediateHeaderFlush
+// would.
+func (s *Server) writeOnConn(ctx *fasthttp.RequestCtx, sb *streamBody) {
+	sb.keepAlive = !ctx.Request.Header.ConnectionClose() && !s.stopping.Load()
+	h := &ctx.Response.Header
+	if !sb.keepAlive {
+		h.SetConnectionClose()
+	}
+	h.SetServer(serverName)
+	h.SetContentLength(-1) // chunked
+	hp := headBufs.Get().(*[]byte)
+	sb.head, sb.headPooled = h.AppendBytes((*hp)[:0]), hp
+	sb.headWithEvents = len(sb.head) <= maxHeadWithEvent && sb.backend.StreamBuffered(sb.resp) > 0
+	// Counted before the handler returns: fasthttp stops counting the
+	// connection as open when it is handed over, and Shutdown must find
+	// the stream counted here by then.
+	s.connStreams.Add(1)
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(sb.onHijack)
+}
+
+// hijacked takes the connection fasthttp hands over, on fasthttp's
+// goroutine, and starts the stream's own.
+func (sb *streamBody) hijacked(c net.Conn) {
+	conn, pipelined, ok := takeConn(c)
+	if !ok {
+		sb.keepAlive = false
+	}
+	go sb.run(conn, pipelined)
+}
+
+// takeConn returns the connection under fasthttp's hijacked one, and the
+// bytes the client sent after its request (pipelined), which fasthttp's
+// reader holds and gives back to its pool once the hijack handler returns.
+// Reading the hijacked connection with a deadline already past returns
+// those bytes, then a timeout, without reading the socket. ok is false
+// when the connection could not be taken: c is then returned as it is, to
+// be closed after the stream.
+func takeConn(c net.Conn) (conn net.Conn, pipelined []byte, ok bool) {
+	u, ok := c.(interface{ UnsafeConn() net.Conn })
+	if !ok {
+		return c, nil, false
+	}
+	conn = u.UnsafeConn()
+	if err := conn.SetReadDeadline(aLongTimeAgo); err != nil {
+		return c, nil, false
+	}
+	buf, bp := getBuf(scanBufSize)
+	defer putBuf(bp)
+	for {
+		n, err := c.Read(buf)
+		pipelined = append(pipelined, buf[:n]...)
+		if err != nil {
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				return c, nil, false
+			}
+			break
+		}
+	}
+	if err := conn.SetReadDeadline(time.Time{}); err != nil {
+		return c, nil, false
+	}
+	return conn, pipelined, true
+}
+
+// run writes the stream on conn, settles it, and then serves as the
+// connection's keep-alive wait: the connection goes back to the server once
+// the client's next request has begun (see awaitNextRequest).
+func (sb *streamBody) run(conn net.Conn, pipelined []byte) {
+	s, keepAlive := sb.srv, sb.keepAlive
+	defer s.connStreams.Add(-1)
+	var err error
+	if !sb.headWithEvents {
+		_, err = conn.Write(sb.head)
+		sb.releaseHead()
+	}
+	for over := false; err == nil && !over; {
+		if !sb.pending() {
+			// Wait for the upstream with no buffer of the stream's, and
+			// from here, where the stack is shallow: a stream idles far
+			// longer than it works, and a goroutine's stack is halved by
+			// a collection only while it uses under a quarter of it.
+			sb.scan.await()
+		}
+		over, err = sb.writeNext(conn)
+	}
+	sb.CloseWithError(err) // sb is recycled
+	if err == nil && keepAlive {
+		s.awaitNextRequest(conn, pipelined)
+		return
+	}
+	_ = conn.Close()
+}
+
+// awaitNextRequest waits, after a stream, for the first byte of the
+// client's next request on conn, and then gives conn back to the server
+// with that byte (and any it had pipelined) still to be read. A connection
+// fasthttp is given counts as new, and a new connection is closed by its
+// Shutdown only once it has been idle for five seconds; the keep-alive wait
+// after a response is fasthttp's own idle state, closed at once. So the
+// wait stays here, where Shutdown ends it at once (see stopIdleWaits).
+// The wait is bounded by the listener's idle timeout, as fasthttp's.
+func (s *Server) awaitNextRequest(conn net.Conn, pipelined []byte) {
+	base := conn
+	if pc, ok := conn.(*prefixConn); ok && len(pc.prefix) == 0 {
+		// The bytes it held were read: no wrapper on a wrapper.
+		base = pc.Conn
+	}
+	l := connListener(base)
+	next := &prefixConn{Conn: base, prefix: pipelined}
+	if len(pipelined) == 0 {
+		if !s.startIdleWait(base) {
+			_ = base.Close()
+			return
+		}
+		if l.idle > 0 {
+			_ = base.SetReadDeadline(time.Now().Add(l.idle))
+		}
+		n, err := base.Read(next.one[:])
+		s.endIdleWait(base)
+		if err != nil {
+			_ = base.Close()
+			return
+		}
+		next.prefix = next.one[:n]
+	}
+	if !l.giveBack(next) {
+		_ = base.Close()
+	}
+}
+
+// startIdleWait records conn as waiting for a request, unless the server
+// is stopping.
+func (s *Server) startIdleWait(conn net.Conn) bool {
+	s.idleMu.Lock()
+	defer s.idleMu.Unlock()
+	if s.stopping.Load() {
+		return false
+	}
+	if s.idleWaits == nil {
+		s.idleWaits = make(map[net.Conn]struct{})
+	}
+	s.idleWaits[conn] = struct{}{}
+	return true
+}
+
+func (s *Server) endIdleWait(conn net.Conn) {
+	s.idleMu.Lock()
+	delete(s.idleWaits, conn)
+	s.idleMu.Unlock()
+}
+
+// stopIdleWaits marks the server stopping and ends every keep-alive wait
+// after a stream: their reads return at once, and the connections close.
+func (s *Server) stopIdleWaits() {
+	s.idleMu.Lock()
+	defer s.idleMu.Unlock()
+	s.stopping.Store(true)
+	for c := range s.idleWaits {
+		_ = c.SetReadDeadline(aLongTimeAgo)
+	}
+}
+
+// errStreamWriter ends a stream whose writer panicked outside the reads
+// of its events (which recover on their own, see streamBody.Read).
+var errStreamWriter = errors.New("the gateway failed while writing the stream")
+
+// writeNext writes the events read at once, as one chunk in one write,
+// with the response head before them when it is not sent yet, and the last
+// chunk after the last events; over says the stream was written to its
+// end. err is that of a write that failed (the client left). A panic (a
+// bug) ends the stream and its connection rather than the process.
+func (sb *streamBody) writeNext(w net.Conn) (over bool, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			sb.srv.countPanic("stream", r)
+			sb.keepAlive = false
+			over, err = true, errStreamWriter
+		}
+	}()
+	buf, bp := getBuf(scanBufSize)
+	defer putBuf(bp)
+	lead := chunkLead + len(sb.head)
+	n, rerr := sb.Read(buf[lead : len(buf)-chunkTrail])
+	end := lead + n
+	start := lead
+	if rerr == nil {
+		start -= putChunkSize(buf[:lead], n)
+		end += copy(buf[end:], "\r\n")
+	}
+	over = rerr != nil || sb.ended && sb.pos >= len(sb.out)
+	if over {
+		end += copy(buf[end:], lastChunk)
+	}
+	start -= copy(buf[start-len(sb.head):start], sb.head)
+	_, err = w.Write(buf[start:end])
+	sb.releaseHead()
+	if err == nil && sb.firstEvent && !sb.firstNoted {
+		sb.noteFirstEvent()
+	}
+	return over, err
+}
+
+// pending reports whether the stream has something to send, or to end with,
+// without waiting for the upstream.
+func (sb *streamBody) pending() bool {
+	return sb.pos < len(sb.out) || sb.ended || sb.scan.start != sb.scan.end || sb.scan.err != nil
+}
+
+// releaseHead gives the response head's buffer back, once sent.
+func (sb *streamBody) releaseHead() {
+	if sb.headPooled != nil {
+		*sb.headPooled = (*sb.headPooled)[:0]
+		headBufs.Put(sb.headPooled)
+	}
+	sb.head, sb.headPooled = nil, nil
+}
+
+// putChunkSize writes the chunk size line for n bytes ("1a2\r\n") at the
+// end of dst, and returns its length.
+func putChunkSize(dst []byte, n int) int {
+	const hex = "0123456789abcdef"
+	i := len(dst) - 2
+	dst[i], dst[i+1] = '\r', '\n'
+	for {
+		i--
+		dst[i] = hex[n&0xf]
+		n >>= 4
+		if n == 0 {
+			break
+		}
+	}
+	return len(dst) - i
+}
+
+// prefixConn is a connection given back after a stream with the bytes of
+// the client's next request already read, which the server reads first.
+type prefixConn struct {
+	net.Conn
+	prefix []byte
+	// one holds the first byte, read by awaitNextRequest.
+	one [1]byte
+}
+
+// ownConn is a connection of the gateway's own listener.
+type ownConn interface {
+	net.Conn
+	listener() *limitListener
+}
+
+var (
+	_ ownConn = (*countedConn)(nil)
+	_ ownConn = (*prefixConn)(nil)
+)
+
+func (c *countedConn) listener() *limitListener { return c.l }
+
+func (c *prefixConn) listener() *limitListener { return connListener(c.Conn) }
+
+// connListener is the listener of conn, a connection of the gateway's own.
+func connListener(conn net.Conn) *limitListener { return conn.(ownConn).listener() }
+
+func (c *prefixConn) Read(p []byte) (int, error) {
+	if len(c.prefix) > 0 {
+		n := copy(p, c.prefix)
+		c.prefix = c.prefix[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
+}
