@@ -315,6 +315,10 @@ func (c *countedConn) listener() *limitListener { return c.l }
 
 func (c *prefixConn) listener() *limitListener { return connListener(c.Conn) }
 
+// NetConn returns the connection under the prefix, for the client watch,
+// which checks the socket itself.
+func (c *prefixConn) NetConn() net.Conn { return c.Conn }
+
 // connListener is the listener of conn, a connection of the gateway's own.
 func connListener(conn net.Conn) *limitListener { return conn.(ownConn).listener() }
 

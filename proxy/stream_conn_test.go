@@ -13,6 +13,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/tollgate-dev/tollgate/backends/hostile"
 	"github.com/tollgate-dev/tollgate/backends/simulated"
 )
 
@@ -194,5 +195,35 @@ func TestShutdownWaitsForStream(t *testing.T) {
 	}
 	if n, err := br.Read(make([]byte, 1)); err != io.EOF {
 		t.Fatalf("after the stream: read %d bytes, %v; want the connection closed", n, err)
+	}
+}
+
+// TestClientWatchAfterStream leaves, on a connection that carried a
+// stream, while a plain request after it waits on a backend that never
+// answers: the client watch still sees the socket under the connection
+// given back, and ends the request within its poll interval.
+func TestClientWatchAfterStream(t *testing.T) {
+	hs := startHostile(t)
+	h := hostileHarness(t, hs, harnessOptions{sim: simulated.Options{Tokens: 4}})
+	c, br := dialGateway(t, h)
+	if _, err := io.WriteString(c, rawChat(true, 2)); err != nil {
+		t.Fatal(err)
+	}
+	readStream(t, br, 2)
+	h.recorder.wait(t, 1)
+	reqs := hs.Requests()
+	if _, err := fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer %s\r\n"+
+		"Content-Type: application/json\r\n%s: hang\r\nContent-Length: %d\r\n\r\n%s",
+		testKey, hostile.Header, len(badBody), badBody); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the request to be forwarded", func() bool { return hs.Requests() > reqs })
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The backend's timeouts are 30 s and 2 m: a record within
+	// recorder.wait's 5 s can only be the client watch's.
+	if rec := h.recorder.wait(t, 2); rec.Status != 499 || !strings.Contains(rec.Error, "client closed") {
+		t.Fatalf("record: status %d, error %q; want 499, the client closed", rec.Status, rec.Error)
 	}
 }
