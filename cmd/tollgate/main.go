@@ -17,6 +17,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 
 	tollgate "github.com/tollgate-dev/tollgate"
@@ -24,6 +25,12 @@ import (
 )
 
 func main() {
+	// The gateway serves no profiles, so the runtime's sampling of heap
+	// allocations (one every 512 KiB by default) only costs memory: its
+	// 1.4 MB hash table of call stacks, touched a page per stack it
+	// records, and the records, about 0.3 MiB resident after load. A
+	// build that wants heap profiles sets the rate again after this.
+	runtime.MemProfileRate = 0
 	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, "tollgate:", err)
