@@ -222,18 +222,7 @@ func (s *Server) Swap(g Generation) (Generation, func(ctx context.Context) error
 	if old == nil {
 		return Generation{}, func(context.Context) error { return nil }
 	}
-	wait := func(ctx context.Context) error {
-		t := time.NewTicker(20 * time.Millisecond)
-		defer t.Stop()
-		for old.active.Load() > 0 {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-t.C:
-			}
-		}
-		return nil
-	}
+	wait := func(ctx context.Context) error { return waitZero(ctx, &old.active) }
 	return Generation{Config: old.cfg, Registry: old.reg, Limiter: old.limiter}, wait
 }
 
@@ -255,19 +244,20 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.stopIdleWaits()
 	err := s.srv.ShutdownWithContext(ctx)
 	if err == nil {
-		err = s.waitConnStreams(ctx)
+		err = waitZero(ctx, &s.connStreams)
 	}
 	s.clients.close()
 	s.stopBackground()
 	return err
 }
 
-// waitConnStreams waits until no stream is written on its connection, or
-// ctx ends.
-func (s *Server) waitConnStreams(ctx context.Context) error {
+// waitZero waits until n is zero, or ctx ends. The counts it waits on
+// (requests on a retired generation, streams in flight) only go down once
+// waited on, so a poll is enough.
+func waitZero(ctx context.Context, n *atomic.Int64) error {
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
-	for s.connStreams.Load() > 0 {
+	for n.Load() > 0 {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
