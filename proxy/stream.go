@@ -65,16 +65,18 @@ type streamBody struct {
 	upstreamFirst bool
 
 	// For a stream written on the connection (see writeOnConn): head is
-	// the response head until it is sent (headPooled its pool entry),
-	// headWithEvents says it goes out with the first events, keepAlive
-	// that the connection serves the client's next request afterwards.
-	// onHijack is hijacked, bound once per streamBody so that handing it
-	// to fasthttp does not allocate.
-	head           []byte
-	headPooled     *[]byte
-	headWithEvents bool
-	keepAlive      bool
-	onHijack       func(net.Conn)
+	// the response head until it is sent (headPooled its pool entry);
+	// over says the handler wrote the whole stream with its head, and
+	// writeErr is the error of that write; keepAlive says the connection
+	// serves the client's next request afterwards. onHijack is hijacked,
+	// bound once per streamBody so that handing it to fasthttp does not
+	// allocate.
+	head       []byte
+	headPooled *[]byte
+	over       bool
+	writeErr   error
+	keepAlive  bool
+	onHijack   func(net.Conn)
 }
 
 var streamBodies = sync.Pool{New: func() any { return new(streamBody) }}
@@ -367,7 +369,7 @@ func (sb *streamBody) CloseWithError(clientErr error) error {
 	sb.scan.reset(nil)
 	sb.releaseOut()
 	sb.releaseHead()
-	sb.headWithEvents, sb.keepAlive = false, false
+	sb.over, sb.writeErr, sb.keepAlive = false, nil, false
 	streamBodies.Put(sb)
 	return nil
 }

@@ -54,10 +54,9 @@ var aLongTimeAgo = time.Unix(1, 0)
 
 // writeOnConn has the stream written on the client's connection by a
 // goroutine of its own (see run), rather than by fasthttp's worker. The
-// response head is rendered here, where the headers set on ctx are; the
-// head goes out with the first events when they came with the upstream's
-// headers, alone at once otherwise, as fasthttp's ImmediateHeaderFlush
-// would.
+// response head is rendered here, where the headers set on ctx are, and
+// sent at once: with the first events when they came with the upstream's
+// headers, alone otherwise, as fasthttp's ImmediateHeaderFlush would.
 func (s *Server) writeOnConn(ctx *fasthttp.RequestCtx, sb *streamBody) {
 	sb.keepAlive = !ctx.Request.Header.ConnectionClose() && !s.stopping.Load()
 	h := &ctx.Response.Header
@@ -68,11 +67,20 @@ func (s *Server) writeOnConn(ctx *fasthttp.RequestCtx, sb *streamBody) {
 	h.SetContentLength(-1) // chunked
 	hp := headBufs.Get().(*[]byte)
 	sb.head, sb.headPooled = h.AppendBytes((*hp)[:0]), hp
-	sb.headWithEvents = len(sb.head) <= maxHeadWithEvent && sb.backend.StreamBuffered(sb.resp) > 0
 	// Counted before the handler returns: fasthttp stops counting the
 	// connection as open when it is handed over, and Shutdown must find
 	// the stream counted here by then.
 	s.connStreams.Add(1)
+	// The head, with the first events when they came with the upstream's
+	// headers, goes out from here, before the connection is handed over:
+	// the two goroutines the hand-over starts stay off the client's time
+	// to the first token. run sees a failed write in writeErr.
+	if len(sb.head) <= maxHeadWithEvent && sb.backend.StreamBuffered(sb.resp) > 0 {
+		sb.over, sb.writeErr = sb.writeNext(ctx.Conn())
+	} else {
+		_, sb.writeErr = ctx.Conn().Write(sb.head)
+		sb.releaseHead()
+	}
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(sb.onHijack)
 }
@@ -127,12 +135,8 @@ func takeConn(c net.Conn) (conn net.Conn, pipelined []byte, ok bool) {
 func (sb *streamBody) run(conn net.Conn, pipelined []byte) {
 	s, keepAlive := sb.srv, sb.keepAlive
 	defer s.connStreams.Add(-1)
-	var err error
-	if !sb.headWithEvents {
-		_, err = conn.Write(sb.head)
-		sb.releaseHead()
-	}
-	for over := false; err == nil && !over; {
+	err := sb.writeErr
+	for over := sb.over; err == nil && !over; {
 		if !sb.pending() {
 			// Wait for the upstream with no buffer of the stream's, and
 			// from here, where the stack is shallow: a stream idles far
