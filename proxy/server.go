@@ -124,10 +124,14 @@ type Server struct {
 	// Shutdown does not wait for; stopping is set once Shutdown began.
 	connStreams atomic.Int64
 	stopping    atomic.Bool
-	// idleWaits are the connections waiting for the client's next
-	// request after a stream (see awaitNextRequest), under idleMu.
+	// idleWaits are the connections kept after a stream whose next
+	// request has not begun (see keep), under idleMu.
 	idleMu    sync.Mutex
 	idleWaits map[net.Conn]struct{}
+	// keepIdle bounds the wait for the next request on a connection kept
+	// after a stream, as fasthttp bounds it on its own keep-alive
+	// connections (IdleTimeout, or ReadTimeout when that is zero).
+	keepIdle time.Duration
 }
 
 // New builds a Server. It does not listen; call Serve.
@@ -158,6 +162,10 @@ func New(opts Options) (*Server, error) {
 	s.background = newBackgroundResponses(backgroundCapacity)
 	s.Swap(Generation{Config: opts.Config, Registry: opts.Registry, Limiter: opts.Limiter})
 	sc := opts.Config.Server
+	s.keepIdle = sc.IdleTimeout
+	if s.keepIdle == 0 {
+		s.keepIdle = sc.ReadTimeout
+	}
 	s.srv = &fasthttp.Server{
 		Handler:            s.Handler,
 		Name:               serverName,
@@ -230,11 +238,7 @@ func (s *Server) Swap(g Generation) (Generation, func(ctx context.Context) error
 // connections open at once.
 func (s *Server) Serve(ln net.Listener) error {
 	sc := s.state.Load().cfg.Server
-	idle := sc.IdleTimeout
-	if idle == 0 {
-		idle = sc.ReadTimeout // as fasthttp's own idle timeout
-	}
-	return s.srv.Serve(newLimitListener(ln, sc.MaxConnections, sc.ReadTimeout, idle))
+	return s.srv.Serve(newLimitListener(ln, sc.MaxConnections, sc.ReadTimeout))
 }
 
 // Shutdown stops accepting connections and waits for in-flight requests

@@ -129,7 +129,7 @@ func (s *Server) startStream(ctx *fasthttp.RequestCtx, c *completion, b *backend
 	// pass events through as they come.
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
 	s.metrics.streamsInFlight.Inc()
-	if _, ok := ctx.Conn().(ownConn); ok && ctx.Request.Header.IsHTTP11() {
+	if ownConn(ctx.Conn()) && ctx.Request.Header.IsHTTP11() {
 		s.writeOnConn(ctx, sb)
 		return
 	}

@@ -21,8 +21,8 @@ import (
 // pools at once. While it waits, the stream holds its state, a small stack
 // and the upstream connection's 1 KiB read buffer; a buffer for events is
 // taken from a pool only once an event has come, and given back once it is
-// written. When the stream is over, the connection goes back to the server
-// as if newly accepted (limitListener.giveBack), so keep-alive is kept.
+// written. When the stream is over, the same goroutine serves the client's
+// next requests on the connection (keep), so keep-alive is kept.
 
 // serverName is the Server header of every reply.
 const serverName = "tollgate"
@@ -129,9 +129,8 @@ func takeConn(c net.Conn) (conn net.Conn, pipelined []byte, ok bool) {
 	return conn, pipelined, true
 }
 
-// run writes the stream on conn, settles it, and then serves as the
-// connection's keep-alive wait: the connection goes back to the server once
-// the client's next request has begun (see awaitNextRequest).
+// run writes the stream on conn, settles it, and then serves the client's
+// next requests on conn (see keep), or closes it.
 func (sb *streamBody) run(conn net.Conn, pipelined []byte) {
 	s, keepAlive := sb.srv, sb.keepAlive
 	defer s.connStreams.Add(-1)
@@ -148,46 +147,46 @@ func (sb *streamBody) run(conn net.Conn, pipelined []byte) {
 	}
 	sb.CloseWithError(err) // sb is recycled
 	if err == nil && keepAlive {
-		s.awaitNextRequest(conn, pipelined)
+		s.keep(conn, pipelined)
 		return
 	}
 	_ = conn.Close()
 }
 
-// awaitNextRequest waits, after a stream, for the first byte of the
-// client's next request on conn, and then gives conn back to the server
-// with that byte (and any it had pipelined) still to be read. A connection
-// fasthttp is given counts as new, and a new connection is closed by its
-// Shutdown only once it has been idle for five seconds; the keep-alive wait
-// after a response is fasthttp's own idle state, closed at once. So the
-// wait stays here, where Shutdown ends it at once (see stopIdleWaits).
-// The wait is bounded by the listener's idle timeout, as fasthttp's.
-func (s *Server) awaitNextRequest(conn net.Conn, pipelined []byte) {
+// keep serves the client's next requests on conn after a stream, from the
+// stream's goroutine, as fasthttp's worker would have after writing the
+// stream itself: a client sends its next request as soon as it has read
+// the stream's end, and handing the connection to another goroutine would
+// put the wake-ups of a hand-over in its way. The server takes the
+// connection for a new one, which its Shutdown closes only once it has been
+// idle for five seconds, so until the next request begins the connection
+// is counted as waiting (see keptConn), for Shutdown to end the wait at
+// once (see stopIdleWaits), as fasthttp ends its own keep-alive waits.
+// keep returns when the server closes the connection, or a later stream
+// on it has been handed over in turn.
+func (s *Server) keep(conn net.Conn, pipelined []byte) {
 	base := conn
-	if pc, ok := conn.(*prefixConn); ok && len(pc.prefix) == 0 {
+	if kc, ok := conn.(*keptConn); ok && len(kc.prefix) == 0 {
 		// The bytes it held were read: no wrapper on a wrapper.
-		base = pc.Conn
+		base = kc.Conn
 	}
-	l := connListener(base)
-	next := &prefixConn{Conn: base, prefix: pipelined}
+	kc := &keptConn{Conn: base, prefix: pipelined, srv: s}
 	if len(pipelined) == 0 {
-		if !s.startIdleWait(base) {
+		// The next request has not begun.
+		if !s.startIdleWait(kc) {
 			_ = base.Close()
 			return
 		}
-		if l.idle > 0 {
-			_ = base.SetReadDeadline(time.Now().Add(l.idle))
-		}
-		n, err := base.Read(next.one[:])
-		s.endIdleWait(base)
-		if err != nil {
-			_ = base.Close()
-			return
-		}
-		next.prefix = next.one[:n]
+		kc.waiting = true
 	}
-	if !l.giveBack(next) {
-		_ = base.Close()
+	if s.keepIdle > 0 {
+		// fasthttp sets no deadline for a new connection's first byte.
+		_ = base.SetReadDeadline(time.Now().Add(s.keepIdle))
+	}
+	_ = s.srv.ServeConn(kc) // errors are the connection's, and end it
+	if kc.waiting {
+		// The server ended the connection before reading it.
+		s.endIdleWait(kc)
 	}
 }
 
@@ -212,8 +211,9 @@ func (s *Server) endIdleWait(conn net.Conn) {
 	s.idleMu.Unlock()
 }
 
-// stopIdleWaits marks the server stopping and ends every keep-alive wait
-// after a stream: their reads return at once, and the connections close.
+// stopIdleWaits marks the server stopping and ends every wait for a
+// request on a connection kept after a stream: the server's read of it
+// fails at once, and the server closes it.
 func (s *Server) stopIdleWaits() {
 	s.idleMu.Lock()
 	defer s.idleMu.Unlock()
@@ -295,42 +295,43 @@ func putChunkSize(dst []byte, n int) int {
 	return len(dst) - i
 }
 
-// prefixConn is a connection given back after a stream with the bytes of
-// the client's next request already read, which the server reads first.
-type prefixConn struct {
+// keptConn is a connection given back to the server after a stream. Until
+// the server's first read of it returns, the client's next request has not
+// begun, and it waits in the server's idleWaits; the bytes of a request the
+// client had pipelined behind the stream's come first.
+type keptConn struct {
 	net.Conn
 	prefix []byte
-	// one holds the first byte, read by awaitNextRequest.
-	one [1]byte
+	srv    *Server
+	// waiting says the connection is in srv's idleWaits; only the
+	// server's reading goroutine reads and clears it.
+	waiting bool
 }
 
-// ownConn is a connection of the gateway's own listener.
-type ownConn interface {
-	net.Conn
-	listener() *limitListener
-}
-
-var (
-	_ ownConn = (*countedConn)(nil)
-	_ ownConn = (*prefixConn)(nil)
-)
-
-func (c *countedConn) listener() *limitListener { return c.l }
-
-func (c *prefixConn) listener() *limitListener { return connListener(c.Conn) }
-
-// NetConn returns the connection under the prefix, for the client watch,
-// which checks the socket itself.
-func (c *prefixConn) NetConn() net.Conn { return c.Conn }
-
-// connListener is the listener of conn, a connection of the gateway's own.
-func connListener(conn net.Conn) *limitListener { return conn.(ownConn).listener() }
-
-func (c *prefixConn) Read(p []byte) (int, error) {
+func (c *keptConn) Read(p []byte) (int, error) {
 	if len(c.prefix) > 0 {
 		n := copy(p, c.prefix)
 		c.prefix = c.prefix[n:]
 		return n, nil
 	}
-	return c.Conn.Read(p)
+	n, err := c.Conn.Read(p)
+	if c.waiting {
+		c.waiting = false
+		c.srv.endIdleWait(c)
+	}
+	return n, err
 }
+
+// ownConn reports whether c is a connection of the gateway's own listener,
+// which its server can serve again after a stream (see keep).
+func ownConn(c net.Conn) bool {
+	switch c.(type) {
+	case *countedConn, *keptConn:
+		return true
+	}
+	return false
+}
+
+// NetConn returns the connection under it, for the client watch, which
+// checks the socket itself.
+func (c *keptConn) NetConn() net.Conn { return c.Conn }
