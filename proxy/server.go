@@ -178,8 +178,8 @@ func New(opts Options) (*Server, error) {
 		Concurrency:     sc.MaxConnections + 1,
 		CloseOnShutdown: true,
 		// A stream is written by a goroutine of its own on the connection
-		// fasthttp hands over (see writeOnConn), which gives the
-		// connection back to the server after the stream, or closes it.
+		// fasthttp hands over (see writeOnConn), which serves the client's
+		// next requests on it after the stream (see keep), or closes it.
 		KeepHijackedConns:     true,
 		NoDefaultServerHeader: true,
 		// Parse errors must not quote request bytes: they hold API keys.
