@@ -97,11 +97,7 @@ func (c *chunkProcessor) process(dst, ev []byte) []byte {
 		return append(dst, ev...)
 	}
 	c.events++
-	f := chunkFields{modelStart: -1, usageKey: -1}
-	if !f.readFlat(b2s(data), c.completionID == "") {
-		f = chunkFields{modelStart: -1, usageKey: -1}
-		f.readGJSON(b2s(data), c.completionID == "")
-	}
+	f := readChunkFields(b2s(data), c.completionID == "")
 	if f.id != "" {
 		c.completionID = f.id
 	}
@@ -112,8 +108,6 @@ func (c *chunkProcessor) process(dst, ev []byte) []byte {
 	if f.hasError {
 		c.errMessage = f.errMessage
 	}
-	modelStart, modelEnd, usage, usageKey := f.modelStart, f.modelEnd, f.usage, f.usageKey
-	hasChoices, nonEmptyChoices := f.hasChoices, f.nonEmptyChoices
 	if c.errMessage != "" {
 		return c.inBandError(dst)
 	}
@@ -125,25 +119,25 @@ func (c *chunkProcessor) process(dst, ev []byte) []byte {
 	}
 	var edits [2]edit
 	n := 0
-	if usage.Exists() && usage.Type != gjson.Null {
-		if err := c.usage.set(usage); err != nil {
+	if f.usage.Exists() && f.usage.Type != gjson.Null {
+		if err := c.usage.set(f.usage); err != nil {
 			// The chunk is not passed on: the stream ends here with the
 			// gateway's in-band error (see streamBody.fill).
 			c.usageErr = err
 			return dst
 		}
-		if hasChoices && !nonEmptyChoices {
+		if f.hasChoices && !f.nonEmptyChoices {
 			if c.stripUsage {
 				return dst
 			}
-		} else if c.stripContinuous && usageKey > 0 {
-			from, to := memberSpan(data, usageKey, usage.Index+len(usage.Raw))
+		} else if c.stripContinuous && f.usageKey > 0 {
+			from, to := memberSpan(data, f.usageKey, f.usage.Index+len(f.usage.Raw))
 			edits[n] = edit{start + from, start + to, nil}
 			n++
 		}
 	}
-	if c.publicModel != nil && modelStart >= 0 {
-		edits[n] = edit{start + modelStart, start + modelEnd, c.publicModel}
+	if c.publicModel != nil && f.modelStart >= 0 {
+		edits[n] = edit{start + f.modelStart, start + f.modelEnd, c.publicModel}
 		n++
 	}
 	if n == 2 && edits[1].start < edits[0].start {

@@ -12,9 +12,9 @@ import (
 // collection only while it uses under a quarter of it, so the deepest call
 // of processing an event sets the stack for the stream's life: the gjson
 // walk of a chunk's choices (ForEach within ForEach, then Get, whose frame
-// alone is 750 bytes) took it from 4 KiB to 8 KiB. The choices are read by
-// the flat scan below instead, the gjson walk kept for what it does not
-// read.
+// alone is 750 bytes) took it from 4 KiB to 8 KiB. A chunk's members and
+// choices are read by the flat scans below instead, the gjson walk kept for
+// what they do not read.
 
 // maxChoicesDepth bounds the nesting the flat scan reads (its checks of
 // values recurse once per level); deeper choices take the gjson walk.
@@ -41,6 +41,19 @@ type chunkFields struct {
 	// message.
 	hasError   bool
 	errMessage string
+}
+
+// readChunkFields reads the top-level members of the chunk s, by the flat
+// scans where they can, by gjson otherwise; wantID says whether its id is
+// wanted (only the first chunk's is kept).
+func readChunkFields(s string, wantID bool) chunkFields {
+	f := chunkFields{modelStart: -1, usageKey: -1}
+	if f.readFlat(s, wantID) {
+		return f
+	}
+	f = chunkFields{modelStart: -1, usageKey: -1}
+	f.readGJSON(s, wantID)
+	return f
 }
 
 // readFlat reads the chunk's members with flat scans (see membersAt and
@@ -121,7 +134,7 @@ func (f *chunkFields) readGJSON(s string, wantID bool) {
 	})
 }
 
-// choicesContent reads raw, a choices array, as countChoicesGJSON does:
+// choicesContent reads raw, a choices array, as readGJSON's walk does:
 // elems is its number of elements, withContent the number of objects whose
 // first "delta" member is an object with generated content or whose first
 // "text" member is a non-empty string. ok is false for what it leaves to
