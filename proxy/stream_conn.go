@@ -236,7 +236,6 @@ func (sb *streamBody) writeNext(w net.Conn) (over bool, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			sb.srv.countPanic("stream", r)
-			sb.keepAlive = false
 			over, err = true, errStreamWriter
 		}
 	}()
@@ -263,11 +262,9 @@ func (sb *streamBody) writeNext(w net.Conn) (over bool, err error) {
 	return over, err
 }
 
-// pending reports whether the stream has something to send, or to end with,
-// without waiting for the upstream.
-func (sb *streamBody) pending() bool {
-	return sb.pos < len(sb.out) || sb.ended || sb.scan.start != sb.scan.end || sb.scan.err != nil
-}
+// pending reports whether the stream has processed bytes to send, or is
+// over; what the scanner holds unread, await looks at itself.
+func (sb *streamBody) pending() bool { return sb.pos < len(sb.out) || sb.ended }
 
 // releaseHead gives the response head's buffer back, once sent.
 func (sb *streamBody) releaseHead() {
