@@ -1,11 +1,12 @@
 package backends
 
 import (
-	"bufio"
 	"errors"
 	"io"
 	"net"
+	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -35,6 +36,14 @@ type timeoutConn struct {
 	awaiting  bool
 	// applied is the read deadline last set on Conn.
 	applied time.Time
+	// raw is Conn's socket, for awaitReadable; nil until first asked
+	// for, and when Conn has none. readable is c.peek, bound once.
+	raw      syscall.RawConn
+	readable func(fd uintptr) bool
+	// peekErr is the error the socket reported to peek; waitErr is why
+	// awaitReadable's wait failed, for the next Read to return.
+	peekErr error
+	waitErr error
 }
 
 func (c *timeoutConn) Write(p []byte) (int, error) {
@@ -54,6 +63,22 @@ func (c *timeoutConn) SetDeadline(t time.Time) error {
 }
 
 func (c *timeoutConn) Read(p []byte) (int, error) {
+	if err := c.waitErr; err != nil {
+		c.waitErr = nil
+		return 0, err
+	}
+	if err := c.applyReadDeadline(); err != nil {
+		return 0, err
+	}
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.awaiting = false
+	}
+	return n, err
+}
+
+// applyReadDeadline sets the deadline of a read starting now on Conn.
+func (c *timeoutConn) applyReadDeadline() error {
 	d := c.idle
 	if c.awaiting {
 		d = c.firstByte
@@ -64,17 +89,63 @@ func (c *timeoutConn) Read(p []byte) (int, error) {
 			dl = soft
 		}
 	}
-	if !dl.Equal(c.applied) {
-		if err := c.Conn.SetReadDeadline(dl); err != nil {
-			return 0, err
-		}
-		c.applied = dl
+	if dl.Equal(c.applied) {
+		return nil
 	}
-	n, err := c.Conn.Read(p)
-	if n > 0 {
-		c.awaiting = false
+	if err := c.Conn.SetReadDeadline(dl); err != nil {
+		return err
 	}
-	return n, err
+	c.applied = dl
+	return nil
+}
+
+// canAwait reports whether awaitReadable can wait on Conn: a socket, on a
+// platform where it can be peeked at.
+func (c *timeoutConn) canAwait() bool {
+	if c.raw != nil {
+		return true
+	}
+	sc, ok := c.Conn.(syscall.Conn)
+	if !canPeek || !ok {
+		return false
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	c.raw, c.readable = raw, c.peek
+	return true
+}
+
+// peek is the test of raw.Read that ends awaitReadable's wait: true
+// unless the socket has nothing to read yet. The socket's error, which a
+// peek takes from it as a read would, is kept for the next Read.
+func (c *timeoutConn) peek(fd uintptr) bool {
+	ready, err := readable(fd)
+	if err != nil {
+		c.peekErr = err
+	}
+	return ready
+}
+
+// awaitReadable blocks, reading nothing, until Conn has bytes to read, has
+// ended or failed, or the deadline a Read started now would have passes;
+// the wait's own failure (the deadline, a closed connection, the error the
+// socket reported) is what the next Read returns. raw.Read peeks before it
+// first waits: the poller reports only what arrives once the wait has
+// begun. canAwait must have reported true.
+func (c *timeoutConn) awaitReadable() {
+	if err := c.applyReadDeadline(); err != nil {
+		c.waitErr = err
+		return
+	}
+	err := c.raw.Read(c.readable)
+	if err == nil && c.peekErr != nil {
+		err, c.peekErr = os.NewSyscallError("read", c.peekErr), nil
+	}
+	if err != nil {
+		c.waitErr = &net.OpError{Op: "read", Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+	}
 }
 
 // Abort cuts an upstream round trip short from another goroutine, until
@@ -143,21 +214,6 @@ type abortableTransport struct {
 	// streams maps the *fasthttp.Response of an open streamed body to the
 	// *openStream holding its connection.
 	streams sync.Map
-}
-
-// openStream is the connection under a streamed body.
-type openStream struct {
-	hc *fasthttp.HostClient
-	br *bufio.Reader
-	// conn is what br reads from.
-	conn net.Conn
-	// small says br holds a streamReadBufferSize buffer of
-	// streamReaders's, not one of the HostClient's (see ShrinkStream).
-	small bool
-	// release gives the connection back to the pool, or closes it.
-	release func(closeConn bool)
-	// closeConn says the connection must not be reused whatever happens.
-	closeConn bool
 }
 
 func (t *abortableTransport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) (bool, error) {
@@ -313,74 +369,7 @@ func (b *Backend) CloseStream(resp *fasthttp.Response, broken bool) {
 	}
 	if v, ok := t.streams.LoadAndDelete(resp); ok {
 		st := v.(*openStream)
-		if st.small {
-			st.br.Reset(nil)
-			streamReaders.Put(st.br)
-		} else {
-			st.hc.ReleaseReader(st.br)
-		}
+		st.releaseReader()
 		st.release(broken || st.closeConn || resp.ConnectionClose())
 	}
-}
-
-// StreamBuffered reports how many bytes of resp's open stream have
-// arrived and wait in its read buffer: more than zero right after the
-// headers means the first event (or part of it) came with them.
-func (b *Backend) StreamBuffered(resp *fasthttp.Response) int {
-	t, ok := b.client.Transport.(*abortableTransport)
-	if !ok {
-		return 0
-	}
-	v, ok := t.streams.Load(resp)
-	if !ok {
-		return 0
-	}
-	return v.(*openStream).br.Buffered()
-}
-
-// streamReadBufferSize is the read buffer of an open stream's upstream
-// connection once its headers are in (see ShrinkStream): the chunk
-// framing and an event or two. A read for more than it holds goes
-// straight to the connection, so larger events cost no copy, only reads.
-const streamReadBufferSize = 1 << 10
-
-// streamReaders holds streamReadBufferSize readers for ShrinkStream.
-var streamReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, streamReadBufferSize) }}
-
-// ShrinkStream gives the read buffer of resp's open stream back to the
-// client's pool, for a smaller one, and reports whether the stream now
-// reads through the smaller one. The buffer the response headers were
-// read with must hold a whole header block (ReadBufferSize), but a stream
-// can stay open for minutes with a few hundred bytes arriving at a time,
-// so the proxy calls ShrinkStream between events. It can only swap a
-// buffer with nothing in it: it reports false while bytes are waiting in
-// it, to be called again later. It is called from the goroutine that
-// reads the stream.
-func (b *Backend) ShrinkStream(resp *fasthttp.Response) bool {
-	t, ok := b.client.Transport.(*abortableTransport)
-	if !ok {
-		return true // fasthttp's own transport: nothing to shrink
-	}
-	v, ok := t.streams.Load(resp)
-	if !ok {
-		return true
-	}
-	st := v.(*openStream)
-	if st.small {
-		return true
-	}
-	if st.br.Buffered() > 0 {
-		return false
-	}
-	// fasthttp's body stream holds st.br, so the readers' contents are
-	// swapped: st.br gets the small buffer, reading from the same
-	// connection, and the large one goes back through the other pointer.
-	// A reader with nothing buffered has no other state to carry over.
-	small := streamReaders.Get().(*bufio.Reader)
-	small.Reset(st.conn)
-	*st.br, *small = *small, *st.br
-	small.Reset(nil)
-	st.hc.ReleaseReader(small)
-	st.small = true
-	return true
 }

@@ -158,12 +158,16 @@ func (s *eventScanner) nextInto(scratch []byte) ([]byte, error) {
 	}
 }
 
+// drained reports whether the scanner has read and returned everything
+// so far: the next event needs the upstream's next bytes.
+func (s *eventScanner) drained() bool { return s.start == s.end && s.err == nil }
+
 // await blocks, when nothing is pending, until the upstream's next byte
 // has come, or its end, holding no buffer while it waits: the byte is read
 // into the scanner itself (what came with it waits in the upstream
 // connection's read buffer), and a buffer is taken once it is there.
 func (s *eventScanner) await() {
-	if s.start != s.end || s.err != nil {
+	if !s.drained() {
 		return
 	}
 	n, err := s.src.Read(s.one[:])

@@ -137,10 +137,15 @@ func (sb *streamBody) run(conn net.Conn, pipelined []byte) {
 	err := sb.writeErr
 	for over := sb.over; err == nil && !over; {
 		if !sb.pending() {
-			// Wait for the upstream with no buffer of the stream's, and
-			// from here, where the stack is shallow: a stream idles far
-			// longer than it works, and a goroutine's stack is halved by
-			// a collection only while it uses under a quarter of it.
+			// Wait for the upstream with no buffer of the stream's nor,
+			// when the scanner has nothing left, of its upstream
+			// connection's (see backends.AwaitStream), and from here,
+			// where the stack is shallow: a stream idles far longer than
+			// it works, and a goroutine's stack is halved by a
+			// collection only while it uses under a quarter of it.
+			if sb.scan.drained() {
+				sb.backend.AwaitStream(sb.resp)
+			}
 			sb.scan.await()
 		}
 		over, err = sb.writeNext(conn)

@@ -223,9 +223,10 @@ func goroutineGroups(profile string, min int) string {
 
 // TestStreamShrunkReaderKeepsEvents streams events of every size, small
 // and larger than the small read buffer an open stream's upstream
-// connection switches to once idle (backends.Backend.ShrinkStream), twice
-// over one upstream connection: both streams must arrive byte for byte,
-// and the connection, given back after the first, must serve the second.
+// connection switches to once idle (backends.Backend.ShrinkStream, and
+// between waits, AwaitStream), twice over one upstream connection: both
+// streams must arrive byte for byte, and the connection, given back after
+// the first, must serve the second.
 func TestStreamShrunkReaderKeepsEvents(t *testing.T) {
 	sizes := []int{10, 900, 1500, 40, 3000, 700, 9000, 60, 5000}
 	content := func(i, size int) string { return strings.Repeat(string(rune('a'+i)), size) }
