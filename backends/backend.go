@@ -142,7 +142,7 @@ func newBackend(cfg config.Backend) (*Backend, error) {
 		hc.IsTLS = u.Scheme == "https"
 		dialer := &net.Dialer{Timeout: cfg.Timeouts.Connect, KeepAlive: 30 * time.Second}
 		hc.Dial = func(addr string) (net.Conn, error) {
-			c, err := dialer.Dial("tcp", addr)
+			c, err := dialApart(dialer, addr)
 			if err != nil {
 				return nil, err
 			}
@@ -318,4 +318,26 @@ func fnv1a(b []byte) uint64 {
 		h *= 1099511628211
 	}
 	return h
+}
+
+// dialApart dials addr on a goroutine of its own, and waits for it. The
+// request path runs in a goroutine stack of 8 KiB, and Go's dial path
+// (which needs more than 4 KiB of its own) pushes it past that: dialed from
+// the request's goroutine, a server worker, it doubles the worker's stack
+// to 16 KiB, which stays so while the worker serves requests. A burst of
+// new connections (a thousand streams opening, each on a connection of its
+// own) grew a worker's stack for every request in flight. A dial takes
+// tens of microseconds, beside which the goroutine's start is small.
+func dialApart(d *net.Dialer, addr string) (net.Conn, error) {
+	type dialed struct {
+		conn net.Conn
+		err  error
+	}
+	done := make(chan dialed, 1)
+	go func() {
+		c, err := d.Dial("tcp", addr)
+		done <- dialed{c, err}
+	}()
+	r := <-done
+	return r.conn, r.err
 }
