@@ -48,7 +48,7 @@ var (
 )
 
 // completions recycles the per-request state of chat completions.
-var completions = sync.Pool{New: func() any { return new(completion) }}
+var completions = sync.Pool{New: func() any { return newCompletion() }}
 
 // bodyBufs recycles the buffers upstream request bodies are built in.
 var bodyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
@@ -56,7 +56,10 @@ var bodyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b
 // completion is one chat completion in flight: what the client asked for,
 // where it goes, and the usage record being filled.
 type completion struct {
-	req ChatRequest
+	// req is what validation found in the request body. It is held
+	// apart, so that a stream, which copies the completion and needs none
+	// of it, does not hold it (see startStream).
+	req *ChatRequest
 	rec accounting.Record
 	res accounting.Reservation
 	// limiter made res; nil when nothing was reserved.
@@ -95,6 +98,16 @@ type completion struct {
 	upstream time.Duration
 }
 
+// newCompletion returns a completion with its ChatRequest, for the pool.
+func newCompletion() *completion { return &completion{req: new(ChatRequest)} }
+
+// reset clears c for its next request, keeping its ChatRequest.
+func (c *completion) reset() {
+	req := c.req
+	*req = ChatRequest{}
+	*c = completion{req: req}
+}
+
 // serve is the path of every endpoint routed by model, chat completions
 // first among them: authenticate, attribute, validate, route, reserve,
 // rewrite, round trip, and copy the reply back (or hand the stream to a
@@ -120,7 +133,7 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, ep *endpoint) {
 			s.abandon(c)
 			panic(r)
 		}
-		*c = completion{}
+		c.reset()
 		completions.Put(c)
 	}()
 	c.gen = st
@@ -211,7 +224,7 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, ep *endpoint) {
 			Message: "priority must be 0: model " + c.route.Name + " is not served with priority scheduling."})
 		return
 	}
-	if e := toolChoiceRefusal(&c.req, c.route); e != nil {
+	if e := toolChoiceRefusal(c.req, c.route); e != nil {
 		s.finish(ctx, c, e)
 		return
 	}
@@ -236,7 +249,7 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, ep *endpoint) {
 		}
 		c.streamSlot = true
 	}
-	res, err := st.limiter.Reserve(accounting.Subject{Team: team, Project: project, Key: key.Name}, s.estimate(st, ep, &c.req))
+	res, err := st.limiter.Reserve(accounting.Subject{Team: team, Project: project, Key: key.Name}, s.estimate(st, ep, c.req))
 	if err != nil {
 		s.metrics.countRefusal(err)
 		s.finish(ctx, c, limitError(err))
@@ -348,7 +361,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *completion, bod
 	chain := c.route.Fallbacks
 	counted := c.route // the last route counted as a fallback taken
 	for route != nil && len(tried) < attempts {
-		if !route.Serves(c.ep.upstream) || !toolChoiceServed(&c.req, route) {
+		if !route.Serves(c.ep.upstream) || !toolChoiceServed(c.req, route) {
 			// A fallback that does not serve the endpoint, or the
 			// tool_choice asked for, is skipped.
 			route = nil
@@ -442,7 +455,7 @@ type attemptResult struct {
 func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *completion, route *backends.Route, b *backends.Backend, body []byte) attemptResult {
 	started := time.Now()
 	bufp := bodyBufs.Get().(*[]byte)
-	upBody := buildUpstreamBody((*bufp)[:0], body, &c.req, route, b.ContinuousUsage())
+	upBody := buildUpstreamBody((*bufp)[:0], body, c.req, route, b.ContinuousUsage())
 
 	req := fasthttp.AcquireRequest()
 	// The forwarded names come canonical from the server's parse, and the

@@ -46,7 +46,7 @@ var (
 )
 
 func validateChatBody(body []byte, c *completion, srv *config.Server) *ValidationError {
-	return ValidateChatLimits(body, &c.req, bodyLimits(srv))
+	return ValidateChatLimits(body, c.req, bodyLimits(srv))
 }
 
 // bodyLimits are the bounds of srv that the fields shared with chat obey,

@@ -55,6 +55,9 @@ type streamBody struct {
 	// shrunk says the upstream connection reads through a small buffer
 	// now that the headers are in (see backends.Backend.ShrinkStream).
 	shrunk bool
+	// promptEstimate is the gateway's estimate of the prompt's tokens
+	// (see promptEstimate), charged when the backend counted none.
+	promptEstimate int64
 
 	// headersAt is when the upstream's response headers arrived, and
 	// upstreamTTFT the upstream's time to first event: the request's
@@ -102,9 +105,11 @@ func (s *Server) startStream(ctx *fasthttp.RequestCtx, c *completion, b *backend
 	}
 	sb.srv, sb.c, sb.backend, sb.resp = s, *c, b, resp
 	c.closed = true // the stream body settles it now
-	// The model and tool choice bytes point into the client's request
-	// body, which is given back below.
-	sb.c.req.Model, sb.c.req.ToolChoiceName = nil, nil
+	// Of the request, the stream needs only what it is charged for the
+	// prompt when it ends without the backend's count; the ChatRequest
+	// stays with c, and its model and tool choice bytes, which point into
+	// the client's request body given back below, with it.
+	sb.c.req, sb.promptEstimate = nil, promptEstimate(c.req)
 	// Nothing reads the request body again, and it holds the prompt, often
 	// many kilobytes: it goes back to fasthttp's pool now rather than when
 	// the stream ends, minutes later. (With the server's
@@ -358,7 +363,7 @@ func (sb *streamBody) CloseWithError(clientErr error) error {
 		// so the backend never counted the prompt: charge the gateway's
 		// estimate of it, and the content deltas streamed as the
 		// completion.
-		c.rec.PromptTokens = promptEstimate(&c.req)
+		c.rec.PromptTokens = sb.promptEstimate
 		c.rec.TotalTokens = c.rec.PromptTokens + c.rec.CompletionTokens
 	}
 	c.rec.Ended = time.Now()

@@ -134,7 +134,7 @@ var completionFields = []field{
 // best_of) and the size of the prompt. stop and logit_bias are held to the
 // bounds chat's are held to.
 func validateCompletions(body []byte, c *completion, srv *config.Server) *ValidationError {
-	req := &c.req
+	req := c.req
 	var v validator
 	first, verr := v.start(body, req, bodyLimits(srv), `The request body is empty; send a JSON object with a "prompt".`)
 	if verr != nil {

@@ -31,7 +31,7 @@ var embeddingFields = []field{
 // the model and its offsets, and the size of the input. Embeddings are
 // never streamed.
 func validateEmbeddings(body []byte, c *completion, srv *config.Server) *ValidationError {
-	req := &c.req
+	req := c.req
 	var v validator
 	first, verr := v.start(body, req, BodyLimits{MaxDepth: srv.MaxJSONDepth}, `The request body is empty; send a JSON object with an "input".`)
 	if verr != nil {

@@ -23,8 +23,8 @@ func runEndpointCases(t *testing.T, validate func([]byte, *completion, *config.S
 	t.Helper()
 	for _, tt := range cases {
 		t.Run(tt.name, func(t *testing.T) {
-			var c completion
-			err := validate([]byte(tt.body), &c, unbounded())
+			c := newCompletion()
+			err := validate([]byte(tt.body), c, unbounded())
 			if tt.msg == "" {
 				if err != nil {
 					t.Fatalf("refused a valid body: %v (param %q)", err, err.Param)
@@ -79,9 +79,9 @@ func TestValidateCompletions(t *testing.T) {
 }
 
 func TestValidateCompletionsFills(t *testing.T) {
-	var c completion
+	c := newCompletion()
 	body := `{"model":"demo","prompt":[[1,2,3],[4]],"n":2,"best_of":5,"max_tokens":7,"stream":true}`
-	if err := validateCompletions([]byte(body), &c, unbounded()); err != nil {
+	if err := validateCompletions([]byte(body), c, unbounded()); err != nil {
 		t.Fatal(err)
 	}
 	if string(c.req.Model) != "demo" || body[c.req.ModelStart:c.req.ModelEnd] != `"demo"` {
@@ -128,8 +128,8 @@ func TestValidateResponses(t *testing.T) {
 		{name: "temperature as chat", body: `{"input":"a","temperature":-1}`, param: "temperature", msg: "between 0 and 2"},
 		{name: "top_logprobs over 20", body: `{"input":"a","top_logprobs":21}`, param: "top_logprobs", msg: "between 0 and 20"},
 	})
-	var c completion
-	if err := validateResponses([]byte(`{"input":"more","previous_response_id":"resp_abc","max_output_tokens":9}`), &c, unbounded()); err != nil {
+	c := newCompletion()
+	if err := validateResponses([]byte(`{"input":"more","previous_response_id":"resp_abc","max_output_tokens":9}`), c, unbounded()); err != nil {
 		t.Fatal(err)
 	}
 	if c.previousResponse != "resp_abc" || c.req.MaxTokens != 9 {
@@ -169,8 +169,8 @@ func TestEndpointsConfiguredBounds(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var c completion
-			err := tt.validate([]byte(tt.body), &c, tt.srv)
+			c := newCompletion()
+			err := tt.validate([]byte(tt.body), c, tt.srv)
 			if tt.msg == "" {
 				if err != nil {
 					t.Fatalf("refused: %s (param %q)", err.Message, err.Param)

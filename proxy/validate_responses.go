@@ -50,7 +50,7 @@ var responseFields = []field{
 // and instructions) and c.previousResponse. The input items, the
 // conversation as chat's messages are, are bounded by server.max_messages.
 func validateResponses(body []byte, c *completion, srv *config.Server) *ValidationError {
-	req := &c.req
+	req := c.req
 	var v validator
 	first, verr := v.start(body, req, BodyLimits{MaxDepth: srv.MaxJSONDepth}, `The request body is empty; send a JSON object with an "input".`)
 	if verr != nil {

@@ -819,8 +819,8 @@ func TestSharedFieldRules(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.members, func(t *testing.T) {
-			var c completion
-			err := validateCompletions([]byte(`{"model":"m","prompt":"Hi",`+tc.members+`}`), &c, unbounded())
+			c := newCompletion()
+			err := validateCompletions([]byte(`{"model":"m","prompt":"Hi",`+tc.members+`}`), c, unbounded())
 			if tc.msg == "" {
 				if err != nil {
 					t.Fatalf("unexpected error (param %q): %s", err.Param, err.Message)
