@@ -1,11 +1,9 @@
 package backends
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"runtime"
 	"strings"
 	"sync"
@@ -14,59 +12,23 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/tollgate-dev/tollgate/backends/scripted"
 	"github.com/tollgate-dev/tollgate/config"
 )
 
-// scriptedUpstream answers every request on its connections with head,
-// then hands the connection to then, which writes the rest of the reply.
-type scriptedUpstream struct {
-	ln    net.Listener
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	conns []net.Conn
-}
-
-func startScripted(t *testing.T, head string, then func(c net.Conn)) *scriptedUpstream {
+// startScripted starts an upstream answering every request with head,
+// then then, which writes the rest of the reply on the connection.
+func startScripted(t *testing.T, head string, then func(c net.Conn)) *scripted.Server {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	u, err := scripted.Start(func(c net.Conn) {
+		if _, err := io.WriteString(c, head); err == nil {
+			then(c)
+		}
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := &scriptedUpstream{ln: ln}
-	u.wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			u.mu.Lock()
-			u.conns = append(u.conns, c)
-			u.mu.Unlock()
-			u.wg.Go(func() {
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					_, _ = io.Copy(io.Discard, req.Body)
-					if _, err := io.WriteString(c, head); err != nil {
-						return
-					}
-					then(c)
-				}
-			})
-		}
-	})
-	t.Cleanup(func() {
-		_ = ln.Close()
-		u.mu.Lock()
-		for _, c := range u.conns {
-			_ = c.Close()
-		}
-		u.mu.Unlock()
-		u.wg.Wait()
-	})
+	t.Cleanup(func() { _ = u.Close() })
 	return u
 }
 
@@ -91,9 +53,9 @@ func openTestStream(t *testing.T, b *Backend) *fasthttp.Response {
 	return resp
 }
 
-func scriptedBackend(t *testing.T, u *scriptedUpstream, idle time.Duration) *Backend {
+func scriptedBackend(t *testing.T, u *scripted.Server, idle time.Duration) *Backend {
 	t.Helper()
-	b, err := newBackend(config.Backend{Name: "s", URL: "http://" + u.ln.Addr().String() + "/v1", MaxConns: 1000,
+	b, err := newBackend(config.Backend{Name: "s", URL: "http://" + u.Addr() + "/v1", MaxConns: 1000,
 		Timeouts: config.BackendTimeouts{Connect: time.Second, FirstByte: time.Minute, Idle: idle, Total: time.Hour}})
 	if err != nil {
 		t.Fatal(err)

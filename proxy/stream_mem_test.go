@@ -6,20 +6,18 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"runtime"
 	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tidwall/gjson"
 
+	"github.com/tollgate-dev/tollgate/backends/scripted"
 	"github.com/tollgate-dev/tollgate/backends/simulated"
 )
 
@@ -240,64 +238,28 @@ func TestStreamShrunkReaderKeepsEvents(t *testing.T) {
 	// its upstream buffer when the group's first event is done. The wait
 	// after each group lets it drain the buffer, and the next group
 	// arrives on a shrunk reader.
-	var accepted atomic.Int64
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	up, err := scripted.Start(func(c net.Conn) {
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+		var group strings.Builder
+		for i := range sizes {
+			group.WriteString(chunk(event(i)))
+			if i%3 == 2 || i == len(sizes)-1 {
+				if _, err := io.WriteString(c, group.String()); err != nil {
+					return
+				}
+				group.Reset()
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		_, _ = io.WriteString(c, chunk("data: [DONE]\n\n")+"0\r\n\r\n")
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var (
-		served sync.WaitGroup
-		mu     sync.Mutex
-		conns  []net.Conn
-	)
-	served.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			served.Go(func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					_, _ = io.Copy(io.Discard, req.Body)
-					_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
-					var group strings.Builder
-					for i := range sizes {
-						group.WriteString(chunk(event(i)))
-						if i%3 == 2 || i == len(sizes)-1 {
-							if _, err := io.WriteString(c, group.String()); err != nil {
-								return
-							}
-							group.Reset()
-							time.Sleep(20 * time.Millisecond)
-						}
-					}
-					_, _ = io.WriteString(c, chunk("data: [DONE]\n\n")+"0\r\n\r\n")
-				}
-			})
-		}
-	})
+	t.Cleanup(func() { _ = up.Close() })
 	h := newHarness(t, harnessOptions{
-		extraBackends: "  - name: ext\n    url: \"http://" + ln.Addr().String() + "/v1\"\n    max_conns: 1",
+		extraBackends: "  - name: ext\n    url: \"http://" + up.Addr() + "/v1\"\n    max_conns: 1",
 		models:        "  - name: demo\n    backends: [ext]\n",
-	})
-	t.Cleanup(func() {
-		_ = ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-		mu.Unlock()
-		served.Wait()
 	})
 	for round := range 2 {
 		status, events := h.stream(`{"model":"demo","messages":[{"role":"user","content":"hi"}],"stream":true}`)
@@ -320,7 +282,7 @@ func TestStreamShrunkReaderKeepsEvents(t *testing.T) {
 			}
 		}
 	}
-	if n := accepted.Load(); n != 1 {
+	if n := up.Accepted(); n != 1 {
 		t.Fatalf("upstream accepted %d connections for two streams, want 1 (the connection reused)", n)
 	}
 }
