@@ -18,9 +18,10 @@ import (
 // stream on a connection of the gateway's own listener is written by a
 // goroutine of its own instead (run): fasthttp hands the connection over
 // (Hijack) and its worker, buffers and request context go back to their
-// pools at once. While it waits, the stream holds its state, a small stack
-// and the upstream connection's 1 KiB read buffer; a buffer for events is
-// taken from a pool only once an event has come, and given back once it is
+// pools at once. While it waits, the stream holds its state and a small
+// stack: the upstream connection's read buffer goes back to its pool for
+// the wait (see backends.AwaitStream), and a buffer for events is taken
+// from a pool only once an event has come, and given back once it is
 // written. When the stream is over, the same goroutine serves the client's
 // next requests on the connection (keep), so keep-alive is kept.
 

@@ -24,18 +24,25 @@ func rawChat(stream bool, maxTokens int) string {
 		"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", testKey, len(body), body)
 }
 
+// readReply reads one reply from br, and its whole body.
+func readReply(t *testing.T, br *bufio.Reader) (*http.Response, []byte) {
+	t.Helper()
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("read reply: %v", err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("read reply body: %v (got %q)", err, body)
+	}
+	return resp, body
+}
+
 // readStream reads one streamed reply from br and checks it is a complete
 // event stream of n content chunks; it returns the reply.
 func readStream(t *testing.T, br *bufio.Reader, n int) *http.Response {
 	t.Helper()
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatalf("read stream reply: %v", err)
-	}
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("read stream body: %v (got %q)", err, body)
-	}
+	resp, body := readReply(t, br)
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" ||
 		len(resp.TransferEncoding) != 1 || resp.TransferEncoding[0] != "chunked" ||
 		resp.Header.Get("Server") != "tollgate" || resp.Header.Get("X-Request-Id") == "" {
@@ -67,14 +74,7 @@ func readStream(t *testing.T, br *bufio.Reader, n int) *http.Response {
 // readChat reads one non-streamed chat reply from br and checks it.
 func readChat(t *testing.T, br *bufio.Reader) {
 	t.Helper()
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatalf("read reply: %v", err)
-	}
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp, body := readReply(t, br)
 	if resp.StatusCode != 200 || gjson.GetBytes(body, "object").String() != "chat.completion" ||
 		gjson.GetBytes(body, "choices.0.message.content").String() == "" {
 		t.Fatalf("reply %d %s", resp.StatusCode, body)
