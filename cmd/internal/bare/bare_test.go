@@ -1,4 +1,4 @@
-package main
+package bare
 
 import (
 	"bufio"
@@ -49,15 +49,14 @@ func TestForwards(t *testing.T) {
 	go upstream.Serve(uln) //nolint:errcheck // ends with Shutdown below
 	defer upstream.Shutdown()
 
-	p := newProxy(uln.Addr().String())
-	defer p.client.CloseIdleConnections()
+	p := New(uln.Addr().String(), nil)
 	pln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- p.serve(ctx, pln) }()
+	go func() { done <- p.Serve(ctx, pln) }()
 	defer func() {
 		cancel()
 		if err := <-done; err != nil {
