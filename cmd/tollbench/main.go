@@ -61,6 +61,11 @@ type options struct {
 	binDir       string
 	keep         bool
 	logLevel     string
+	// bareStore has the bare proxy record each request in an SQLite file
+	// as the gateway does (cmd/barestore), so that the bare column is the
+	// floor of a proxy that accounts durably; false measures the plain
+	// forwarder.
+	bareStore bool
 
 	// only, when "soak", skips the measurements against the bare proxy.
 	only string
@@ -92,6 +97,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.binDir, "bin-dir", "", "use the tollgate, mockllm and bareproxy binaries in `dir` instead of building them")
 	fs.BoolVar(&o.keep, "keep", false, "keep the run's directory (config, logs, SQLite file) and print where it is")
 	fs.StringVar(&o.logLevel, "gateway-log-level", "info", "the gateway's log.level; info logs a line per request, as a default install does")
+	fs.BoolVar(&o.bareStore, "bare-store", false, "measure against cmd/barestore, the bare proxy that also records every request in an SQLite file through "+
+		"the gateway's usage writer: the bare column is then the floor of a proxy that accounts durably")
 	fs.StringVar(&o.only, "only", "", "run only this part: `soak` skips the direct/bare/gateway measurements (then -soak must be set)")
 	fs.DurationVar(&o.soak, "soak", 0, "after the measurements, hold the gateway under a mixed open-loop load for `duration` and check "+
 		"that its memory, goroutines, descriptors and in-flight gauges come back to where they were after the warm-up; 0 runs no soak")
@@ -231,7 +238,7 @@ func run(args []string, stdout, stderr io.Writer) (err error) {
 		Settings: settings{
 			Phase: o.phase.String(), Rounds: o.rounds, Rates: o.rates, OpenLoopConns: o.openConns, Conns: o.conns,
 			StreamConc: o.streamConc, StreamTokens: o.streamTokens, StreamITL: o.streamITL.String(),
-			OpenStreams: o.openStreams, SlowITL: o.slowITL.String(), GatewayLog: o.logLevel,
+			OpenStreams: o.openStreams, SlowITL: o.slowITL.String(), GatewayLog: o.logLevel, BareStore: o.bareStore,
 			Only: o.only, SoakRate: o.soakRate, SoakStreamShare: o.soakStreamShare, SoakAbandon: o.soakAbandon,
 		},
 	}
@@ -378,7 +385,7 @@ func (b *bench) startMock(ctx context.Context, name string, f mockFlags) (*proc,
 }
 
 func (b *bench) startBare(ctx context.Context, name, upstream string) (*proc, string, error) {
-	p, addr, err := startBare(ctx, b.bins.bare, b.dir, name, upstream)
+	p, addr, err := startBare(ctx, b.bins, b.dir, name, upstream, b.o.bareStore)
 	if err != nil {
 		return nil, "", err
 	}

@@ -578,7 +578,7 @@ func (b *bench) openStreams(ctx context.Context, n int) error {
 // the proxy before it returns.
 func (b *bench) holdOnFreshBare(ctx context.Context, o openStreamsOptions) (res openStreamsResult, err error) {
 	b.bareRuns++
-	p, addr, err := startBare(ctx, b.bins.bare, b.dir, fmt.Sprintf("bare-slow-%d", b.bareRuns), b.slowAddr)
+	p, addr, err := startBare(ctx, b.bins, b.dir, fmt.Sprintf("bare-slow-%d", b.bareRuns), b.slowAddr, b.o.bareStore)
 	if err != nil {
 		return res, err
 	}

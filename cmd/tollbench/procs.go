@@ -23,19 +23,23 @@ const (
 	gatewayPkg = "github.com/tollgate-dev/tollgate/cmd/tollgate"
 	mockPkg    = "github.com/tollgate-dev/tollgate/cmd/mockllm"
 	barePkg    = "github.com/tollgate-dev/tollgate/cmd/bareproxy"
+	// bareStorePkg is the bare proxy that also stores every request
+	// (-bare-store).
+	bareStorePkg = "github.com/tollgate-dev/tollgate/cmd/barestore"
 )
 
 // binaries are the programs of a run.
 type binaries struct {
-	gateway, mock, bare string
+	gateway, mock, bare, bareStore string
 }
 
 // binariesIn names the binaries as `go build -o dir/` writes them.
 func binariesIn(dir string) binaries {
 	return binaries{
-		gateway: filepath.Join(dir, "tollgate"),
-		mock:    filepath.Join(dir, "mockllm"),
-		bare:    filepath.Join(dir, "bareproxy"),
+		gateway:   filepath.Join(dir, "tollgate"),
+		mock:      filepath.Join(dir, "mockllm"),
+		bare:      filepath.Join(dir, "bareproxy"),
+		bareStore: filepath.Join(dir, "barestore"),
 	}
 }
 
@@ -49,12 +53,13 @@ const userHZ = 100
 // less than this.
 const stopGrace = 20 * time.Second
 
-// buildBinaries compiles the gateway, the mock backend and the bare proxy
-// into dir, so that they run as a user would run them: separate processes
-// from a plain `go build`. GOFLAGS from the environment apply, as for any
+// buildBinaries compiles the gateway, the mock backend and the two bare
+// proxies (cmd/bareproxy, and cmd/barestore for -bare-store) into dir, so
+// that they run as a user would run them: separate processes from a plain
+// `go build`. GOFLAGS from the environment apply, as for any
 // go command.
 func buildBinaries(ctx context.Context, dir string) (binaries, error) {
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+string(filepath.Separator), gatewayPkg, mockPkg, barePkg)
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+string(filepath.Separator), gatewayPkg, mockPkg, barePkg, bareStorePkg)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return binaries{}, fmt.Errorf("go build: %w\n%s", err, bytes.TrimSpace(out))
@@ -173,9 +178,14 @@ func startMock(ctx context.Context, bin, dir, name string, f mockFlags) (*proc, 
 }
 
 // startBare starts a bare proxy in front of upstream on a free loopback
-// port and returns it with its address.
-func startBare(ctx context.Context, bin, dir, name, upstream string) (*proc, string, error) {
-	p, err := startProc(name, bin, []string{"-listen", "127.0.0.1:0", "-upstream", upstream}, filepath.Join(dir, name+".log"))
+// port and returns it with its address. With store it starts the one that
+// records every request (cmd/barestore), in dir/name.db.
+func startBare(ctx context.Context, bins binaries, dir, name, upstream string, store bool) (*proc, string, error) {
+	bin, args := bins.bare, []string{"-listen", "127.0.0.1:0", "-upstream", upstream}
+	if store {
+		bin, args = bins.bareStore, append(args, "-store", filepath.Join(dir, name+".db"))
+	}
+	p, err := startProc(name, bin, args, filepath.Join(dir, name+".log"))
 	if err != nil {
 		return nil, "", err
 	}

@@ -149,6 +149,9 @@ type settings struct {
 	OpenStreams   []int  `json:"open_streams"`
 	SlowITL       string `json:"slow_itl"`
 	GatewayLog    string `json:"gateway_log_level"`
+	// BareStore is set when the bare proxy recorded every request
+	// (-bare-store).
+	BareStore bool `json:"bare_store,omitempty"`
 	// Only is "soak" when the measurements were skipped.
 	Only            string  `json:"only,omitempty"`
 	Soak            string  `json:"soak,omitempty"`
@@ -191,7 +194,11 @@ func (r *report) writeTable(w io.Writer) error {
 			"%.0f%% of those abandoned after the first event\n",
 			s.Soak, s.SoakWarmup, s.SoakRate, s.OpenLoopConns, 100*s.SoakStreamShare, s.StreamTokens, s.StreamITL, 100*s.SoakAbandon)
 	}
-	fmt.Fprintf(&b, "gateway log level %s\n\n", s.GatewayLog)
+	fmt.Fprintf(&b, "gateway log level %s\n", s.GatewayLog)
+	if s.BareStore {
+		fmt.Fprintf(&b, "bare proxy: cmd/barestore, which records every request through the gateway's usage writer into SQLite (-bare-store)\n")
+	}
+	fmt.Fprintln(&b)
 	if _, err := io.WriteString(w, b.String()); err != nil {
 		return err
 	}
