@@ -98,7 +98,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.keep, "keep", false, "keep the run's directory (config, logs, SQLite file) and print where it is")
 	fs.StringVar(&o.logLevel, "gateway-log-level", "info", "the gateway's log.level; info logs a line per request, as a default install does")
 	fs.BoolVar(&o.bareStore, "bare-store", false, "measure against cmd/barestore, the bare proxy that also records every request in an SQLite file through "+
-		"the gateway's usage writer: the bare column is then the floor of a proxy that accounts durably")
+		"the gateway's usage writer: the bare column is then the floor of a proxy that accounts durably; a floor phase "+
+		"after the closed loop compares it, and the gateway, with a plain bare proxy in one run")
 	fs.StringVar(&o.only, "only", "", "run only this part: `soak` skips the direct/bare/gateway measurements (then -soak must be set)")
 	fs.DurationVar(&o.soak, "soak", 0, "after the measurements, hold the gateway under a mixed open-loop load for `duration` and check "+
 		"that its memory, goroutines, descriptors and in-flight gauges come back to where they were after the warm-up; 0 runs no soak")
@@ -322,9 +323,13 @@ type bench struct {
 	// The bare proxies in front of the fast and the stream mock.
 	bareFast, bareStream         *proc
 	bareFastAddr, bareStreamAddr string
-	gateway                      *proc
-	gatewayAddr                  string
-	procs                        []*proc
+	// plainFast is a plain bare proxy in front of mock-fast, started for
+	// -bare-store's floor phase (floor.go); nil without -bare-store.
+	plainFast     *proc
+	plainFastAddr string
+	gateway       *proc
+	gatewayAddr   string
+	procs         []*proc
 
 	// foreign adds up the CPU use of every measured phase, to report how
 	// busy the rest of the machine was.
@@ -363,6 +368,14 @@ func (b *bench) setup(ctx context.Context) error {
 	}
 	if b.bareStream, b.bareStreamAddr, err = b.startBare(ctx, "bare-stream", b.streamAddr); err != nil {
 		return err
+	}
+	if b.o.bareStore {
+		p, addr, err := startBare(ctx, b.bins, b.dir, "plain-fast", b.fastAddr, false)
+		if err != nil {
+			return err
+		}
+		b.procs = append([]*proc{p}, b.procs...)
+		b.plainFast, b.plainFastAddr = p, addr
 	}
 	b.configPath = filepath.Join(b.dir, "tollgate.yaml")
 	cfg := gatewayConfig{

@@ -221,6 +221,11 @@ func (b *bench) measure(ctx context.Context) error {
 	if err := b.memoryRow("after non-streaming load"); err != nil {
 		return err
 	}
+	if b.plainFast != nil {
+		if err := b.floorLoop(ctx, body); err != nil {
+			return err
+		}
+	}
 	if err := b.streamLatency(ctx); err != nil {
 		return err
 	}

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// floorLoop is -bare-store's own closed loop: it alternates a plain bare
+// proxy (in the DIRECT column), the bare proxy that stores every request
+// (cmd/barestore, in the BARE column) and the gateway, and reports the
+// CPU per request and throughput of the last two over the plain bare
+// proxy's, from one run: what storing each request as the gateway does
+// costs by itself, and what the gateway costs in all.
+func (b *bench) floorLoop(ctx context.Context, body []byte) error {
+	o := b.o
+	b.logf("floor: closed loop on %d connections: %d × (%s plain bare, %s bare+store, %s gateway)", o.conns, o.rounds, o.phase, o.phase, o.phase)
+	sd := sides{
+		eps: [numSides]*endpoint{
+			newEndpoint("plain bare proxy", b.plainFastAddr, b.key, o.conns),
+			newEndpoint("bare+store", b.bareFastAddr, b.key, o.conns),
+			newEndpoint("gateway", b.gatewayAddr, b.key, o.conns),
+		},
+		fronts: [numSides]*proc{b.plainFast, b.bareFast, b.gateway},
+	}
+	defer sd.close()
+	// The plain bare proxy has served nothing yet.
+	if r := runClosedLoop(ctx, sd.eps[direct], body, 8, max(o.warmup, 100*time.Millisecond)); r.OK == 0 {
+		return fmt.Errorf("floor: warm-up: no request succeeded through the plain bare proxy: %s", r.FirstError)
+	}
+	var res [numSides]loadResult
+	cpu, err := b.alternate(sd, b.fast, func(e *endpoint, side int) error {
+		res[side].merge(runClosedLoop(ctx, e, body, o.conns, o.phase))
+		return ctx.Err()
+	})
+	if err != nil {
+		return fmt.Errorf("floor: %w", err)
+	}
+	sec := fmt.Sprintf("floor: closed loop %d conns", o.conns)
+	var tput, perReq [numSides]float64
+	reqs := okCounts(res)
+	for side := range res {
+		if res[side].Elapsed > 0 {
+			tput[side] = float64(res[side].OK) / res[side].Elapsed.Seconds()
+		}
+		perReq[side] = perRequest(cpu[side].front, reqs[side])
+	}
+	const cols = "DIRECT is a plain bare proxy, BARE the one that stores"
+	b.rep.add(row{Section: sec, Metric: "CPU/request, bare+store / plain bare", Unit: unitTimes, SideUnit: unitMicros,
+		Direct: ptr(perReq[direct]), Bare: ptr(perReq[bare]), Gateway: ptr(perReq[gateway]),
+		Value: safeRatio(perReq[bare], perReq[direct]),
+		Note:  fmt.Sprintf("%s; gateway / plain bare %.2f×, gateway / bare+store %.2f×", cols, safeRatio(perReq[gateway], perReq[direct]), safeRatio(perReq[gateway], perReq[bare]))})
+	b.rep.add(row{Section: sec, Metric: "throughput, bare+store / plain bare", Unit: unitRatio, SideUnit: unitRate,
+		Direct: ptr(tput[direct]), Bare: ptr(tput[bare]), Gateway: ptr(tput[gateway]),
+		Value: safeRatio(tput[bare], tput[direct]),
+		Note:  fmt.Sprintf("%s; gateway / plain bare %.1f%%, gateway / bare+store %.1f%%", cols, 100*safeRatio(tput[gateway], tput[direct]), 100*safeRatio(tput[gateway], tput[bare]))})
+	b.errorRow(sec, res)
+	b.othersRow(sec, cpu)
+	return nil
+}
