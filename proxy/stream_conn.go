@@ -36,8 +36,11 @@ const (
 	// chunkTrail is the room kept after them for the CRLF that ends the
 	// chunk and, after the stream's last events, the last chunk.
 	chunkTrail = len("\r\n") + len(lastChunk)
-	// lastChunk ends the body (no trailers).
-	lastChunk = "0\r\n\r\n"
+	// lastChunk is the zero-size chunk that follows the stream's last
+	// events. The empty trailer section after it (bodyEnd), which ends
+	// the body, is written only once the stream is settled (see run).
+	lastChunk = "0\r\n"
+	bodyEnd   = "\r\n"
 )
 
 // maxHeadWithEvent is the longest response head sent in one write with
@@ -152,11 +155,31 @@ func (sb *streamBody) run(conn net.Conn, pipelined []byte) {
 		over, err = sb.writeNext(conn)
 	}
 	sb.CloseWithError(err) // sb is recycled
+	// The body ends only now that the stream is settled: its stream slot
+	// and rate-limit reservation released and its record queued, as a
+	// reply that is not streamed is settled before it is sent. A client
+	// that has read a stream to its end and sends its next request, on
+	// this connection or another, finds them settled; and that request
+	// does not wait behind this settling, which its time to first token
+	// would otherwise count (fasthttp ends a body it writes itself, the
+	// trailer section, after closing the body stream too).
+	if err == nil {
+		err = writeBodyEnd(conn)
+	}
 	if err == nil && keepAlive {
 		s.keep(conn, pipelined)
 		return
 	}
 	_ = conn.Close()
+}
+
+// writeBodyEnd writes bodyEnd from a pooled buffer: a slice of the
+// constant would be allocated, since the write may keep it.
+func writeBodyEnd(conn net.Conn) error {
+	buf, bp := getBuf(len(bodyEnd))
+	defer putBuf(bp)
+	_, err := conn.Write(buf[:copy(buf, bodyEnd)])
+	return err
 }
 
 // keep serves the client's next requests on conn after a stream, from the

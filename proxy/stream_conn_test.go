@@ -115,6 +115,33 @@ func TestStreamKeepsConnection(t *testing.T) {
 	}
 }
 
+// TestStreamEndsSettled alternates streams between two connections with
+// max_streams 1: a client that has read a stream to the end of its body
+// finds it settled, its stream slot free for a stream on another
+// connection and its record queued, as a reply that is not streamed is
+// settled before it is sent.
+func TestStreamEndsSettled(t *testing.T) {
+	h := newHarness(t, harnessOptions{sim: simulated.Options{Tokens: 4}, server: "max_streams: 1"})
+	conns := [2]net.Conn{}
+	readers := [2]*bufio.Reader{}
+	for i := range conns {
+		conns[i], readers[i] = dialGateway(t, h)
+	}
+	for i := range 200 {
+		c, br := conns[i%2], readers[i%2]
+		if _, err := io.WriteString(c, rawChat(true, 2)); err != nil {
+			t.Fatal(err)
+		}
+		resp, body := readReply(t, br)
+		if resp.StatusCode != 200 {
+			t.Fatalf("stream %d: status %d, %s (the previous stream's slot was not released when its body ended)", i, resp.StatusCode, body)
+		}
+		if n := h.recorder.count(); n != i+1 {
+			t.Fatalf("stream %d: %d records queued when its body ended, want %d", i, n, i+1)
+		}
+	}
+}
+
 // TestStreamPipelined sends a plain request right behind a stream's, in one
 // write: the second is answered after the stream, on the same connection.
 func TestStreamPipelined(t *testing.T) {
