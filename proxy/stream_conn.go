@@ -159,10 +159,9 @@ func (sb *streamBody) run(conn net.Conn, pipelined []byte) {
 	// and rate-limit reservation released and its record queued, as a
 	// reply that is not streamed is settled before it is sent. A client
 	// that has read a stream to its end and sends its next request, on
-	// this connection or another, finds them settled; and that request
-	// does not wait behind this settling, which its time to first token
-	// would otherwise count (fasthttp ends a body it writes itself, the
-	// trailer section, after closing the body stream too).
+	// this connection or another, finds them settled. (fasthttp, writing
+	// a body stream itself, also sends the trailer section that ends it
+	// after closing the stream.)
 	if err == nil {
 		err = writeBodyEnd(conn)
 	}

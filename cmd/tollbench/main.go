@@ -94,7 +94,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.slowITL, "slow-itl", time.Second, "delay between events of the slow streams held open for the memory measurement")
 	fs.StringVar(&o.jsonPath, "json", "", "also write the results as JSON to `file`")
 	quick := fs.Bool("quick", false, "smoke run of about 30 s: 1 s phases, one round, 1,000 open streams (explicit flags still win)")
-	fs.StringVar(&o.binDir, "bin-dir", "", "use the tollgate, mockllm and bareproxy binaries in `dir` instead of building them")
+	fs.StringVar(&o.binDir, "bin-dir", "", "use the tollgate, mockllm and bareproxy (and, with -bare-store, barestore) binaries in `dir` instead of building them")
 	fs.BoolVar(&o.keep, "keep", false, "keep the run's directory (config, logs, SQLite file) and print where it is")
 	fs.StringVar(&o.logLevel, "gateway-log-level", "info", "the gateway's log.level; info logs a line per request, as a default install does")
 	fs.BoolVar(&o.bareStore, "bare-store", false, "measure against cmd/barestore, the bare proxy that also records every request in an SQLite file through "+
