@@ -14,7 +14,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"os"
 	"os/signal"
@@ -23,27 +22,19 @@ import (
 	"github.com/tollgate-dev/tollgate/cmd/internal/bare"
 )
 
-func main() {
-	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "bareproxy:", err)
-		}
-		os.Exit(1)
-	}
-}
+func main() { bare.Main("bareproxy", run) }
 
 func run(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bareproxy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	listen := fs.String("listen", "127.0.0.1:0", "listen `address`")
-	upstream := fs.String("upstream", "", "the backend's `host:port`, reached over plain HTTP")
+	f := bare.AddFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *upstream == "" {
+	if *f.Upstream == "" {
 		return errors.New("-upstream is required")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return bare.New(*upstream, nil).Run(ctx, "bareproxy", *listen, stdout)
+	return bare.New(*f.Upstream, nil).Run(ctx, "bareproxy", *f.Listen, stdout)
 }

@@ -23,7 +23,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"os"
 	"os/signal"
@@ -38,30 +37,22 @@ import (
 	"github.com/tollgate-dev/tollgate/store"
 )
 
-func main() {
-	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "barestore:", err)
-		}
-		os.Exit(1)
-	}
-}
+func main() { bare.Main("barestore", run) }
 
 func run(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("barestore", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	listen := fs.String("listen", "127.0.0.1:0", "listen `address`")
-	upstream := fs.String("upstream", "", "the backend's `host:port`, reached over plain HTTP")
+	f := bare.AddFlags(fs)
 	path := fs.String("store", "", "the SQLite `file` every request is recorded in")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *upstream == "" || *path == "" {
+	if *f.Upstream == "" || *path == "" {
 		return errors.New("-upstream and -store are required")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return serve(ctx, *upstream, *path, func(p *bare.Proxy) error { return p.Run(ctx, "barestore", *listen, stdout) })
+	return serve(ctx, *f.Upstream, *path, func(p *bare.Proxy) error { return p.Run(ctx, "barestore", *f.Listen, stdout) })
 }
 
 // serve opens the store at path, has run serve a bare proxy to upstream

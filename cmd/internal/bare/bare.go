@@ -8,13 +8,41 @@ package bare
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"time"
 
 	"github.com/valyala/fasthttp"
 )
+
+// Main runs a command built on the forwarder: run with the process's
+// arguments and output, exiting with status 1, its error printed after
+// name, when it fails (a -h has printed the usage already).
+func Main(name string, run func(args []string, stdout, stderr io.Writer) error) {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, name+":", err)
+		}
+		os.Exit(1)
+	}
+}
+
+// Flags are the flags both commands take: where to listen and the
+// upstream to forward to.
+type Flags struct {
+	Listen, Upstream *string
+}
+
+// AddFlags defines Flags on fs.
+func AddFlags(fs *flag.FlagSet) Flags {
+	return Flags{
+		Listen:   fs.String("listen", "127.0.0.1:0", "listen `address`"),
+		Upstream: fs.String("upstream", "", "the backend's `host:port`, reached over plain HTTP"),
+	}
+}
 
 // ReplyFunc is told of every reply the upstream gave: its status and when
 // the request came in.
