@@ -2,7 +2,8 @@
 // gateway against (cmd/bareproxy, cmd/barestore): a reverse proxy that does
 // nothing but forward, on the same fasthttp server and client as the
 // gateway, with keep-alive upstream connections and response bodies
-// streamed through as they arrive.
+// streamed through as they arrive; and the main and flags the two
+// commands share.
 package bare
 
 import (
