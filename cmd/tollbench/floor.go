@@ -28,21 +28,15 @@ func (b *bench) floorLoop(ctx context.Context, body []byte) error {
 	if r := runClosedLoop(ctx, sd.eps[direct], body, 8, max(o.warmup, 100*time.Millisecond)); r.OK == 0 {
 		return fmt.Errorf("floor: warm-up: no request succeeded through the plain bare proxy: %s", r.FirstError)
 	}
-	var res [numSides]loadResult
-	cpu, err := b.alternate(sd, b.fast, func(e *endpoint, side int) error {
-		res[side].merge(runClosedLoop(ctx, e, body, o.conns, o.phase))
-		return ctx.Err()
-	})
+	res, cpu, err := b.closedLoops(ctx, sd, body)
 	if err != nil {
 		return fmt.Errorf("floor: %w", err)
 	}
 	sec := fmt.Sprintf("floor: closed loop %d conns", o.conns)
-	var tput, perReq [numSides]float64
+	tput := throughputs(res)
+	var perReq [numSides]float64
 	reqs := okCounts(res)
 	for side := range res {
-		if res[side].Elapsed > 0 {
-			tput[side] = float64(res[side].OK) / res[side].Elapsed.Seconds()
-		}
 		perReq[side] = perRequest(cpu[side].front, reqs[side])
 	}
 	const cols = "DIRECT is a plain bare proxy, BARE the one that stores"

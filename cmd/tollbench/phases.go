@@ -325,26 +325,40 @@ func (b *bench) openLoop(ctx context.Context, sd sides, body []byte, rate int) e
 	return nil
 }
 
-// closedLoop measures the most requests per second each side serves on
-// o.conns connections.
-func (b *bench) closedLoop(ctx context.Context, sd sides, body []byte) error {
-	o := b.o
-	b.logf("closed loop on %d connections: %d × (%s direct, %s bare, %s gateway)", o.conns, o.rounds, o.phase, o.phase, o.phase)
+// closedLoops runs a closed loop on o.conns connections on each of sd's
+// sides in turn, o.rounds times, and returns each side's pooled results
+// and CPU use.
+func (b *bench) closedLoops(ctx context.Context, sd sides, body []byte) ([numSides]loadResult, [numSides]cpuDelta, error) {
 	var res [numSides]loadResult
 	cpu, err := b.alternate(sd, b.fast, func(e *endpoint, side int) error {
-		res[side].merge(runClosedLoop(ctx, e, body, o.conns, o.phase))
+		res[side].merge(runClosedLoop(ctx, e, body, b.o.conns, b.o.phase))
 		return ctx.Err()
 	})
-	if err != nil {
-		return fmt.Errorf("closed loop: %w", err)
-	}
-	sec := fmt.Sprintf("closed loop %d conns", o.conns)
+	return res, cpu, err
+}
+
+// throughputs is each side's successful requests per second.
+func throughputs(res [numSides]loadResult) [numSides]float64 {
 	var tput [numSides]float64
 	for side := range res {
 		if res[side].Elapsed > 0 {
 			tput[side] = float64(res[side].OK) / res[side].Elapsed.Seconds()
 		}
 	}
+	return tput
+}
+
+// closedLoop measures the most requests per second each side serves on
+// o.conns connections.
+func (b *bench) closedLoop(ctx context.Context, sd sides, body []byte) error {
+	o := b.o
+	b.logf("closed loop on %d connections: %d × (%s direct, %s bare, %s gateway)", o.conns, o.rounds, o.phase, o.phase, o.phase)
+	res, cpu, err := b.closedLoops(ctx, sd, body)
+	if err != nil {
+		return fmt.Errorf("closed loop: %w", err)
+	}
+	sec := fmt.Sprintf("closed loop %d conns", o.conns)
+	tput := throughputs(res)
 	b.rep.add(row{Section: sec, Metric: "throughput, gateway / bare proxy", Unit: unitRatio, SideUnit: unitRate,
 		Direct: ptr(tput[direct]), Bare: ptr(tput[bare]), Gateway: ptr(tput[gateway]),
 		Value: safeRatio(tput[gateway], tput[bare]), Target: atLeast(targetThroughputRatio),
