@@ -1,0 +1,76 @@
+package proxy
+
+import (
+	"net"
+	"testing"
+	"unsafe"
+)
+
+// TestKeptConnGrowsStack checks that the first bytes read from a
+// connection kept after a stream leave the reading goroutine, whose stack
+// began small, requestStack of free stack: a call chain of nearly that
+// depth then runs without its stack being copied, as the request path
+// those bytes begin must (see keep). The chain must move a stack that was
+// not grown: TestKeptConnGrowsStack/not_grown checks that it does.
+func TestKeptConnGrowsStack(t *testing.T) {
+	tests := []struct {
+		name      string
+		pipelined bool // the request's bytes came behind the stream's
+		grow      bool
+		wantMoved bool
+	}{
+		{"next request from the socket", false, true, false},
+		{"pipelined request", true, true, false},
+		{"not grown", false, false, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			client, server := net.Pipe()
+			defer client.Close()
+			defer server.Close()
+			kc := &keptConn{Conn: server, growStack: tt.grow}
+			wrote := make(chan error, 1)
+			if tt.pipelined {
+				kc.prefix = []byte("POST")
+				wrote <- nil
+			} else {
+				go func() {
+					_, err := client.Write([]byte("POST"))
+					wrote <- err
+				}()
+			}
+			moved := make(chan bool, 1)
+			go func() {
+				if n, err := kc.Read(make([]byte, 4)); n == 0 || err != nil {
+					t.Errorf("read %d bytes, %v", n, err)
+				}
+				// A local's address changes when its stack is copied.
+				var marker byte
+				at := uintptr(unsafe.Pointer(&marker))
+				useStack(requestStack / stackUser * 7 / 8)
+				moved <- uintptr(unsafe.Pointer(&marker)) != at
+			}()
+			if err := <-wrote; err != nil {
+				t.Fatal(err)
+			}
+			if got := <-moved; got != tt.wantMoved {
+				t.Errorf("a call chain of %d bytes after the first read moved the stack: %v, want %v", requestStack*7/8, got, tt.wantMoved)
+			}
+		})
+	}
+}
+
+// stackUser is the size of useStack's frame, less what the call adds.
+const stackUser = 512
+
+// useStack is a call chain n frames deep, each of about stackUser bytes.
+//
+//go:noinline
+func useStack(n int) byte {
+	var frame [stackUser]byte
+	frame[n%stackUser] = 1
+	if n > 1 {
+		return useStack(n-1) + frame[stackUser-1]
+	}
+	return frame[stackUser-1]
+}
