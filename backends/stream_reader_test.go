@@ -195,6 +195,100 @@ func TestAwaitStream(t *testing.T) {
 	}
 }
 
+// TestStreamArrived checks what the proxy is told right after a stream's
+// headers, when it decides whether to write the first events with its
+// response head: whether bytes have come, in the read buffer or still in
+// the socket, or the stream has ended. The look must leave the stream as
+// it was: the read that follows returns the same bytes, end or error.
+func TestStreamArrived(t *testing.T) {
+	const event = "data: {\"x\":1}\n\n"
+	chunk := func(s string) string { return fmt.Sprintf("%x\r\n%s\r\n", len(s), s) }
+	tests := []struct {
+		name string
+		head string
+		then func(c net.Conn)
+		// inSocket says the bytes must be in the socket, not yet in the
+		// read buffer, when StreamArrived looks.
+		inSocket          bool
+		want              bool
+		wantBody, wantErr string
+	}{
+		{
+			name: "nothing yet",
+			head: chunkedHead,
+			then: func(c net.Conn) {
+				time.Sleep(300 * time.Millisecond)
+				_, _ = io.WriteString(c, chunk(event)+"0\r\n\r\n")
+			},
+			want: false, wantBody: event,
+		},
+		{
+			name: "the first event came with the headers",
+			head: chunkedHead + chunk(event),
+			then: func(c net.Conn) { _, _ = io.WriteString(c, "0\r\n\r\n") },
+			want: true, wantBody: event,
+		},
+		{
+			name: "the first event came after the headers",
+			head: chunkedHead,
+			then: func(c net.Conn) {
+				time.Sleep(20 * time.Millisecond)
+				_, _ = io.WriteString(c, chunk(event)+"0\r\n\r\n")
+			},
+			inSocket: true, want: true, wantBody: event,
+		},
+		{
+			name: "the backend ended the connection",
+			head: chunkedHead,
+			then: func(c net.Conn) {
+				time.Sleep(20 * time.Millisecond)
+				_ = c.Close()
+			},
+			want: true, wantBody: "",
+		},
+		{
+			// The peek takes the socket's error: the read must still
+			// report the reset.
+			name: "the backend reset the connection",
+			head: chunkedHead,
+			then: func(c net.Conn) {
+				time.Sleep(20 * time.Millisecond)
+				_ = c.(*net.TCPConn).SetLinger(0)
+				_ = c.Close()
+			},
+			want: true, wantErr: "connection reset",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			u := startScripted(t, tt.head, tt.then)
+			b := scriptedBackend(t, u, time.Minute)
+			resp := openTestStream(t, b)
+			st := b.openStreamOf(resp)
+			if st == nil {
+				t.Fatal("the stream is not the transport's")
+			}
+			time.Sleep(100 * time.Millisecond) // what then sends at 20 ms is in
+			if tt.inSocket && st.br.Buffered() != 0 {
+				t.Fatalf("%d bytes in the read buffer before the look, want them in the socket", st.br.Buffered())
+			}
+			if got := b.StreamArrived(resp); got != tt.want {
+				t.Errorf("StreamArrived = %v, want %v", got, tt.want)
+			}
+			body, err := io.ReadAll(resp.BodyStream())
+			if string(body) != tt.wantBody {
+				t.Errorf("read %q after the look, want %q", body, tt.wantBody)
+			}
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Errorf("read after the look: %v", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Errorf("read after the look: error %v, want one with %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
 // TestAwaitStreamHoldsNoBuffer holds streams waiting for their next
 // event, once in AwaitStream and once in a read on the small buffer
 // (ShrinkStream's), and compares the heap they hold: AwaitStream's must
