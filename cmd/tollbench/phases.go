@@ -199,6 +199,37 @@ func (s sides) close() {
 // measure runs every measurement in turn.
 func (b *bench) measure(ctx context.Context) error {
 	o := b.o
+	if o.only != "streams" {
+		if err := b.measureRequests(ctx); err != nil {
+			return err
+		}
+	}
+	if err := b.streamLatency(ctx); err != nil {
+		return err
+	}
+	if err := b.memoryRow("after streaming load"); err != nil {
+		return err
+	}
+
+	// Each open-streams measurement gets a fresh gateway and a fresh bare
+	// proxy, so that memory the earlier load left in a heap neither
+	// inflates the baseline nor gets reused by the streams and hides
+	// their cost.
+	if err := b.stopGateway(); err != nil {
+		return err
+	}
+	for _, n := range o.openStreams {
+		if err := b.openStreams(ctx, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// measureRequests measures the non-streaming requests: the open loops,
+// the closed loop, the memory they leave and, with -bare-store, the floor.
+func (b *bench) measureRequests(ctx context.Context) error {
+	o := b.o
 	sd := b.sides(b.fastAddr, b.bareFast, b.bareFastAddr, max(o.openConns, o.conns))
 	defer sd.close()
 	body := chatBody(modelFast, 16, false)
@@ -222,28 +253,7 @@ func (b *bench) measure(ctx context.Context) error {
 		return err
 	}
 	if b.plainFast != nil {
-		if err := b.floorLoop(ctx, body); err != nil {
-			return err
-		}
-	}
-	if err := b.streamLatency(ctx); err != nil {
-		return err
-	}
-	if err := b.memoryRow("after streaming load"); err != nil {
-		return err
-	}
-
-	// Each open-streams measurement gets a fresh gateway and a fresh bare
-	// proxy, so that memory the earlier load left in a heap neither
-	// inflates the baseline nor gets reused by the streams and hides
-	// their cost.
-	if err := b.stopGateway(); err != nil {
-		return err
-	}
-	for _, n := range o.openStreams {
-		if err := b.openStreams(ctx, n); err != nil {
-			return err
-		}
+		return b.floorLoop(ctx, body)
 	}
 	return nil
 }

@@ -189,6 +189,9 @@ func TestParseOptionsSoak(t *testing.T) {
 		o.soakStreamShare != 0.25 || o.soakAbandon != 0.1 {
 		t.Errorf("options = %+v", o)
 	}
+	if o, err := parseOptions([]string{"-only", "streams"}, io.Discard); err != nil || o.only != "streams" {
+		t.Errorf("-only streams: %+v, %v", o, err)
+	}
 	for _, args := range [][]string{{"-only", "soak"}, {"-only", "ratios"}, {"-soak", "-1s"}, {"-soak", "1m", "-soak-abandon", "1.5"},
 		{"-soak", "1m", "-soak-rate", "0"}, {"-soak", "1m", "-soak-stream-share", "NaN"}} {
 		if _, err := parseOptions(args, io.Discard); err == nil {
