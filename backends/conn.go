@@ -139,22 +139,7 @@ func (c *timeoutConn) awaitReadable() {
 		c.waitErr = err
 		return
 	}
-	c.keepPeekError(c.raw.Read(c.readable))
-}
-
-// arrived peeks at Conn once, without waiting: true when it has bytes to
-// read, has ended or has failed. What the socket reported is the next
-// Read's error, as after awaitReadable. canAwait must have reported true.
-func (c *timeoutConn) arrived() bool {
-	ready := false
-	err := c.raw.Control(func(fd uintptr) { ready = c.peek(fd) })
-	c.keepPeekError(err)
-	return ready || err != nil
-}
-
-// keepPeekError makes the error of a wait or peek on the socket (err, or
-// what the socket reported to peek) the next Read's.
-func (c *timeoutConn) keepPeekError(err error) {
+	err := c.raw.Read(c.readable)
 	if err == nil && c.peekErr != nil {
 		err, c.peekErr = os.NewSyscallError("read", c.peekErr), nil
 	}

@@ -111,23 +111,14 @@ func (b *Backend) openStreamOf(resp *fasthttp.Response) *openStream {
 	return v.(*openStream)
 }
 
-// StreamArrived reports whether bytes of resp's open stream have arrived
-// and wait to be read, in its read buffer or its socket, or the stream has
-// ended: right after the headers, true means the first event (or part of
-// it) is there already, and a read returns without waiting for the
-// backend. It looks at the socket without reading it or waiting (one
-// system call), and keeps what the socket reported, a reset, for the next
-// read to return.
-func (b *Backend) StreamArrived(resp *fasthttp.Response) bool {
-	st := b.openStreamOf(resp)
-	if st == nil {
-		return false
+// StreamBuffered reports how many bytes of resp's open stream have
+// arrived and wait in its read buffer: more than zero right after the
+// headers means the first event (or part of it) came with them.
+func (b *Backend) StreamBuffered(resp *fasthttp.Response) int {
+	if st := b.openStreamOf(resp); st != nil {
+		return st.br.Buffered()
 	}
-	if st.br.Buffered() > 0 {
-		return true
-	}
-	tc, ok := st.conn.(*timeoutConn)
-	return ok && tc.canAwait() && tc.arrived()
+	return 0
 }
 
 // ShrinkStream gives the read buffer of resp's open stream back to the

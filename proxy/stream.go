@@ -141,9 +141,9 @@ func (s *Server) startStream(ctx *fasthttp.RequestCtx, c *completion, b *backend
 	// A connection of another listener (or HTTP/1.0, which has no
 	// chunked framing): fasthttp's worker writes the stream. The headers
 	// go out at once, so the client knows the request was accepted before
-	// the first token is generated; unless the first event has come
-	// already, and the client's go out with it, in one write.
-	ctx.Response.ImmediateHeaderFlush = !b.StreamArrived(resp)
+	// the first token is generated; unless the first event came with the
+	// upstream's headers, and the client's go out with it, in one write.
+	ctx.Response.ImmediateHeaderFlush = b.StreamBuffered(resp) == 0
 	ctx.Response.SetBodyStream(sb, -1)
 }
 

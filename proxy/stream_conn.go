@@ -59,9 +59,8 @@ var aLongTimeAgo = time.Unix(1, 0)
 // writeOnConn has the stream written on the client's connection by a
 // goroutine of its own (see run), rather than by fasthttp's worker. The
 // response head is rendered here, where the headers set on ctx are, and
-// sent at once: with the first events when they have come already (with
-// the upstream's headers, or since), alone otherwise, as fasthttp's
-// ImmediateHeaderFlush would.
+// sent at once: with the first events when they came with the upstream's
+// headers, alone otherwise, as fasthttp's ImmediateHeaderFlush would.
 func (s *Server) writeOnConn(ctx *fasthttp.RequestCtx, sb *streamBody) {
 	sb.keepAlive = !ctx.Request.Header.ConnectionClose() && !s.stopping.Load()
 	h := &ctx.Response.Header
@@ -76,13 +75,11 @@ func (s *Server) writeOnConn(ctx *fasthttp.RequestCtx, sb *streamBody) {
 	// connection as open when it is handed over, and Shutdown must find
 	// the stream counted here by then.
 	s.connStreams.Add(1)
-	// The head, with the first events when they have come, goes out from
-	// here, before the connection is handed over: the two goroutines the
-	// hand-over starts stay off the client's time to the first token. A
-	// backend that sends its first event right behind its headers often
-	// has it in the socket, not yet read, by now. run sees a failed write
-	// in writeErr.
-	if len(sb.head) <= maxHeadWithEvent && sb.backend.StreamArrived(sb.resp) {
+	// The head, with the first events when they came with the upstream's
+	// headers, goes out from here, before the connection is handed over:
+	// the two goroutines the hand-over starts stay off the client's time
+	// to the first token. run sees a failed write in writeErr.
+	if len(sb.head) <= maxHeadWithEvent && sb.backend.StreamBuffered(sb.resp) > 0 {
 		sb.over, sb.writeErr = sb.writeNext(ctx.Conn())
 	} else {
 		_, sb.writeErr = ctx.Conn().Write(sb.head)
