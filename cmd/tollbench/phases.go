@@ -285,12 +285,23 @@ func memoryRowOf(when string, bp, gw memInfo) row {
 
 func mib(bytes uint64) float64 { return float64(bytes) / (1 << 20) }
 
+// rewarm is how long each side serves its phase's load, unmeasured, right
+// before each of its measured phases. The gateway closes an upstream
+// connection left idle for 4 s (below uvicorn's keep-alive timeout), and
+// between two of its phases the other sides run theirs: without a rewarm
+// each of its phases would begin by dialing its backend again, which the
+// bare proxy, keeping idle connections for a minute, would not, and a
+// sustained load does not.
+const rewarm = 300 * time.Millisecond
+
 // alternate runs phase on each side in turn, o.rounds times, measuring the
 // CPU time of the processes involved; backend is the mock behind them.
-func (b *bench) alternate(sd sides, backend *proc, phase func(e *endpoint, side int) error) ([numSides]cpuDelta, error) {
+// warm, unmeasured, runs right before each phase (see rewarm).
+func (b *bench) alternate(sd sides, backend *proc, warm func(e *endpoint), phase func(e *endpoint, side int) error) ([numSides]cpuDelta, error) {
 	var cpu [numSides]cpuDelta
 	for range b.o.rounds {
 		for side, e := range sd.eps {
+			warm(e)
 			d, err := b.cpuDuring(sd.fronts[side], backend, func() error { return phase(e, side) })
 			if err != nil {
 				return cpu, fmt.Errorf("%s: %w", e.side, err)
@@ -306,7 +317,9 @@ func (b *bench) openLoop(ctx context.Context, sd sides, body []byte, rate int) e
 	o := b.o
 	b.logf("open loop at %d req/s: %d × (%s direct, %s bare, %s gateway)", rate, o.rounds, o.phase, o.phase, o.phase)
 	var res [numSides]loadResult
-	cpu, err := b.alternate(sd, b.fast, func(e *endpoint, side int) error {
+	// The open loop's requests rarely overlap; a few connections carry it.
+	warm := func(e *endpoint) { runClosedLoop(ctx, e, body, 8, rewarm) }
+	cpu, err := b.alternate(sd, b.fast, warm, func(e *endpoint, side int) error {
 		r, err := runOpenLoop(ctx, e, body, rate, o.phase, o.openConns)
 		res[side].merge(r)
 		return err
@@ -340,7 +353,8 @@ func (b *bench) openLoop(ctx context.Context, sd sides, body []byte, rate int) e
 // and CPU use.
 func (b *bench) closedLoops(ctx context.Context, sd sides, body []byte) ([numSides]loadResult, [numSides]cpuDelta, error) {
 	var res [numSides]loadResult
-	cpu, err := b.alternate(sd, b.fast, func(e *endpoint, side int) error {
+	warm := func(e *endpoint) { runClosedLoop(ctx, e, body, b.o.conns, rewarm) }
+	cpu, err := b.alternate(sd, b.fast, warm, func(e *endpoint, side int) error {
 		res[side].merge(runClosedLoop(ctx, e, body, b.o.conns, b.o.phase))
 		return ctx.Err()
 	})
@@ -530,7 +544,9 @@ func (b *bench) streamLatency(ctx context.Context) error {
 		}
 	}
 	var res [numSides]streamResult
-	cpu, err := b.alternate(sd, b.streamMock, func(e *endpoint, side int) error {
+	// Each worker starts one stream at once, and the rewarm ends with it.
+	warm := func(e *endpoint) { runStreamLatency(ctx, e, body, o.streamConc, rewarm, 0) }
+	cpu, err := b.alternate(sd, b.streamMock, warm, func(e *endpoint, side int) error {
 		res[side].merge(runStreamLatency(ctx, e, body, o.streamConc, o.phase, stagger))
 		return ctx.Err()
 	})
