@@ -15,16 +15,13 @@ import (
 	"errors"
 	"flag"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/tollgate-dev/tollgate/cmd/internal/bare"
 )
 
 func main() { bare.Main("bareproxy", run) }
 
-func run(args []string, stdout, stderr io.Writer) error {
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bareproxy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	f := bare.AddFlags(fs)
@@ -34,7 +31,5 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if *f.Upstream == "" {
 		return errors.New("-upstream is required")
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	return bare.New(*f.Upstream, nil).Run(ctx, "bareproxy", *f.Listen, stdout)
 }

@@ -24,9 +24,6 @@ import (
 	"errors"
 	"flag"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -39,7 +36,7 @@ import (
 
 func main() { bare.Main("barestore", run) }
 
-func run(args []string, stdout, stderr io.Writer) error {
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("barestore", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	f := bare.AddFlags(fs)
@@ -50,8 +47,6 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if *f.Upstream == "" || *path == "" {
 		return errors.New("-upstream and -store are required")
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	return serve(ctx, *f.Upstream, *path, func(p *bare.Proxy) error { return p.Run(ctx, "barestore", *f.Listen, stdout) })
 }
 

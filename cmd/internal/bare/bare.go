@@ -14,16 +14,22 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
 )
 
 // Main runs a command built on the forwarder: run with the process's
-// arguments and output, exiting with status 1, its error printed after
-// name, when it fails (a -h has printed the usage already).
-func Main(name string, run func(args []string, stdout, stderr io.Writer) error) {
-	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+// arguments and output and a context that ends on SIGINT or SIGTERM,
+// exiting with status 1, its error printed after name, when it fails (a -h
+// has printed the usage already).
+func Main(name string, run func(ctx context.Context, args []string, stdout, stderr io.Writer) error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, name+":", err)
 		}
