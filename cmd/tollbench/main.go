@@ -67,7 +67,9 @@ type options struct {
 	// forwarder.
 	bareStore bool
 
-	// only, when "soak", skips the measurements against the bare proxy.
+	// only names the one part to run: "soak" skips the measurements
+	// against the bare proxy, "streams" runs only the stream phases and
+	// "open" only the open loops; empty runs everything.
 	only string
 	// soak is the length of the soak load; 0 runs no soak.
 	soak            time.Duration
@@ -101,7 +103,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		"the gateway's usage writer: the bare column is then the floor of a proxy that accounts durably; a floor phase "+
 		"after the closed loop compares it, and the gateway, with a plain bare proxy in one run")
 	fs.StringVar(&o.only, "only", "", "run only this `part`: soak skips the direct/bare/gateway measurements (then -soak must be set); "+
-		"streams measures only the streaming latency and, unless -streams is empty, the open streams")
+		"streams measures only the streaming latency and, unless -streams is empty, the open streams; "+
+		"open measures only the open loops at -rates")
 	fs.DurationVar(&o.soak, "soak", 0, "after the measurements, hold the gateway under a mixed open-loop load for `duration` and check "+
 		"that its memory, goroutines, descriptors and in-flight gauges come back to where they were after the warm-up; 0 runs no soak")
 	fs.DurationVar(&o.soakWarmup, "soak-warmup", time.Minute, "load of the soak's mix before its baseline is sampled")
@@ -152,8 +155,10 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("-stream-itl must not be negative, -slow-itl must be more than 0 and at most 10s")
 	}
 	switch {
-	case o.only != "" && o.only != "soak" && o.only != "streams":
-		return o, fmt.Errorf("-only %q: the parts that run alone are soak and streams", o.only)
+	case o.only != "" && o.only != "soak" && o.only != "streams" && o.only != "open":
+		return o, fmt.Errorf("-only %q: the parts that run alone are soak, streams and open", o.only)
+	case o.only == "open" && len(o.rates) == 0:
+		return o, errors.New("-only open needs -rates")
 	case o.only == "soak" && o.soak == 0:
 		return o, errors.New("-only soak needs -soak")
 	case o.soak < 0 || o.soak > 24*time.Hour:

@@ -199,6 +199,9 @@ func (s sides) close() {
 // measure runs every measurement in turn.
 func (b *bench) measure(ctx context.Context) error {
 	o := b.o
+	if o.only == "open" {
+		return b.measureOpenLoops(ctx)
+	}
 	if o.only != "streams" {
 		if err := b.measureRequests(ctx); err != nil {
 			return err
@@ -233,18 +236,8 @@ func (b *bench) measureRequests(ctx context.Context) error {
 	sd := b.sides(b.fastAddr, b.bareFast, b.bareFastAddr, max(o.openConns, o.conns))
 	defer sd.close()
 	body := chatBody(modelFast, 16, false)
-
-	b.logf("warm-up: %s per side", o.warmup)
-	for _, e := range sd.eps {
-		r := runClosedLoop(ctx, e, body, 8, max(o.warmup, 100*time.Millisecond))
-		if r.OK == 0 {
-			return fmt.Errorf("warm-up: no request succeeded %s: %s", e.side, r.FirstError)
-		}
-	}
-	for _, rate := range o.rates {
-		if err := b.openLoop(ctx, sd, body, rate); err != nil {
-			return err
-		}
+	if err := b.openLoops(ctx, sd, body); err != nil {
+		return err
 	}
 	if err := b.closedLoop(ctx, sd, body); err != nil {
 		return err
@@ -254,6 +247,31 @@ func (b *bench) measureRequests(ctx context.Context) error {
 	}
 	if b.plainFast != nil {
 		return b.floorLoop(ctx, body)
+	}
+	return nil
+}
+
+// measureOpenLoops measures the open loops alone (-only open), for quick
+// comparisons of the latency at a fixed rate.
+func (b *bench) measureOpenLoops(ctx context.Context) error {
+	sd := b.sides(b.fastAddr, b.bareFast, b.bareFastAddr, b.o.openConns)
+	defer sd.close()
+	return b.openLoops(ctx, sd, chatBody(modelFast, 16, false))
+}
+
+// openLoops warms every side up and runs the open loop at each rate.
+func (b *bench) openLoops(ctx context.Context, sd sides, body []byte) error {
+	b.logf("warm-up: %s per side", b.o.warmup)
+	for _, e := range sd.eps {
+		r := runClosedLoop(ctx, e, body, 8, max(b.o.warmup, 100*time.Millisecond))
+		if r.OK == 0 {
+			return fmt.Errorf("warm-up: no request succeeded %s: %s", e.side, r.FirstError)
+		}
+	}
+	for _, rate := range b.o.rates {
+		if err := b.openLoop(ctx, sd, body, rate); err != nil {
+			return err
+		}
 	}
 	return nil
 }

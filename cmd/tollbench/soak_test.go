@@ -192,7 +192,10 @@ func TestParseOptionsSoak(t *testing.T) {
 	if o, err := parseOptions([]string{"-only", "streams"}, io.Discard); err != nil || o.only != "streams" {
 		t.Errorf("-only streams: %+v, %v", o, err)
 	}
-	for _, args := range [][]string{{"-only", "soak"}, {"-only", "ratios"}, {"-soak", "-1s"}, {"-soak", "1m", "-soak-abandon", "1.5"},
+	if o, err := parseOptions([]string{"-only", "open", "-rates", "2000"}, io.Discard); err != nil || o.only != "open" || len(o.rates) != 1 || o.rates[0] != 2000 {
+		t.Errorf("-only open -rates 2000: %+v, %v", o, err)
+	}
+	for _, args := range [][]string{{"-only", "soak"}, {"-only", "ratios"}, {"-only", "open", "-rates="}, {"-soak", "-1s"}, {"-soak", "1m", "-soak-abandon", "1.5"},
 		{"-soak", "1m", "-soak-rate", "0"}, {"-soak", "1m", "-soak-stream-share", "NaN"}} {
 		if _, err := parseOptions(args, io.Discard); err == nil {
 			t.Errorf("parseOptions(%q) succeeded, want an error", args)
