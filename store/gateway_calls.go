@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"unsafe"
 
 	"github.com/tollgate-dev/tollgate/accounting"
 	"github.com/tollgate-dev/tollgate/jsonstr"
@@ -124,26 +126,56 @@ type gatewayRow struct {
 // strings: its two times and the JSON around the attributes and summary.
 const gatewayRowText = 320
 
+// gatewayScratch holds the rows and the text of a batch's calls (see
+// gatewayCallRows) from one batch to the next: a batch of 512 requests
+// builds some 200 KB of text, and the writer's allocations are what
+// paces the collector, whose pauses reach requests in flight.
+type gatewayScratch struct {
+	rows []gatewayRow
+	text []byte
+}
+
+// gatewayScratches pools gatewayScratch, so that writers on several
+// connections each have their own.
+var gatewayScratches = sync.Pool{New: func() any { return new(gatewayScratch) }}
+
+// maxKeptScratchText bounds the text a scratch keeps for the next batch:
+// an unusually large batch's buffer goes to the collector.
+const maxKeptScratchText = 1 << 20
+
+// release drops what the scratch's rows point to, and gives it back to
+// the pool. The text built from it must no longer be in use.
+func (sc *gatewayScratch) release() {
+	clear(sc.rows)
+	sc.rows = sc.rows[:0]
+	if cap(sc.text) > maxKeptScratchText {
+		sc.text = nil
+	}
+	sc.text = sc.text[:0]
+	gatewayScratches.Put(sc)
+}
+
 // gatewayCallRows returns the rows of recs' calls and the text they
-// bound. All of a batch's text is one string, built through one reused
-// buffer, so that a record's four texts cost no allocation of their own;
-// each argument is still boxed.
-func gatewayCallRows(recs []accounting.Record, projects map[[2]string]*gatewayProject) ([]gatewayRow, string) {
-	rows := make([]gatewayRow, len(recs))
+// bound, built in sc. All of a batch's text is one string over sc's
+// buffer, so that a record's four texts cost no allocation of their own
+// (each argument is still boxed). The rows and the text are sc's: they
+// stay valid until sc is released, and no statement keeps its arguments
+// after it ran (both drivers copy them into their own buffers).
+func gatewayCallRows(sc *gatewayScratch, recs []accounting.Record, projects map[[2]string]*gatewayProject) ([]gatewayRow, string) {
+	rows := slices.Grow(sc.rows[:0], len(recs))[:len(recs)]
 	size := 0
 	for i := range recs {
 		rec := &recs[i]
 		size += gatewayRowText + len(rec.RequestID) + len(rec.KeyName) + len(rec.Backend) + len(rec.ServedModel) +
 			len(rec.CompletionID) + len(rec.Model)
 	}
-	var text strings.Builder
-	text.Grow(size)
-	var buf []byte
+	text := slices.Grow(sc.text[:0], size)
 	var created any
 	for i := range recs {
 		rec, row := &recs[i], &rows[i]
 		row.project = projects[recordProject(rec)]
 		row.callID = rec.CallID
+		row.created = nil
 		if rec.CompletionID != "" {
 			if c, ok := created.(int64); !ok || c != rec.CompletionCreated {
 				created = rec.CompletionCreated
@@ -154,19 +186,18 @@ func gatewayCallRows(recs []accounting.Record, projects map[[2]string]*gatewayPr
 		if ended.IsZero() {
 			ended = rec.Started
 		}
-		base := text.Len()
-		row.text[0] = base
-		buf = appendTraceTime(buf[:0], rec.Started)
-		row.text[1] = base + len(buf)
-		buf = appendTraceTime(buf, ended)
-		row.text[2] = base + len(buf)
-		buf = appendGatewayAttributes(buf, rec)
-		row.text[3] = base + len(buf)
-		buf = appendGatewaySummary(buf, rec)
-		row.text[4] = base + len(buf)
-		text.Write(buf)
+		row.text[0] = len(text)
+		text = appendTraceTime(text, rec.Started)
+		row.text[1] = len(text)
+		text = appendTraceTime(text, ended)
+		row.text[2] = len(text)
+		text = appendGatewayAttributes(text, rec)
+		row.text[3] = len(text)
+		text = appendGatewaySummary(text, rec)
+		row.text[4] = len(text)
 	}
-	return rows, text.String()
+	sc.rows, sc.text = rows, text
+	return rows, unsafe.String(unsafe.SliceData(text), len(text))
 }
 
 // lastArg boxes a string argument once for each run of equal values: a
@@ -197,7 +228,9 @@ func insertGatewayCalls(ctx context.Context, c conn, recs []accounting.Record, n
 	if err != nil {
 		return fmt.Errorf("insert gateway calls: %w", err)
 	}
-	rows, text := gatewayCallRows(recs, projects)
+	sc := gatewayScratches.Get().(*gatewayScratch)
+	defer sc.release()
+	rows, text := gatewayCallRows(sc, recs, projects)
 	var op, user lastArg
 	if numbered {
 		err = insertNumberedGatewayCalls(ctx, c, recs, rows, text)
