@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"unsafe"
 
 	"github.com/tollgate-dev/tollgate/accounting"
@@ -135,31 +134,49 @@ type gatewayScratch struct {
 	text []byte
 }
 
-// gatewayScratches pools gatewayScratch, so that writers on several
-// connections each have their own.
-var gatewayScratches = sync.Pool{New: func() any { return new(gatewayScratch) }}
-
 // maxKeptScratchText bounds the text a scratch keeps for the next batch:
 // an unusually large batch's buffer goes to the collector.
 const maxKeptScratchText = 1 << 20
 
-// release drops what the scratch's rows point to, and gives it back to
-// the pool. The text built from it must no longer be in use.
-func (sc *gatewayScratch) release() {
+// scratchSpare keeps one gatewayScratch for the next batch. One is
+// enough, as batches are written one at a time (the usage writer's), and
+// keeping one rather than pooling them per processor, as sync.Pool does,
+// holds a quarter MiB rather than a few.
+type scratchSpare chan *gatewayScratch
+
+func newScratchSpare() scratchSpare { return make(scratchSpare, 1) }
+
+// take returns the spare scratch, or a new one while another batch holds
+// it (or sp is nil).
+func (sp scratchSpare) take() *gatewayScratch {
+	select {
+	case sc := <-sp:
+		return sc
+	default:
+		return new(gatewayScratch)
+	}
+}
+
+// put drops what sc's rows point to and keeps sc as the spare, unless
+// there is one already. The text built in sc must no longer be in use.
+func (sp scratchSpare) put(sc *gatewayScratch) {
 	clear(sc.rows)
 	sc.rows = sc.rows[:0]
 	if cap(sc.text) > maxKeptScratchText {
 		sc.text = nil
 	}
 	sc.text = sc.text[:0]
-	gatewayScratches.Put(sc)
+	select {
+	case sp <- sc:
+	default:
+	}
 }
 
 // gatewayCallRows returns the rows of recs' calls and the text they
 // bound, built in sc. All of a batch's text is one string over sc's
 // buffer, so that a record's four texts cost no allocation of their own
 // (each argument is still boxed). The rows and the text are sc's: they
-// stay valid until sc is released, and no statement keeps its arguments
+// stay valid until sc is put back, and no statement keeps its arguments
 // after it ran (both drivers copy them into their own buffers).
 func gatewayCallRows(sc *gatewayScratch, recs []accounting.Record, projects map[[2]string]*gatewayProject) ([]gatewayRow, string) {
 	rows := slices.Grow(sc.rows[:0], len(recs))[:len(recs)]
@@ -220,7 +237,7 @@ func (l *lastArg) box(s string) any {
 // is left alone, so that a retried batch inserts nothing twice. numbered
 // lets SQLite statements bind fewer values (gatewayCallShapes); without
 // it every statement binds every value, as PostgreSQL's do.
-func insertGatewayCalls(ctx context.Context, c conn, recs []accounting.Record, numbered bool) error {
+func insertGatewayCalls(ctx context.Context, c conn, recs []accounting.Record, numbered bool, spare scratchSpare) error {
 	if len(recs) == 0 {
 		return nil
 	}
@@ -228,8 +245,8 @@ func insertGatewayCalls(ctx context.Context, c conn, recs []accounting.Record, n
 	if err != nil {
 		return fmt.Errorf("insert gateway calls: %w", err)
 	}
-	sc := gatewayScratches.Get().(*gatewayScratch)
-	defer sc.release()
+	sc := spare.take()
+	defer spare.put(sc)
 	rows, text := gatewayCallRows(sc, recs, projects)
 	var op, user lastArg
 	if numbered {

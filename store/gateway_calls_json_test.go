@@ -122,8 +122,9 @@ func TestGatewayCallRowsText(t *testing.T) {
 }
 
 // TestGatewayCallRowsReuseScratch checks that a batch's rows and text
-// cost no allocation once the scratch has held a batch as large, and that
-// release lets go of what the rows pointed to.
+// cost no allocation once the scratch has held a batch as large, that
+// putting it back lets go of what the rows pointed to, and that the spare
+// is handed out once.
 func TestGatewayCallRowsReuseScratch(t *testing.T) {
 	t0 := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
 	p := &gatewayProject{team: fallbackTeam, id: 1}
@@ -152,11 +153,18 @@ func TestGatewayCallRowsReuseScratch(t *testing.T) {
 			len(recs), perBatch, len(recs)*16+1024)
 	}
 	rows := sc.rows[:cap(sc.rows)]
-	sc.release()
+	spare := newScratchSpare()
+	spare.put(sc)
 	for i := range rows {
 		if rows[i].project != nil || rows[i].callID != nil || rows[i].created != nil {
-			t.Fatalf("row %d still points to its record after release: %+v", i, rows[i])
+			t.Fatalf("row %d still points to its record once put back: %+v", i, rows[i])
 		}
+	}
+	if got := spare.take(); got != sc {
+		t.Error("take did not return the scratch put back")
+	}
+	if spare.take() == sc {
+		t.Error("take returned the scratch twice")
 	}
 }
 
