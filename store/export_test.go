@@ -55,7 +55,7 @@ func (d *DB) insertGatewayCalls(ctx context.Context, recs []accounting.Record, n
 		return err
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	if err := insertGatewayCalls(ctx, c, recs, numbered, d.callScratch); err != nil {
+	if err := insertGatewayCalls(ctx, c, recs, numbered); err != nil {
 		return err
 	}
 	return tx.Commit()

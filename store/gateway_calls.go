@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unsafe"
 
 	"github.com/tollgate-dev/tollgate/accounting"
 	"github.com/tollgate-dev/tollgate/jsonstr"
@@ -125,74 +124,26 @@ type gatewayRow struct {
 // strings: its two times and the JSON around the attributes and summary.
 const gatewayRowText = 320
 
-// gatewayScratch holds the rows and the text of a batch's calls (see
-// gatewayCallRows) from one batch to the next: a batch of 512 requests
-// builds some 200 KB of text, and the writer's allocations are what
-// paces the collector, whose pauses reach requests in flight.
-type gatewayScratch struct {
-	rows []gatewayRow
-	text []byte
-}
-
-// maxKeptScratchText bounds the text a scratch keeps for the next batch:
-// an unusually large batch's buffer goes to the collector.
-const maxKeptScratchText = 1 << 20
-
-// scratchSpare keeps one gatewayScratch for the next batch. One is
-// enough, as batches are written one at a time (the usage writer's), and
-// keeping one rather than pooling them per processor, as sync.Pool does,
-// holds a quarter MiB rather than a few.
-type scratchSpare chan *gatewayScratch
-
-func newScratchSpare() scratchSpare { return make(scratchSpare, 1) }
-
-// take returns the spare scratch, or a new one while another batch holds
-// it (or sp is nil).
-func (sp scratchSpare) take() *gatewayScratch {
-	select {
-	case sc := <-sp:
-		return sc
-	default:
-		return new(gatewayScratch)
-	}
-}
-
-// put drops what sc's rows point to and keeps sc as the spare, unless
-// there is one already. The text built in sc must no longer be in use.
-func (sp scratchSpare) put(sc *gatewayScratch) {
-	clear(sc.rows)
-	sc.rows = sc.rows[:0]
-	if cap(sc.text) > maxKeptScratchText {
-		sc.text = nil
-	}
-	sc.text = sc.text[:0]
-	select {
-	case sp <- sc:
-	default:
-	}
-}
-
 // gatewayCallRows returns the rows of recs' calls and the text they
-// bound, built in sc. All of a batch's text is one string over sc's
-// buffer, so that a record's four texts cost no allocation of their own
-// (each argument is still boxed). The rows and the text are sc's: they
-// stay valid until sc is put back, and no statement keeps its arguments
-// after it ran (both drivers copy them into their own buffers).
-func gatewayCallRows(sc *gatewayScratch, recs []accounting.Record, projects map[[2]string]*gatewayProject) ([]gatewayRow, string) {
-	rows := slices.Grow(sc.rows[:0], len(recs))[:len(recs)]
+// bound. All of a batch's text is one string, built through one reused
+// buffer, so that a record's four texts cost no allocation of their own;
+// each argument is still boxed.
+func gatewayCallRows(recs []accounting.Record, projects map[[2]string]*gatewayProject) ([]gatewayRow, string) {
+	rows := make([]gatewayRow, len(recs))
 	size := 0
 	for i := range recs {
 		rec := &recs[i]
 		size += gatewayRowText + len(rec.RequestID) + len(rec.KeyName) + len(rec.Backend) + len(rec.ServedModel) +
 			len(rec.CompletionID) + len(rec.Model)
 	}
-	text := slices.Grow(sc.text[:0], size)
+	var text strings.Builder
+	text.Grow(size)
+	var buf []byte
 	var created any
 	for i := range recs {
 		rec, row := &recs[i], &rows[i]
 		row.project = projects[recordProject(rec)]
 		row.callID = rec.CallID
-		row.created = nil
 		if rec.CompletionID != "" {
 			if c, ok := created.(int64); !ok || c != rec.CompletionCreated {
 				created = rec.CompletionCreated
@@ -203,18 +154,19 @@ func gatewayCallRows(sc *gatewayScratch, recs []accounting.Record, projects map[
 		if ended.IsZero() {
 			ended = rec.Started
 		}
-		row.text[0] = len(text)
-		text = appendTraceTime(text, rec.Started)
-		row.text[1] = len(text)
-		text = appendTraceTime(text, ended)
-		row.text[2] = len(text)
-		text = appendGatewayAttributes(text, rec)
-		row.text[3] = len(text)
-		text = appendGatewaySummary(text, rec)
-		row.text[4] = len(text)
+		base := text.Len()
+		row.text[0] = base
+		buf = appendTraceTime(buf[:0], rec.Started)
+		row.text[1] = base + len(buf)
+		buf = appendTraceTime(buf, ended)
+		row.text[2] = base + len(buf)
+		buf = appendGatewayAttributes(buf, rec)
+		row.text[3] = base + len(buf)
+		buf = appendGatewaySummary(buf, rec)
+		row.text[4] = base + len(buf)
+		text.Write(buf)
 	}
-	sc.rows, sc.text = rows, text
-	return rows, unsafe.String(unsafe.SliceData(text), len(text))
+	return rows, text.String()
 }
 
 // lastArg boxes a string argument once for each run of equal values: a
@@ -237,7 +189,7 @@ func (l *lastArg) box(s string) any {
 // is left alone, so that a retried batch inserts nothing twice. numbered
 // lets SQLite statements bind fewer values (gatewayCallShapes); without
 // it every statement binds every value, as PostgreSQL's do.
-func insertGatewayCalls(ctx context.Context, c conn, recs []accounting.Record, numbered bool, spare scratchSpare) error {
+func insertGatewayCalls(ctx context.Context, c conn, recs []accounting.Record, numbered bool) error {
 	if len(recs) == 0 {
 		return nil
 	}
@@ -245,9 +197,7 @@ func insertGatewayCalls(ctx context.Context, c conn, recs []accounting.Record, n
 	if err != nil {
 		return fmt.Errorf("insert gateway calls: %w", err)
 	}
-	sc := spare.take()
-	defer spare.put(sc)
-	rows, text := gatewayCallRows(sc, recs, projects)
+	rows, text := gatewayCallRows(recs, projects)
 	var op, user lastArg
 	if numbered {
 		err = insertNumberedGatewayCalls(ctx, c, recs, rows, text)

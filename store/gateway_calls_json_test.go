@@ -2,9 +2,6 @@ package store
 
 import (
 	"encoding/json"
-	"fmt"
-	"runtime"
-	"strings"
 	"testing"
 	"time"
 
@@ -86,22 +83,7 @@ func TestGatewayCallRowsText(t *testing.T) {
 		{fallbackTeam, fallbackProject}: {team: fallbackTeam, id: 1},
 		{"t", "p"}:                      {team: "t", id: 2},
 	}
-	// A scratch that held a larger batch's rows and text before, as the
-	// pool's do: nothing of that batch may show in this one's.
-	sc := new(gatewayScratch)
-	big := make([]accounting.Record, 8)
-	for i := range big {
-		big[i] = accounting.Record{CallID: fmt.Sprint("old", i), Model: strings.Repeat("o", 300), KeyName: "old",
-			Started: t0.Add(-time.Hour), CompletionID: "old", CompletionCreated: 7}
-	}
-	gatewayCallRows(sc, big, projects)
-	rows, text := gatewayCallRows(sc, recs, projects)
-	if len(rows) != len(recs) {
-		t.Fatalf("%d rows for %d records", len(rows), len(recs))
-	}
-	if rows[1].created != nil {
-		t.Errorf("record 1 has no completion id, but its row's date is %v", rows[1].created)
-	}
+	rows, text := gatewayCallRows(recs, projects)
 	for i := range recs {
 		rec, row := &recs[i], &rows[i]
 		ended := rec.Ended
@@ -118,53 +100,6 @@ func TestGatewayCallRowsText(t *testing.T) {
 		if row.project != projects[recordProject(rec)] || row.callID != rec.CallID {
 			t.Errorf("record %d: project %+v, call id %v", i, row.project, row.callID)
 		}
-	}
-}
-
-// TestGatewayCallRowsReuseScratch checks that a batch's rows and text
-// cost no allocation once the scratch has held a batch as large, that
-// putting it back lets go of what the rows pointed to, and that the spare
-// is handed out once.
-func TestGatewayCallRowsReuseScratch(t *testing.T) {
-	t0 := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
-	p := &gatewayProject{team: fallbackTeam, id: 1}
-	projects := map[[2]string]*gatewayProject{{fallbackTeam, fallbackProject}: p}
-	recs := make([]accounting.Record, 512)
-	for i := range recs {
-		// One completion date for the batch: its box is the one
-		// allocation left.
-		recs[i] = accounting.Record{CallID: fmt.Sprintf("call-%04d", i), RequestID: fmt.Sprintf("req-%04d", i), Model: "m",
-			KeyName: "k", Backend: "b", ServedModel: "m", Started: t0.Add(time.Duration(i) * time.Millisecond),
-			CompletionID: fmt.Sprintf("chatcmpl-%d", i), CompletionCreated: t0.Unix()}
-	}
-	sc := new(gatewayScratch)
-	gatewayCallRows(sc, recs, projects)
-	// What is left is each row's boxed call id (16 bytes) and the date's
-	// box; the text alone is some 200 bytes a record.
-	const runs = 20
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	for range runs {
-		gatewayCallRows(sc, recs, projects)
-	}
-	runtime.ReadMemStats(&after)
-	if perBatch := (after.TotalAlloc - before.TotalAlloc) / runs; perBatch > uint64(len(recs))*16+1024 {
-		t.Errorf("a batch of %d records into a used scratch allocated %d bytes, want at most %d (the boxed call ids)",
-			len(recs), perBatch, len(recs)*16+1024)
-	}
-	rows := sc.rows[:cap(sc.rows)]
-	spare := newScratchSpare()
-	spare.put(sc)
-	for i := range rows {
-		if rows[i].project != nil || rows[i].callID != nil || rows[i].created != nil {
-			t.Fatalf("row %d still points to its record once put back: %+v", i, rows[i])
-		}
-	}
-	if got := spare.take(); got != sc {
-		t.Error("take did not return the scratch put back")
-	}
-	if spare.take() == sc {
-		t.Error("take returned the scratch twice")
 	}
 }
 

@@ -43,13 +43,10 @@ type DB struct {
 	// throwaway is the directory of a ":memory:" store's file, removed by
 	// Close; empty otherwise.
 	throwaway string
-	// callScratch keeps the rows and text of InsertRecords' calls for the
-	// next batch.
-	callScratch scratchSpare
 }
 
 func newDB(db *sql.DB, d dialect) *DB {
-	return &DB{db: db, dialect: d, expr: exprCompilerFor(d), stmts: newStmtCache(db, d), callScratch: newScratchSpare()}
+	return &DB{db: db, dialect: d, expr: exprCompilerFor(d), stmts: newStmtCache(db, d)}
 }
 
 // Open opens (creating it on first start) the store cfg describes and

@@ -74,7 +74,7 @@ func (d *DB) insertRecords(ctx context.Context, recs []accounting.Record, now ti
 	if err != nil {
 		return err
 	}
-	if err := insertGatewayCalls(ctx, c, recs, c.d == dialectSQLite, d.callScratch); err != nil {
+	if err := insertGatewayCalls(ctx, c, recs, c.d == dialectSQLite); err != nil {
 		return err
 	}
 	if first {
