@@ -218,7 +218,7 @@ func run(args []string, stdout, stderr io.Writer) (err error) {
 	// gateway hold the streams in turn, each stopped before the next
 	// starts, so no process needs more; the margin covers everything else.
 	held := o.openStreams
-	if o.only == "soak" {
+	if o.only == "soak" || o.only == "open" {
 		held = nil
 	}
 	want := uint64(2*slices.Max(append([]int{0}, held...)) + 4096)

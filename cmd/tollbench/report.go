@@ -152,7 +152,8 @@ type settings struct {
 	// BareStore is set when the bare proxy recorded every request
 	// (-bare-store).
 	BareStore bool `json:"bare_store,omitempty"`
-	// Only is "soak" when the measurements were skipped.
+	// Only names the one part that ran (-only): "soak", "streams" or
+	// "open"; empty when every part did.
 	Only            string  `json:"only,omitempty"`
 	Soak            string  `json:"soak,omitempty"`
 	SoakWarmup      string  `json:"soak_warmup,omitempty"`
@@ -184,10 +185,19 @@ func (r *report) writeTable(w io.Writer) error {
 		m.CPU, m.Cores, m.MemoryMiB, m.Kernel, m.GoVersion, m.NoFileLimit)
 	s := r.Settings
 	if s.Only != "soak" {
-		fmt.Fprintf(&b, "phases: %s each, %d rounds of direct/bare/gateway; open loop rates %v on up to %d conns; closed loop %d conns\n",
-			s.Phase, s.Rounds, s.Rates, s.OpenLoopConns, s.Conns)
-		fmt.Fprintf(&b, "streams: %d concurrent, %d events at %s; open streams %v at %s per event\n",
-			s.StreamConc, s.StreamTokens, s.StreamITL, s.OpenStreams, s.SlowITL)
+		// Each part that runs, and no other (-only).
+		fmt.Fprintf(&b, "phases: %s each, %d rounds of direct/bare/gateway", s.Phase, s.Rounds)
+		if s.Only != "streams" {
+			fmt.Fprintf(&b, "; open loop rates %v on up to %d conns", s.Rates, s.OpenLoopConns)
+		}
+		if s.Only == "" {
+			fmt.Fprintf(&b, "; closed loop %d conns", s.Conns)
+		}
+		b.WriteString("\n")
+		if s.Only != "open" {
+			fmt.Fprintf(&b, "streams: %d concurrent, %d events at %s; open streams %v at %s per event\n",
+				s.StreamConc, s.StreamTokens, s.StreamITL, s.OpenStreams, s.SlowITL)
+		}
 	}
 	if s.Soak != "" {
 		fmt.Fprintf(&b, "soak: %s after a %s warm-up, %d req/s open loop on up to %d conns, %.0f%% streams of %d events at %s, "+

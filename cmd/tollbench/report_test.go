@@ -131,6 +131,48 @@ func TestWriteJSON(t *testing.T) {
 	}
 }
 
+// TestWriteTableHeaderNamesWhatRan checks that the table's header
+// describes the parts that ran, and no other (-only).
+func TestWriteTableHeaderNamesWhatRan(t *testing.T) {
+	base := settings{Phase: "5s", Rounds: 2, Rates: []int{1000, 2000}, OpenLoopConns: 256, Conns: 64,
+		StreamConc: 16, StreamTokens: 64, StreamITL: "5ms", OpenStreams: []int{1000}, SlowITL: "1s", GatewayLog: "info"}
+	const (
+		open    = "open loop rates [1000 2000] on up to 256 conns"
+		closed  = "closed loop 64 conns"
+		streams = "streams: 16 concurrent"
+	)
+	tests := []struct {
+		only          string
+		want, wantNot []string
+	}{
+		{"", []string{open, closed, streams}, nil},
+		{"open", []string{"phases: 5s each, 2 rounds", open}, []string{closed, streams}},
+		{"streams", []string{"phases: 5s each, 2 rounds", streams}, []string{open, closed}},
+		{"soak", nil, []string{"phases:", open, closed, streams}},
+	}
+	for _, tt := range tests {
+		t.Run("only="+tt.only, func(t *testing.T) {
+			s := base
+			s.Only = tt.only
+			r := report{Date: "2026-01-01T00:00:00Z", Settings: s}
+			var b strings.Builder
+			if err := r.writeTable(&b); err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(b.String(), w) {
+					t.Errorf("header lacks %q:\n%s", w, b.String())
+				}
+			}
+			for _, w := range tt.wantNot {
+				if strings.Contains(b.String(), w) {
+					t.Errorf("header names %q, which did not run:\n%s", w, b.String())
+				}
+			}
+		})
+	}
+}
+
 // TestCompareIsARatioToTheBareProxy checks the rows that judge the
 // gateway: what it adds over direct, divided by what the bare proxy adds.
 func TestCompareIsARatioToTheBareProxy(t *testing.T) {
