@@ -1,6 +1,8 @@
 package backends
 
 import (
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -130,4 +132,52 @@ func TestRetryBudgetConfigure(t *testing.T) {
 			t.Errorf("one second refilled %d retries, want budget_min 10", n)
 		}
 	})
+}
+
+// Requests counted on many goroutines at once, while others take retries,
+// add up exactly: every request's share is counted until the bucket is
+// full, and a full bucket stays at its cap.
+func TestRetryBudgetConcurrent(t *testing.T) {
+	const workers, perWorker = 8, 500
+	b := NewRetryBudget(config.Retries{BudgetRatio: 0.25, BudgetMin: 100}) // cap 1,000 retries
+	now := b.last
+	drain(b, now)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for range perWorker {
+				b.Request()
+			}
+		})
+	}
+	wg.Wait()
+	// 4,000 requests at 0.25: 1,000 retries, exactly the cap.
+	if n := drain(b, now); n != workers*perWorker/4 {
+		t.Fatalf("%d concurrent requests at ratio 0.25 allowed %d retries, want %d", workers*perWorker, n, workers*perWorker/4)
+	}
+
+	// With the bucket full, concurrent requests leave it at its cap while
+	// concurrent retries take from it: every retry allowed took a token.
+	for range 4 * workers * perWorker {
+		b.Request()
+	}
+	var allowed atomic.Int64
+	for i := range workers {
+		wg.Go(func() {
+			for range perWorker {
+				if i%2 == 0 {
+					b.Request()
+				} else if b.Retry(now) {
+					allowed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	left := drain(b, now)
+	// The retries took allowed tokens from a full bucket of 1,000, and the
+	// requests added at most 2,000 × 0.25 = 500 back, capped at 1,000.
+	if got := allowed.Load() + int64(left); got < 1000 || got > 1500 || left > 1000 {
+		t.Fatalf("allowed %d, left %d: want a total of 1,000 to 1,500 and at most 1,000 left", allowed.Load(), left)
+	}
 }

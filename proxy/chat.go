@@ -350,7 +350,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *completion, bod
 	if c.route.Affinity {
 		affinity = backends.AffinityKey(promptPrefix(body))
 	}
-	c.watch = s.clients.watch(ctx)
+	c.watch = s.clients.watch(ctx, c.rec.Started)
 	defer c.watch.stop()
 	var triedArr [maxAttempts]*backends.Backend
 	tried := backends.Tried(triedArr[:0])
@@ -453,7 +453,6 @@ type attemptResult struct {
 // and, unless the failure is one to retry, answers the client. It releases
 // the slot, or hands it to the stream body.
 func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *completion, route *backends.Route, b *backends.Backend, body []byte) attemptResult {
-	started := time.Now()
 	bufp := bodyBufs.Get().(*[]byte)
 	upBody := buildUpstreamBody((*bufp)[:0], body, c.req, route, b.ContinuousUsage())
 
@@ -469,9 +468,12 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *completion, route *backend
 
 	resp := fasthttp.AcquireResponse()
 	resp.StreamBody = c.req.Stream
+	// One clock read on each side of the round trip serves the request's
+	// upstream time and the backend's time to first byte alike.
 	sent := time.Now()
 	err := b.DoAbortable(req, resp, &c.watch.abort)
-	c.upstream += time.Since(sent)
+	roundTrip := time.Since(sent)
+	c.upstream += roundTrip
 	fasthttp.ReleaseRequest(req)
 	*bufp = upBody[:0]
 	bodyBufs.Put(bufp)
@@ -502,7 +504,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *completion, route *backend
 	if status >= 500 {
 		b.ReportFailure()
 	} else {
-		b.ReportSuccess(time.Since(started))
+		b.ReportSuccess(roundTrip)
 	}
 	replyModel := c.replyModel(route)
 	ctx.Response.Header.SetCanonical(servedModelName, s2b(route.Name))

@@ -66,14 +66,16 @@ type clientWatcher struct {
 
 func newClientWatcher() *clientWatcher { return &clientWatcher{stop: make(chan struct{})} }
 
-// watch starts watching ctx's connection. The caller must call stop on the
-// watch before the request ends.
-func (cw *clientWatcher) watch(ctx *fasthttp.RequestCtx) *clientWatch {
+// watch starts watching ctx's connection for a request that began at
+// started (the request's own start: a clock read per request fewer, and a
+// few microseconds earlier than the watch, well inside clientPollInterval).
+// The caller must call stop on the watch before the request ends.
+func (cw *clientWatcher) watch(ctx *fasthttp.RequestCtx, started time.Time) *clientWatch {
 	w := clientWatches.Get().(*clientWatch)
 	if w.gone == nil || isClosed(w.gone) {
 		w.gone = make(chan struct{})
 	}
-	w.conn, w.started, w.watcher = ctx.Conn(), time.Now(), cw
+	w.conn, w.started, w.watcher = ctx.Conn(), started, cw
 	cw.mu.Lock()
 	w.next = cw.head
 	if cw.head != nil {

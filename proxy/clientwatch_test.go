@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"testing"
+	"time"
 
 	"github.com/valyala/fasthttp"
 )
@@ -13,8 +14,8 @@ func TestClientWatchAllocatesNothing(t *testing.T) {
 	cw := newClientWatcher()
 	defer cw.close()
 	var ctx fasthttp.RequestCtx
-	cw.watch(&ctx).stop()
-	if n := testing.AllocsPerRun(100, func() { cw.watch(&ctx).stop() }); n != 0 {
+	cw.watch(&ctx, time.Now()).stop()
+	if n := testing.AllocsPerRun(100, func() { cw.watch(&ctx, time.Now()).stop() }); n != 0 {
 		t.Errorf("watch and stop allocate %.1f times, want 0", n)
 	}
 }
@@ -24,7 +25,7 @@ func TestClientWatchAllocatesNothing(t *testing.T) {
 func TestClientWatcherList(t *testing.T) {
 	cw := newClientWatcher()
 	var ctx fasthttp.RequestCtx
-	a, b, c := cw.watch(&ctx), cw.watch(&ctx), cw.watch(&ctx)
+	a, b, c := cw.watch(&ctx, time.Now()), cw.watch(&ctx, time.Now()), cw.watch(&ctx, time.Now())
 	count := func() int {
 		cw.mu.Lock()
 		defer cw.mu.Unlock()
@@ -46,7 +47,7 @@ func TestClientWatcherList(t *testing.T) {
 	if n := count(); n != 0 {
 		t.Fatalf("after stopping all: %d listed, want 0", n)
 	}
-	d := cw.watch(&ctx)
+	d := cw.watch(&ctx, time.Now())
 	cw.close() // returns once the goroutine has exited; goleak checks it
 	d.stop()
 	cw.close()
