@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/tollgate-dev/tollgate/sockpeek"
 )
 
 // timeoutConn enforces the per-phase upstream timeouts that fasthttp's
@@ -106,7 +108,7 @@ func (c *timeoutConn) canAwait() bool {
 		return true
 	}
 	sc, ok := c.Conn.(syscall.Conn)
-	if !canPeek || !ok {
+	if !sockpeek.Supported || !ok {
 		return false
 	}
 	raw, err := sc.SyscallConn()
@@ -121,11 +123,11 @@ func (c *timeoutConn) canAwait() bool {
 // unless the socket has nothing to read yet. The socket's error, which a
 // peek takes from it as a read would, is kept for the next Read.
 func (c *timeoutConn) peek(fd uintptr) bool {
-	ready, err := readable(fd)
+	st, err := sockpeek.Peek(fd)
 	if err != nil {
 		c.peekErr = err
 	}
-	return ready
+	return st != sockpeek.Empty
 }
 
 // awaitReadable blocks, reading nothing, until Conn has bytes to read, has
