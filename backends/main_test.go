@@ -7,17 +7,14 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tollgate-dev/tollgate/config"
+	"github.com/tollgate-dev/tollgate/internal/leakcheck"
 )
 
 // TestMain checks that no test leaves a goroutine behind: health checkers must be stopped and
-// in-process simulated backends shut down. fasthttp's client connection cleaner and its global
-// date ticker are not ours and are ignored.
+// in-process simulated backends shut down. fasthttp's own background goroutines are not ours and
+// are ignored.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.init.func1"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
-	)
+	goleak.VerifyTestMain(m, leakcheck.IgnoreFasthttp()...)
 }
 
 // testHealth is the health configuration of the backends built by newTestBackend.

@@ -23,6 +23,7 @@ import (
 	"github.com/tollgate-dev/tollgate/backends"
 	"github.com/tollgate-dev/tollgate/backends/simulated"
 	"github.com/tollgate-dev/tollgate/config"
+	"github.com/tollgate-dev/tollgate/internal/leakcheck"
 	"github.com/tollgate-dev/tollgate/proxy"
 )
 
@@ -383,13 +384,7 @@ func checkLeaks(t *testing.T) {
 	before := goleak.IgnoreCurrent()
 	t.Cleanup(func() {
 		leakChecked.Delete(t)
-		goleak.VerifyNone(t, before,
-			goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
-			goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
-			// fasthttp's worker pool cleaner checks for the stop only after sleeping for the
-			// server's MaxIdleWorkerDuration.
-			goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
-		)
+		goleak.VerifyNone(t, append(leakcheck.IgnoreFasthttp(), before)...)
 	})
 }
 

@@ -4,16 +4,13 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/tollgate-dev/tollgate/internal/leakcheck"
 )
 
 // TestMain fails the package if a test leaves a goroutine behind. Ignored
-// are fasthttp's process-wide helpers, which outlive any one server or
-// client: the server date ticker, and the cleaners of client connections
-// and server workers, which look for their stop only after a sleep.
+// are fasthttp's own background goroutines, which outlive any one server
+// or client (leakcheck.IgnoreFasthttp).
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
-	)
+	goleak.VerifyTestMain(m, leakcheck.IgnoreFasthttp()...)
 }

@@ -16,17 +16,15 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
 	"go.uber.org/goleak"
+
+	"github.com/tollgate-dev/tollgate/internal/leakcheck"
 )
 
 // TestMain checks that no test leaves a goroutine of the server behind: Shutdown must wait for
-// everything the server started. The fasthttp client's connection cleaner and fasthttp's global
-// date ticker are not ours and are ignored.
+// everything the server started. fasthttp's own background goroutines are not ours and are
+// ignored.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.init.func1"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
-	)
+	goleak.VerifyTestMain(m, leakcheck.IgnoreFasthttp()...)
 }
 
 // harness is a running server and a client for it, over an in-memory listener or real TCP.

@@ -13,11 +13,14 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/tollgate-dev/tollgate/internal/leakcheck"
 )
 
-// TestMain checks that run leaves nothing behind; fasthttp's global date ticker is not ours.
+// TestMain checks that run leaves nothing behind; fasthttp's own background goroutines are not
+// ours.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"))
+	goleak.VerifyTestMain(m, leakcheck.IgnoreFasthttp()...)
 }
 
 func TestParseFlags(t *testing.T) {

@@ -10,15 +10,14 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"go.uber.org/goleak"
+
+	"github.com/tollgate-dev/tollgate/internal/leakcheck"
 )
 
+// TestMain fails the package if a test leaves a goroutine behind;
+// fasthttp's own background goroutines are not ours and are ignored.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
-	)
+	goleak.VerifyTestMain(m, leakcheck.IgnoreFasthttp()...)
 }
 
 // TestForwards checks that a reply comes back as the upstream sent it and
