@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate-dev/tollgate/backends"
 	"github.com/tollgate-dev/tollgate/backends/simulated"
 	"github.com/tollgate-dev/tollgate/config"
+	"github.com/tollgate-dev/tollgate/internal/bare"
 	"github.com/tollgate-dev/tollgate/proxy"
 )
 
@@ -150,7 +151,7 @@ func serveSimulatorTCP(b *testing.B) string {
 	return serveTCP(b, simulated.New(simulated.Options{Tokens: 16}))
 }
 
-// tcpServer is what serveTCP runs: the simulator and fasthttp.Server.
+// tcpServer is what serveTCP runs: the simulator.
 type tcpServer interface {
 	Serve(net.Listener) error
 	Shutdown() error
@@ -181,31 +182,26 @@ func tcpClient(addr string) *fasthttp.HostClient {
 	return &fasthttp.HostClient{Addr: addr, Dial: func(addr string) (net.Conn, error) { return net.Dial("tcp", addr) }}
 }
 
-// BenchmarkBareProxyTCP is BenchmarkHandlerNonStreamTCP through what
-// cmd/bareproxy does instead of the gateway: forward the request as it
-// came and copy the reply back. The difference between the two is the
-// gateway's own cost per request.
+// BenchmarkBareProxyTCP is BenchmarkHandlerNonStreamTCP through the
+// forwarder cmd/bareproxy runs (internal/bare) instead of the gateway:
+// forward the request as it came and copy the reply back. The difference
+// between the two is the gateway's own cost per request.
 func BenchmarkBareProxyTCP(b *testing.B) {
-	// Cleanups run last registered first: the proxy shuts down, then its
-	// idle upstream connections close, then the simulator shuts down.
-	upstream := tcpClient(serveSimulatorTCP(b))
-	upstream.NoDefaultUserAgentHeader = true
-	b.Cleanup(upstream.CloseIdleConnections)
-	srv := &fasthttp.Server{NoDefaultServerHeader: true, ReduceMemoryUsage: true, Handler: func(ctx *fasthttp.RequestCtx) {
-		req := fasthttp.AcquireRequest()
-		ctx.Request.CopyTo(req)
-		resp := fasthttp.AcquireResponse()
-		err := upstream.Do(req, resp)
-		fasthttp.ReleaseRequest(req)
-		if err != nil {
-			fasthttp.ReleaseResponse(resp)
-			ctx.Error("upstream: "+err.Error(), fasthttp.StatusBadGateway)
-			return
+	p := bare.New(serveSimulatorTCP(b), nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Serve(ctx, ln) }()
+	// Cleanups run last registered first: the proxy shuts down and closes
+	// its idle upstream connections, then the simulator shuts down.
+	b.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			b.Error(err)
 		}
-		ctx.SetStatusCode(resp.StatusCode())
-		ctx.Response.Header.SetContentTypeBytes(resp.Header.ContentType())
-		ctx.Response.SetBody(resp.Body())
-		fasthttp.ReleaseResponse(resp)
-	}}
-	runHandlerBench(b, tcpClient(serveTCP(b, srv)), append(append([]byte(nil), benchBody...), '}'))
+	})
+	runHandlerBench(b, tcpClient(ln.Addr().String()), append(append([]byte(nil), benchBody...), '}'))
 }

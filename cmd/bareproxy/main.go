@@ -16,7 +16,7 @@ import (
 	"flag"
 	"io"
 
-	"github.com/tollgate-dev/tollgate/cmd/internal/bare"
+	"github.com/tollgate-dev/tollgate/internal/bare"
 )
 
 func main() { bare.Main("bareproxy", run) }

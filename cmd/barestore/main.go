@@ -29,8 +29,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/tollgate-dev/tollgate/accounting"
-	"github.com/tollgate-dev/tollgate/cmd/internal/bare"
 	"github.com/tollgate-dev/tollgate/config"
+	"github.com/tollgate-dev/tollgate/internal/bare"
 	"github.com/tollgate-dev/tollgate/store"
 )
 

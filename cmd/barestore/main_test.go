@@ -11,7 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"go.uber.org/goleak"
 
-	"github.com/tollgate-dev/tollgate/cmd/internal/bare"
+	"github.com/tollgate-dev/tollgate/internal/bare"
 	"github.com/tollgate-dev/tollgate/internal/leakcheck"
 )
 

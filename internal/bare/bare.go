@@ -1,6 +1,7 @@
 // Package bare is the forwarder of the floors tollbench measures the
-// gateway against (cmd/bareproxy, cmd/barestore): a reverse proxy that does
-// nothing but forward, on the same fasthttp server and client as the
+// gateway against (cmd/bareproxy, cmd/barestore), and that proxy's
+// BenchmarkBareProxyTCP sets beside the gateway's: a reverse proxy that
+// does nothing but forward, on the same fasthttp server and client as the
 // gateway, with keep-alive upstream connections and response bodies
 // streamed through as they arrive; and the main and flags the two
 // commands share.
