@@ -52,3 +52,29 @@ func (b *bench) floorLoop(ctx context.Context, body []byte) error {
 	b.othersRow(sec, cpu)
 	return nil
 }
+
+// floorOpenLoops is -bare-store's own open loops: at each of -rates, the
+// backend directly (DIRECT), a plain bare proxy (BARE) and the bare proxy
+// that stores every request (in the GATEWAY column), so that what storing
+// each request as the gateway does costs the latency, above all its tail,
+// comes from one run. The goals are the gateway's and do not apply
+// to these rows; their ratios are what the floor itself reaches.
+func (b *bench) floorOpenLoops(ctx context.Context, body []byte) error {
+	o := b.o
+	sd := sides{
+		eps: [numSides]*endpoint{
+			newEndpoint("direct", b.fastAddr, b.key, o.openConns),
+			newEndpoint("plain bare proxy", b.plainFastAddr, b.key, o.openConns),
+			newEndpoint("bare+store", b.bareFastAddr, b.key, o.openConns),
+		},
+		fronts: [numSides]*proc{nil, b.plainFast, b.bareFast},
+	}
+	defer sd.close()
+	for _, rate := range o.rates {
+		rep := loopReport{section: fmt.Sprintf("floor: open loop %d/s", rate), note: "BARE is a plain bare proxy, GATEWAY the one that stores"}
+		if err := b.openLoop(ctx, sd, body, rate, rep); err != nil {
+			return fmt.Errorf("floor: %w", err)
+		}
+	}
+	return nil
+}

@@ -100,8 +100,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.keep, "keep", false, "keep the run's directory (config, logs, SQLite file) and print where it is")
 	fs.StringVar(&o.logLevel, "gateway-log-level", "info", "the gateway's log.level; info logs a line per request, as a default install does")
 	fs.BoolVar(&o.bareStore, "bare-store", false, "measure against cmd/barestore, the bare proxy that also records every request in an SQLite file through "+
-		"the gateway's usage writer: the bare column is then the floor of a proxy that accounts durably; a floor phase "+
-		"after the closed loop compares it, and the gateway, with a plain bare proxy in one run")
+		"the gateway's usage writer: the bare column is then the floor of a proxy that accounts durably; floor phases "+
+		"after the closed loop compare it with a plain bare proxy in one run: a closed loop (with the gateway too) and open loops at -rates")
 	fs.StringVar(&o.only, "only", "", "run only this `part`: soak skips the direct/bare/gateway measurements (then -soak must be set); "+
 		"streams measures only the streaming latency and, unless -streams is empty, the open streams; "+
 		"open measures only the open loops at -rates")

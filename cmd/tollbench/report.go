@@ -206,7 +206,8 @@ func (r *report) writeTable(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "gateway log level %s\n", s.GatewayLog)
 	if s.BareStore {
-		fmt.Fprintf(&b, "bare proxy: cmd/barestore, which records every request through the gateway's usage writer into SQLite (-bare-store)\n")
+		fmt.Fprintf(&b, "bare proxy: cmd/barestore, which records every request through the gateway's usage writer into SQLite (-bare-store); "+
+			"the floor sections set it beside a plain bare proxy, as their notes say\n")
 	}
 	fmt.Fprintln(&b)
 	if _, err := io.WriteString(w, b.String()); err != nil {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -306,5 +307,56 @@ func TestMemoryRowOf(t *testing.T) {
 	}
 	if want := "anon 16.0 / file 20.0 MiB; bare proxy anon 3.0 / file 11.0 MiB; peak (VmHWM): gateway 40.0 MiB, bare proxy 16.0 MiB"; rw.Note != want {
 		t.Errorf("note = %q, want %q", rw.Note, want)
+	}
+}
+
+// TestOpenLoopRowsGoals checks that an open loop's rows are judged by the
+// issue's goals only when they are the gateway's: the floor's open loops,
+// whose GATEWAY column is the bare proxy that stores, report ratios with
+// no goal, and say what their columns are.
+func TestOpenLoopRowsGoals(t *testing.T) {
+	us := time.Microsecond
+	var res [numSides]loadResult
+	for side, added := range [numSides]time.Duration{0, 50 * us, 70 * us} {
+		lat := make([]time.Duration, 100)
+		for i := range lat {
+			lat[i] = 100*us + added + time.Duration(i)*us
+		}
+		res[side] = loadResult{Latencies: lat, Lags: make([]time.Duration, 100), OK: 100, Elapsed: time.Second}
+	}
+	var cpu [numSides]cpuDelta
+	for side := range cpu {
+		cpu[side] = cpuDelta{front: time.Duration(side) * 10 * time.Millisecond, wall: time.Second}
+	}
+	const note = "BARE is a plain bare proxy, GATEWAY the one that stores"
+	tests := []struct {
+		name      string
+		rep       loopReport
+		wantGoals []string // metrics that carry a goal, besides failed requests
+	}{
+		{"gateway", loopReport{section: "open loop 2000/s", goals: true},
+			[]string{"latency p50 (from scheduled send), added over bare", "latency p99, added over bare", "CPU/request, gateway / bare proxy"}},
+		{"floor", loopReport{section: "floor: open loop 2000/s", note: note}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := &bench{rep: &report{}}
+			b.openLoopRows(tt.rep, targetRateForP99, res, cpu)
+			var goals []string
+			for _, rw := range b.rep.Rows {
+				if rw.Section != tt.rep.section {
+					t.Errorf("row %q in section %q, want %q", rw.Metric, rw.Section, tt.rep.section)
+				}
+				if rw.Target != nil && rw.Metric != "failed requests" {
+					goals = append(goals, rw.Metric)
+				}
+				if strings.Contains(rw.Metric, "added over bare") && tt.rep.note != "" && !strings.Contains(rw.Note, tt.rep.note) {
+					t.Errorf("row %q note %q lacks %q", rw.Metric, rw.Note, tt.rep.note)
+				}
+			}
+			if !slices.Equal(goals, tt.wantGoals) {
+				t.Errorf("rows with a goal = %q, want %q", goals, tt.wantGoals)
+			}
+		})
 	}
 }
