@@ -389,7 +389,7 @@ func (b *bench) openLoopRows(rep loopReport, rate int, res [numSides]loadResult,
 	b.sideRow(sec, "generator send lag p99", unitMicros, pick(lag, p99),
 		"how late requests left the generator; part of every side's latency")
 	b.rateRows(sec, res)
-	b.cpuRows(sec, okCounts(res), cpu, tCPU)
+	b.cpuRows(sec, okCounts(res), cpu, tCPU, rep.note)
 }
 
 // joinNotes joins the notes that are not empty with "; ".
@@ -444,7 +444,7 @@ func (b *bench) closedLoop(ctx context.Context, sd sides, body []byte) error {
 	b.compare(sec, "latency p50", pick(q, p50), nil, "")
 	b.compare(sec, "latency p99", pick(q, p99), nil, "")
 	b.errorRow(sec, res)
-	b.cpuRows(sec, okCounts(res), cpu, atMost(targetCPURatio))
+	b.cpuRows(sec, okCounts(res), cpu, atMost(targetCPURatio), "")
 	return nil
 }
 
@@ -537,11 +537,11 @@ func (b *bench) errorRow(sec string, res [numSides]loadResult) {
 // cpuRows reports CPU time per request of the gateway against the bare
 // proxy's, and the backend's and the generator's on every side, which tell
 // where a 2-core machine's time goes when the throughput ratio is short.
-func (b *bench) cpuRows(sec string, reqs [numSides]int, cpu [numSides]cpuDelta, t *target) {
+func (b *bench) cpuRows(sec string, reqs [numSides]int, cpu [numSides]cpuDelta, t *target, note string) {
 	gw, bp := perRequest(cpu[gateway].front, reqs[gateway]), perRequest(cpu[bare].front, reqs[bare])
 	b.rep.add(row{Section: sec, Metric: "CPU/request, gateway / bare proxy", Unit: unitTimes, SideUnit: unitMicros,
 		Bare: ptr(bp), Gateway: ptr(gw), Value: safeRatio(gw, bp), Target: t,
-		Note: fmt.Sprintf("%s over %d requests, bare proxy %s over %d", cpu[gateway].front, reqs[gateway], cpu[bare].front, reqs[bare])})
+		Note: joinNotes(fmt.Sprintf("%s over %d requests, bare proxy %s over %d", cpu[gateway].front, reqs[gateway], cpu[bare].front, reqs[bare]), note)})
 	var be, gen [numSides]float64
 	for side := range cpu {
 		be[side], gen[side] = perRequest(cpu[side].backend, reqs[side]), perRequest(cpu[side].self, reqs[side])
