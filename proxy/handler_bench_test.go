@@ -148,19 +148,7 @@ func BenchmarkHandlerNonStreamTCP(b *testing.B) {
 // until the benchmark ends, and returns its address.
 func serveSimulatorTCP(b *testing.B) string {
 	b.Helper()
-	return serveTCP(b, simulated.New(simulated.Options{Tokens: 16}))
-}
-
-// tcpServer is what serveTCP runs: the simulator.
-type tcpServer interface {
-	Serve(net.Listener) error
-	Shutdown() error
-}
-
-// serveTCP serves srv on loopback TCP until the benchmark ends, and
-// returns its address.
-func serveTCP(b *testing.B, srv tcpServer) string {
-	b.Helper()
+	srv := simulated.New(simulated.Options{Tokens: 16})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
