@@ -3,11 +3,12 @@ package proxy
 import (
 	"errors"
 	"net"
-	"os"
 	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/tollgate-dev/tollgate/internal/handover"
 )
 
 // A stream held open costs what holds it while it waits for the next event.
@@ -52,10 +53,6 @@ const maxHeadWithEvent = 1 << 10
 // not allocate.
 var headBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
-// aLongTimeAgo is a read deadline already past: a read with it returns at
-// once what is buffered above the socket, and then a timeout.
-var aLongTimeAgo = time.Unix(1, 0)
-
 // writeOnConn has the stream written on the client's connection by a
 // goroutine of its own (see run), rather than by fasthttp's worker. The
 // response head is rendered here, where the headers set on ctx are, and
@@ -92,45 +89,13 @@ func (s *Server) writeOnConn(ctx *fasthttp.RequestCtx, sb *streamBody) {
 // hijacked takes the connection fasthttp hands over, on fasthttp's
 // goroutine, and starts the stream's own.
 func (sb *streamBody) hijacked(c net.Conn) {
-	conn, pipelined, ok := takeConn(c)
+	buf, bp := getBuf(scanBufSize)
+	conn, pipelined, ok := handover.TakeConn(c, buf)
+	putBuf(bp)
 	if !ok {
 		sb.keepAlive = false
 	}
 	go sb.run(conn, pipelined)
-}
-
-// takeConn returns the connection under fasthttp's hijacked one, and the
-// bytes the client sent after its request (pipelined), which fasthttp's
-// reader holds and gives back to its pool once the hijack handler returns.
-// Reading the hijacked connection with a deadline already past returns
-// those bytes, then a timeout, without reading the socket. ok is false
-// when the connection could not be taken: c is then returned as it is, to
-// be closed after the stream.
-func takeConn(c net.Conn) (conn net.Conn, pipelined []byte, ok bool) {
-	u, ok := c.(interface{ UnsafeConn() net.Conn })
-	if !ok {
-		return c, nil, false
-	}
-	conn = u.UnsafeConn()
-	if err := conn.SetReadDeadline(aLongTimeAgo); err != nil {
-		return c, nil, false
-	}
-	buf, bp := getBuf(scanBufSize)
-	defer putBuf(bp)
-	for {
-		n, err := c.Read(buf)
-		pipelined = append(pipelined, buf[:n]...)
-		if err != nil {
-			if !errors.Is(err, os.ErrDeadlineExceeded) {
-				return c, nil, false
-			}
-			break
-		}
-	}
-	if err := conn.SetReadDeadline(time.Time{}); err != nil {
-		return c, nil, false
-	}
-	return conn, pipelined, true
 }
 
 // run writes the stream on conn, settles it, and then serves the client's
@@ -200,7 +165,7 @@ func writeBodyEnd(conn net.Conn) error {
 // every frame of it, which cost the stream's first event about 30 µs on
 // the benchmark host. So the stack grows once the request has begun to
 // arrive, from the server's first read of it, where it is still shallow
-// (see keptConn.Read and growStack).
+// (see keptConn.Read and handover.GrowStack).
 func (s *Server) keep(conn net.Conn, pipelined []byte) {
 	base := conn
 	if kc, ok := conn.(*keptConn); ok && len(kc.prefix) == 0 {
@@ -256,7 +221,7 @@ func (s *Server) stopIdleWaits() {
 	defer s.idleMu.Unlock()
 	s.stopping.Store(true)
 	for c := range s.idleWaits {
-		_ = c.SetReadDeadline(aLongTimeAgo)
+		_ = handover.StopRead(c)
 	}
 }
 
@@ -283,7 +248,7 @@ func (sb *streamBody) writeNext(w net.Conn) (over bool, err error) {
 	end := lead + n
 	start := lead
 	if rerr == nil {
-		start -= putChunkSize(buf[:lead], n)
+		start -= handover.PutChunkSize(buf[:lead], n)
 		end += copy(buf[end:], "\r\n")
 	}
 	over = rerr != nil || sb.ended && sb.pos >= len(sb.out)
@@ -310,23 +275,6 @@ func (sb *streamBody) releaseHead() {
 		headBufs.Put(sb.headPooled)
 	}
 	sb.head, sb.headPooled = nil, nil
-}
-
-// putChunkSize writes the chunk size line for n bytes ("1a2\r\n") at the
-// end of dst, and returns its length.
-func putChunkSize(dst []byte, n int) int {
-	const hex = "0123456789abcdef"
-	i := len(dst) - 2
-	dst[i], dst[i+1] = '\r', '\n'
-	for {
-		i--
-		dst[i] = hex[n&0xf]
-		n >>= 4
-		if n == 0 {
-			break
-		}
-	}
-	return len(dst) - i
 }
 
 // keptConn is a connection given back to the server after a stream. Until
@@ -359,32 +307,9 @@ func (c *keptConn) Read(p []byte) (n int, err error) {
 	}
 	if n > 0 && c.growStack {
 		c.growStack = false
-		growStack(0)
+		handover.GrowStack(0)
 	}
 	return n, err
-}
-
-// requestStack is what growStack leaves free above the server's first read
-// of a request: enough for the request path, streamed or not, with the
-// first events written from the handler (see writeOnConn); on the
-// benchmark host 4 KiB was not. The stack then holds at least 16 KiB,
-// which the runtime takes from its per-processor cache. It is given back
-// when the goroutine exits, once a stream's request has handed the
-// connection on; a goroutine that goes on serving the connection has it
-// halved by each collection while it idles, as fasthttp's workers do.
-const requestStack = 8 << 10
-
-// growStack grows the calling goroutine's stack to hold requestStack more
-// bytes than it uses now, in one copy of the frames below it: its frame
-// is that large, and the runtime grows a stack to fit a frame before the
-// frame runs. Writing at i and reading the far end keeps the compiler from
-// doing without the frame.
-//
-//go:noinline
-func growStack(i int) byte {
-	var frame [requestStack]byte
-	frame[i] = 1
-	return frame[len(frame)-1]
 }
 
 // ownConn reports whether c is a connection of the gateway's own listener,

@@ -4,11 +4,13 @@ import (
 	"net"
 	"testing"
 	"unsafe"
+
+	"github.com/tollgate-dev/tollgate/internal/handover"
 )
 
 // TestKeptConnGrowsStack checks that the first bytes read from a
 // connection kept after a stream leave the reading goroutine, whose stack
-// began small, requestStack of free stack: a call chain of nearly that
+// began small, handover.RequestStack of free stack: a call chain of nearly that
 // depth then runs without its stack being copied, as the request path
 // those bytes begin must (see keep). The chain must move a stack that was
 // not grown: TestKeptConnGrowsStack/not_grown checks that it does.
@@ -47,14 +49,14 @@ func TestKeptConnGrowsStack(t *testing.T) {
 				// A local's address changes when its stack is copied.
 				var marker byte
 				at := uintptr(unsafe.Pointer(&marker))
-				useStack(requestStack / stackUser * 7 / 8)
+				useStack(handover.RequestStack / stackUser * 7 / 8)
 				moved <- uintptr(unsafe.Pointer(&marker)) != at
 			}()
 			if err := <-wrote; err != nil {
 				t.Fatal(err)
 			}
 			if got := <-moved; got != tt.wantMoved {
-				t.Errorf("a call chain of %d bytes after the first read moved the stack: %v, want %v", requestStack*7/8, got, tt.wantMoved)
+				t.Errorf("a call chain of %d bytes after the first read moved the stack: %v, want %v", handover.RequestStack*7/8, got, tt.wantMoved)
 			}
 		})
 	}

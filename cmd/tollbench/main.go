@@ -66,6 +66,10 @@ type options struct {
 	// floor of a proxy that accounts durably; false measures the plain
 	// forwarder.
 	bareStore bool
+	// bareHandOver adds a floor stream phase that sets a plain bare proxy
+	// beside one that hands its streams over as the gateway does
+	// (bareproxy -handover); false runs none.
+	bareHandOver bool
 
 	// only names the one part to run: "soak" skips the measurements
 	// against the bare proxy, "streams" runs only the stream phases and
@@ -102,6 +106,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.bareStore, "bare-store", false, "measure against cmd/barestore, the bare proxy that also records every request in an SQLite file through "+
 		"the gateway's usage writer: the bare column is then the floor of a proxy that accounts durably; floor phases "+
 		"after the closed loop compare it with a plain bare proxy in one run: a closed loop (with the gateway too) and open loops at -rates")
+	fs.BoolVar(&o.bareHandOver, "bare-handover", false, "after the stream phase, measure streams through a plain bare proxy and through one that "+
+		"writes each stream from a goroutine of its own, as the gateway does to hold open streams in little memory (bareproxy -handover): "+
+		"what that design costs the time to first event by itself")
 	fs.StringVar(&o.only, "only", "", "run only this `part`: soak skips the direct/bare/gateway measurements (then -soak must be set); "+
 		"streams measures only the streaming latency and, unless -streams is empty, the open streams; "+
 		"open measures only the open loops at -rates")
@@ -245,7 +252,7 @@ func run(args []string, stdout, stderr io.Writer) (err error) {
 		Settings: settings{
 			Phase: o.phase.String(), Rounds: o.rounds, Rates: o.rates, OpenLoopConns: o.openConns, Conns: o.conns,
 			StreamConc: o.streamConc, StreamTokens: o.streamTokens, StreamITL: o.streamITL.String(),
-			OpenStreams: o.openStreams, SlowITL: o.slowITL.String(), GatewayLog: o.logLevel, BareStore: o.bareStore,
+			OpenStreams: o.openStreams, SlowITL: o.slowITL.String(), GatewayLog: o.logLevel, BareStore: o.bareStore, BareHandOver: o.bareHandOver,
 			Only: o.only, SoakRate: o.soakRate, SoakStreamShare: o.soakStreamShare, SoakAbandon: o.soakAbandon,
 		},
 	}
@@ -333,9 +340,14 @@ type bench struct {
 	// -bare-store's floor phase (floor.go); nil without -bare-store.
 	plainFast     *proc
 	plainFastAddr string
-	gateway       *proc
-	gatewayAddr   string
-	procs         []*proc
+	// plainStream and handOverStream are a plain bare proxy and one that
+	// hands its streams over, in front of mock-stream, started for
+	// -bare-handover's floor phase (floorStreams); nil without it.
+	plainStream, handOverStream         *proc
+	plainStreamAddr, handOverStreamAddr string
+	gateway                             *proc
+	gatewayAddr                         string
+	procs                               []*proc
 
 	// foreign adds up the CPU use of every measured phase, to report how
 	// busy the rest of the machine was.
@@ -376,12 +388,30 @@ func (b *bench) setup(ctx context.Context) error {
 		return err
 	}
 	if b.o.bareStore {
-		p, addr, err := startBare(ctx, b.bins, b.dir, "plain-fast", b.fastAddr, false)
+		p, addr, err := startBare(ctx, b.bins, b.dir, "plain-fast", b.fastAddr, bareOptions{})
 		if err != nil {
 			return err
 		}
 		b.procs = append([]*proc{p}, b.procs...)
 		b.plainFast, b.plainFastAddr = p, addr
+	}
+	if b.o.bareHandOver {
+		for _, f := range []struct {
+			name string
+			o    bareOptions
+			p    **proc
+			addr *string
+		}{
+			{"plain-stream", bareOptions{}, &b.plainStream, &b.plainStreamAddr},
+			{"handover-stream", bareOptions{handOver: true}, &b.handOverStream, &b.handOverStreamAddr},
+		} {
+			p, addr, err := startBare(ctx, b.bins, b.dir, f.name, b.streamAddr, f.o)
+			if err != nil {
+				return err
+			}
+			b.procs = append([]*proc{p}, b.procs...)
+			*f.p, *f.addr = p, addr
+		}
 	}
 	b.configPath = filepath.Join(b.dir, "tollgate.yaml")
 	cfg := gatewayConfig{
@@ -404,7 +434,7 @@ func (b *bench) startMock(ctx context.Context, name string, f mockFlags) (*proc,
 }
 
 func (b *bench) startBare(ctx context.Context, name, upstream string) (*proc, string, error) {
-	p, addr, err := startBare(ctx, b.bins, b.dir, name, upstream, b.o.bareStore)
+	p, addr, err := startBare(ctx, b.bins, b.dir, name, upstream, bareOptions{store: b.o.bareStore})
 	if err != nil {
 		return nil, "", err
 	}

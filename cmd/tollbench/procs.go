@@ -177,13 +177,26 @@ func startMock(ctx context.Context, bin, dir, name string, f mockFlags) (*proc, 
 	return p, addr, nil
 }
 
+// bareOptions say which bare proxy to start; the zero value is the plain
+// forwarder.
+type bareOptions struct {
+	// store starts the one that records every request
+	// (cmd/barestore), in dir/name.db.
+	store bool
+	// handOver has it write each stream from a goroutine of the
+	// stream's own, as the gateway does (bareproxy -handover).
+	handOver bool
+}
+
 // startBare starts a bare proxy in front of upstream on a free loopback
-// port and returns it with its address. With store it starts the one that
-// records every request (cmd/barestore), in dir/name.db.
-func startBare(ctx context.Context, bins binaries, dir, name, upstream string, store bool) (*proc, string, error) {
+// port and returns it with its address.
+func startBare(ctx context.Context, bins binaries, dir, name, upstream string, o bareOptions) (*proc, string, error) {
 	bin, args := bins.bare, []string{"-listen", "127.0.0.1:0", "-upstream", upstream}
-	if store {
+	if o.store {
 		bin, args = bins.bareStore, append(args, "-store", filepath.Join(dir, name+".db"))
+	}
+	if o.handOver {
+		args = append(args, "-handover")
 	}
 	p, err := startProc(name, bin, args, filepath.Join(dir, name+".log"))
 	if err != nil {

@@ -152,6 +152,9 @@ type settings struct {
 	// BareStore is set when the bare proxy recorded every request
 	// (-bare-store).
 	BareStore bool `json:"bare_store,omitempty"`
+	// BareHandOver is set when a floor stream phase set a bare proxy that
+	// hands its streams over beside a plain one (-bare-handover).
+	BareHandOver bool `json:"bare_handover,omitempty"`
 	// Only names the one part that ran (-only): "soak", "streams" or
 	// "open"; empty when every part did.
 	Only            string  `json:"only,omitempty"`
@@ -208,6 +211,10 @@ func (r *report) writeTable(w io.Writer) error {
 	if s.BareStore {
 		fmt.Fprintf(&b, "bare proxy: cmd/barestore, which records every request through the gateway's usage writer into SQLite (-bare-store); "+
 			"the floor sections set it beside a plain bare proxy, as their notes say\n")
+	}
+	if s.BareHandOver {
+		fmt.Fprintf(&b, "floor: streams: a plain bare proxy beside one that writes each stream from a goroutine of its own, "+
+			"as the gateway does (bareproxy -handover; -bare-handover)\n")
 	}
 	fmt.Fprintln(&b)
 	if _, err := io.WriteString(w, b.String()); err != nil {

@@ -63,6 +63,10 @@ type Proxy struct {
 	// onReply, when set, is called for every reply before it is written
 	// back; nil calls nothing, and the forwarder reads no clock.
 	onReply ReplyFunc
+	// streams, when set (HandOverStreams), are the streams written by
+	// goroutines of their own; nil leaves every stream to fasthttp's
+	// worker.
+	streams *streamConns
 }
 
 // New returns a Proxy forwarding to upstream (host:port, plain HTTP),
@@ -111,9 +115,19 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 		return err
 	case <-ctx.Done():
 	}
+	if p.streams != nil {
+		// fasthttp's Shutdown waits for connections served again after
+		// a stream until they have idled for seconds.
+		p.streams.closeAll()
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	err := p.srv.ShutdownWithContext(sctx)
+	if p.streams != nil && err == nil {
+		// Every handler has returned, so every stream is counted; each
+		// ends at its upstream's next read.
+		p.streams.running.Wait()
+	}
 	return errors.Join(err, <-errc)
 }
 
@@ -141,6 +155,10 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx) {
 		p.onReply(started, resp.StatusCode())
 	}
 	ctx.Response.Header.SetContentTypeBytes(resp.Header.ContentType())
+	if body := resp.BodyStream(); body != nil && p.streams != nil && resp.Header.ContentLength() == -1 {
+		p.handOver(ctx, resp, body)
+		return
+	}
 	if body := resp.BodyStream(); body != nil {
 		// The server closes the stream once it is written; closing
 		// releases the response and its upstream connection. A body of
