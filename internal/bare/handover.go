@@ -39,9 +39,12 @@ const streamBufSize = 4 << 10
 // the requests after them, for Serve to close on shutdown: fasthttp does
 // not know them once they are handed over, and ServeConn takes one for a
 // new connection, which its Shutdown closes only once idle for seconds.
+// Each connection counts the goroutines that hold it: the one serving its
+// requests again after a stream still holds it when a later stream on it
+// has been handed to a goroutine of its own.
 type streamConns struct {
 	mu       sync.Mutex
-	conns    map[net.Conn]struct{}
+	conns    map[net.Conn]int
 	stopping bool
 	// running counts the streams' goroutines, for Serve to wait for.
 	running sync.WaitGroup
@@ -55,16 +58,19 @@ func (s *streamConns) add(conn net.Conn) bool {
 		return false
 	}
 	if s.conns == nil {
-		s.conns = make(map[net.Conn]struct{})
+		s.conns = make(map[net.Conn]int)
 	}
-	s.conns[conn] = struct{}{}
+	s.conns[conn]++
 	return true
 }
 
+// remove drops a hold on conn that add recorded.
 func (s *streamConns) remove(conn net.Conn) {
 	s.mu.Lock()
-	delete(s.conns, conn)
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	if s.conns[conn]--; s.conns[conn] <= 0 {
+		delete(s.conns, conn)
+	}
 }
 
 // closeAll ends every stream and every wait for a request after one:
@@ -113,6 +119,11 @@ func (p *Proxy) handOver(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, body
 // sees the stream cut short.
 func (p *Proxy) writeStream(conn net.Conn, pipelined []byte, keep bool, err error, resp *fasthttp.Response, body io.Reader, buf []byte) {
 	defer p.streams.running.Done()
+	if pc, ok := conn.(*prefixedConn); ok && len(pc.prefix) == 0 {
+		// A stream on a connection served again after an earlier one:
+		// its pipelined bytes were read, so no wrapper on a wrapper.
+		conn = pc.Conn
+	}
 	if !p.streams.add(conn) {
 		err = errStopping
 	}
