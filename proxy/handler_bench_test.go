@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate-dev/tollgate/backends/simulated"
 	"github.com/tollgate-dev/tollgate/config"
 	"github.com/tollgate-dev/tollgate/internal/bare"
+	"github.com/tollgate-dev/tollgate/internal/servetest"
 	"github.com/tollgate-dev/tollgate/proxy"
 )
 
@@ -180,16 +181,8 @@ func BenchmarkBareProxyTCP(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Serve(ctx, ln) }()
-	// Cleanups run last registered first: the proxy shuts down and closes
-	// its idle upstream connections, then the simulator shuts down.
-	b.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			b.Error(err)
-		}
-	})
+	// The proxy shuts down and closes its idle upstream connections
+	// before the simulator shuts down.
+	servetest.Start(b, func(ctx context.Context) error { return p.Serve(ctx, ln) })
 	runHandlerBench(b, tcpClient(ln.Addr().String()), append(append([]byte(nil), benchBody...), '}'))
 }

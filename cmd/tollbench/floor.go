@@ -61,14 +61,7 @@ func (b *bench) floorLoop(ctx context.Context, body []byte) error {
 // to these rows; their ratios are what the floor itself reaches.
 func (b *bench) floorOpenLoops(ctx context.Context, body []byte) error {
 	o := b.o
-	sd := sides{
-		eps: [numSides]*endpoint{
-			newEndpoint("direct", b.fastAddr, b.key, o.openConns),
-			newEndpoint("plain bare proxy", b.plainFastAddr, b.key, o.openConns),
-			newEndpoint("bare+store", b.bareFastAddr, b.key, o.openConns),
-		},
-		fronts: [numSides]*proc{nil, b.plainFast, b.bareFast},
-	}
+	sd := b.floorSides(b.fastAddr, b.plainFast, b.plainFastAddr, b.bareFast, "bare+store", b.bareFastAddr, o.openConns)
 	defer sd.close()
 	for _, rate := range o.rates {
 		rep := loopReport{section: fmt.Sprintf("floor: open loop %d/s", rate), note: "BARE is a plain bare proxy, GATEWAY the one that stores"}
@@ -77,4 +70,34 @@ func (b *bench) floorOpenLoops(ctx context.Context, body []byte) error {
 		}
 	}
 	return nil
+}
+
+// floorStreams is -bare-handover's own stream phase: the backend directly
+// (DIRECT), a plain bare proxy (BARE) and the bare proxy that hands its
+// streams over as the gateway does (cmd/bareproxy -handover, in the
+// GATEWAY column), so that what the hand-over costs a stream by itself
+// comes from one run. The goals are the gateway's and do not apply
+// to these rows.
+func (b *bench) floorStreams(ctx context.Context) error {
+	o := b.o
+	sd := b.floorSides(b.streamAddr, b.plainStream, b.plainStreamAddr, b.handOverStream, "bare+handover", b.handOverStreamAddr, o.streamConc)
+	defer sd.close()
+	b.logf("floor: streams: %d concurrent, %d × (%s direct, %s plain bare, %s bare+handover)", o.streamConc, o.rounds, o.phase, o.phase, o.phase)
+	return b.streamRows(ctx, sd, loopReport{section: fmt.Sprintf("floor: streams %d×%s", o.streamTokens, o.streamITL),
+		note: "BARE is a plain bare proxy, GATEWAY the one that hands its streams over"})
+}
+
+// floorSides returns the sides of a floor phase in front of the backend
+// at backendAddr: the backend directly (DIRECT), the plain bare proxy
+// plain at plainAddr (BARE), and the floor proxy floor, called name, at
+// floorAddr (in the GATEWAY column).
+func (b *bench) floorSides(backendAddr string, plain *proc, plainAddr string, floor *proc, name, floorAddr string, conns int) sides {
+	return sides{
+		eps: [numSides]*endpoint{
+			newEndpoint("direct", backendAddr, b.key, conns),
+			newEndpoint("plain bare proxy", plainAddr, b.key, conns),
+			newEndpoint(name, floorAddr, b.key, conns),
+		},
+		fronts: [numSides]*proc{nil, plain, floor},
+	}
 }

@@ -591,28 +591,6 @@ func (b *bench) streamLatency(ctx context.Context) error {
 	return b.streamRows(ctx, sd, loopReport{section: fmt.Sprintf("streams %d×%s", o.streamTokens, o.streamITL), goals: true})
 }
 
-// floorStreams is -bare-handover's own stream phase: the backend directly
-// (DIRECT), a plain bare proxy (BARE) and the bare proxy that hands its
-// streams over as the gateway does (cmd/bareproxy -handover, in the
-// GATEWAY column), so that what the hand-over costs a stream by itself
-// comes from one run. The goals are the gateway's and do not apply
-// to these rows.
-func (b *bench) floorStreams(ctx context.Context) error {
-	o := b.o
-	sd := sides{
-		eps: [numSides]*endpoint{
-			newEndpoint("direct", b.streamAddr, b.key, o.streamConc),
-			newEndpoint("plain bare proxy", b.plainStreamAddr, b.key, o.streamConc),
-			newEndpoint("bare+handover", b.handOverStreamAddr, b.key, o.streamConc),
-		},
-		fronts: [numSides]*proc{nil, b.plainStream, b.handOverStream},
-	}
-	defer sd.close()
-	b.logf("floor: streams: %d concurrent, %d × (%s direct, %s plain bare, %s bare+handover)", o.streamConc, o.rounds, o.phase, o.phase, o.phase)
-	return b.streamRows(ctx, sd, loopReport{section: fmt.Sprintf("floor: streams %d×%s", o.streamTokens, o.streamITL),
-		note: "BARE is a plain bare proxy, GATEWAY the one that hands its streams over"})
-}
-
 // streamRows runs streams on sd's sides in turn, o.rounds times, and
 // reports their time to first event and gaps between events under rep.
 func (b *bench) streamRows(ctx context.Context, sd sides, rep loopReport) error {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/backends/simulated"
 	"github.com/tollgate-dev/tollgate/config"
+	"github.com/tollgate-dev/tollgate/internal/servetest"
 )
 
 // Distinctive secrets: each holds a marker no other text in a log line, a
@@ -107,20 +108,7 @@ traces: {store_payloads: true}
 		t.Fatal(err)
 	}
 	base := "http://" + ln.Addr().String()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- serveListener(ctx, cfg, ln, logs) }()
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("gateway exited with %v", err)
-			}
-		}
-	}
-	t.Cleanup(stop)
+	stop := servetest.Start(t, func(ctx context.Context) error { return serveListener(ctx, cfg, ln, logs) })
 
 	basic := func(key string) string {
 		return "Basic " + base64.StdEncoding.EncodeToString([]byte("api:"+key))

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tollgate-dev/tollgate/internal/leakcheck"
+	"github.com/tollgate-dev/tollgate/internal/servetest"
 )
 
 // TestMain fails the package if a test leaves a goroutine behind;
@@ -47,20 +48,7 @@ func TestForwards(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- p.Serve(ctx, pln) }()
-			stopped := false
-			stop := func() {
-				if !stopped {
-					stopped = true
-					cancel()
-					if err := <-done; err != nil {
-						t.Errorf("serve: %v", err)
-					}
-				}
-			}
-			defer stop()
+			stop := servetest.Start(t, func(ctx context.Context) error { return p.Serve(ctx, pln) })
 
 			client := &fasthttp.HostClient{Addr: pln.Addr().String()}
 			defer client.CloseIdleConnections()
