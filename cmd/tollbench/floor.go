@@ -82,7 +82,6 @@ func (b *bench) floorStreams(ctx context.Context) error {
 	o := b.o
 	sd := b.floorSides(b.streamAddr, b.plainStream, b.plainStreamAddr, b.handOverStream, "bare+handover", b.handOverStreamAddr, o.streamConc)
 	defer sd.close()
-	b.logf("floor: streams: %d concurrent, %d × (%s direct, %s plain bare, %s bare+handover)", o.streamConc, o.rounds, o.phase, o.phase, o.phase)
 	return b.streamRows(ctx, sd, loopReport{section: fmt.Sprintf("floor: streams %d×%s", o.streamTokens, o.streamITL),
 		note: "BARE is a plain bare proxy, GATEWAY the one that hands its streams over"})
 }

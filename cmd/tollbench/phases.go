@@ -587,7 +587,6 @@ func (b *bench) streamLatency(ctx context.Context) error {
 	o := b.o
 	sd := b.sides(b.streamAddr, b.bareStream, b.bareStreamAddr, o.streamConc)
 	defer sd.close()
-	b.logf("streams: %d concurrent, %d × (%s direct, %s bare, %s gateway)", o.streamConc, o.rounds, o.phase, o.phase, o.phase)
 	return b.streamRows(ctx, sd, loopReport{section: fmt.Sprintf("streams %d×%s", o.streamTokens, o.streamITL), goals: true})
 }
 
@@ -595,6 +594,8 @@ func (b *bench) streamLatency(ctx context.Context) error {
 // reports their time to first event and gaps between events under rep.
 func (b *bench) streamRows(ctx context.Context, sd sides, rep loopReport) error {
 	o := b.o
+	b.logf("%s: %d concurrent, %d × (%s %s, %s %s, %s %s)", rep.section, o.streamConc, o.rounds,
+		o.phase, sd.eps[direct].side, o.phase, sd.eps[bare].side, o.phase, sd.eps[gateway].side)
 	body := chatBody(modelStream, o.streamTokens, true)
 	// A stream is the role event, the tokens, the finish and usage events
 	// and [DONE], spaced by the inter-token delay.

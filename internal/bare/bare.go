@@ -155,11 +155,11 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx) {
 		p.onReply(started, resp.StatusCode())
 	}
 	ctx.Response.Header.SetContentTypeBytes(resp.Header.ContentType())
-	if body := resp.BodyStream(); body != nil && p.streams != nil && resp.Header.ContentLength() == -1 {
-		p.handOver(ctx, resp, body)
-		return
-	}
 	if body := resp.BodyStream(); body != nil {
+		if p.streams != nil && resp.Header.ContentLength() == -1 {
+			p.handOver(ctx, resp, body)
+			return
+		}
 		// The server closes the stream once it is written; closing
 		// releases the response and its upstream connection. A body of
 		// unknown length (an SSE stream) goes out chunked.
