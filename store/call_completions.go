@@ -12,100 +12,29 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/tidwall/gjson"
-	"github.com/tidwall/sjson"
 
 	"github.com/tollgate-dev/tollgate/accounting"
+	"github.com/tollgate-dev/tollgate/fold"
 )
 
-// One completion, one call. When a Weave SDK traces a completion that went
-// through the gateway, two writers describe it: the gateway records its
-// call (asynchronously, in the usage writer's batches), and the SDK logs
-// its own, whose output carries the completion id the gateway returned.
-// They are folded into the SDK's call, in the SDK's trace, which takes the
-// gateway's attributes under attributes.gateway; the gateway's call is not
-// kept. Without an SDK call the gateway's call stands alone.
+// The links of package fold's rule, one completion, one call: this file
+// keeps them in call_completions and executes what fold says each writer
+// does. The link's primary key (entity, created, completion_id) serializes
+// the two writers: on PostgreSQL the second INSERT waits for the first
+// transaction and then sees its row; SQLite has one writer.
 //
-// The fold happens at ingest rather than at query time: then every reader
-// (calls queries, /trace/usage, /calls/usage, query stats, exports) sees
-// one row and needs no join against another project's calls, and a
-// project's roll-up cannot count the completion twice whatever it selects.
-// Either writer may come first, so each one does the fold when it finds
-// the other's link in call_completions: the gateway's batch deletes the
-// row it has just inserted and patches the SDK call's attributes; the
-// SDK's end deletes the gateway's row and patches its own. Both orders leave the same SDK call
-// (the merged attributes are the same JSON merge patch) and no gateway
-// row. The link's primary key (entity, created, completion_id) serializes
-// the two: on PostgreSQL the second INSERT waits for the first transaction
-// and then sees its row; SQLite has one writer.
-//
-// created is the completion's own date (unix seconds, set by the backend:
-// "created", "created_at" for a response; 0 when absent), which both
-// writers read from the same object: the gateway from the reply or the
-// stream's chunks (accounting.Record.CompletionCreated), the SDK from its
-// call's output, which is that reply, or the SDK's reduction of those
-// chunks. It leads the key, after the entity, because completion ids are
+// created leads the key, after the entity, because completion ids are
 // random: keyed by id alone, every link of a batch landed on a different
 // B-tree page, all of which the commit wrote (and SQLite's checkpoint
 // copied again), more of them the larger the table; keyed by date first,
 // a batch's links land on the few pages of the last seconds. Links made
 // before the key had a date (traces version 4) have created 0: an SDK end
 // whose dated link misses looks for one of those too.
-//
-// A link never crosses entities: the SDK call's team must be the gateway
-// call's team, so that nobody can pull another team's call into a trace by
-// naming its completion id.
 
 // isDeadlock reports whether err is PostgreSQL's deadlock_detected.
 func isDeadlock(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "40P01"
-}
-
-// isSDKSource reports whether an attributes.weave.source value names a
-// Weave SDK.
-func isSDKSource(s string) bool { return s == "js-sdk" || s == "python-sdk" }
-
-// completionKey returns the completion id a traced OpenAI call's output
-// carries (a chat completion, streamed or not, a text completion or a
-// response), or "", and the completion's date: "created", or "created_at"
-// for a response, 0 when absent. It is the rule the gateway reads the
-// reply by (proxy's completionKeyOf); the Weave SDK's reduction of a
-// stream keeps the last chunk's "created" that is not 0, as the gateway
-// does.
-//
-// The Weave JS SDK logs a streamed response as {"responses":[…]}: its
-// reducer starts a response at each response.created, which carries the
-// response object whole, and completes it with the later events; the
-// gateway keeps the id and created_at of that same object. The key is
-// read from the one response only when there is exactly one: a stream
-// makes one response, which is one gateway call, and an output of several
-// is not one completion, so no single gateway call is its to take.
-func completionKey(output []byte) (id string, created int64) {
-	if len(output) == 0 || output[0] != '{' {
-		return "", 0
-	}
-	obj := gjson.ParseBytes(output)
-	if rs := obj.Get("responses"); rs.IsArray() && !obj.Get("id").Exists() {
-		n := 0
-		rs.ForEach(func(_, v gjson.Result) bool {
-			obj, n = v, n+1
-			return n < 2
-		})
-		if n != 1 || !obj.IsObject() {
-			return "", 0
-		}
-	}
-	r := gjson.GetMany(obj.Raw, "id", "object", "created", "created_at")
-	if r[0].Type != gjson.String || r[0].Str == "" {
-		return "", 0
-	}
-	switch r[1].Str {
-	case "chat.completion", "chat.completion.chunk", "text_completion":
-		return r[0].Str, r[2].Int()
-	case "response":
-		return r[0].Str, r[3].Int()
-	}
-	return "", 0
 }
 
 const (
@@ -119,7 +48,8 @@ const (
 // ended with a completion (completion, dated created) as its output, to
 // that completion, and folds the gateway's call into it if the gateway
 // recorded one already.
-func linkSDKCompletion(ctx context.Context, c conn, projectID int64, callID, completion string, created int64) error {
+func linkSDKCompletion(ctx context.Context, c conn, projectID int64, callID string, done fold.Completion) error {
+	completion, created := done.ID, done.Created
 	var entity string
 	var attrs []byte
 	err := c.queryRow(ctx, `SELECT p.entity, c.attributes FROM calls c JOIN projects p ON p.id = c.project_id
@@ -127,7 +57,7 @@ func linkSDKCompletion(ctx context.Context, c conn, projectID int64, callID, com
 	if err != nil {
 		return fmt.Errorf("link completion: %w", err)
 	}
-	if !isSDKSource(gjson.GetBytes(attrs, "weave.source").Str) {
+	if !fold.IsSDKCall(attrs) {
 		return nil
 	}
 	res, err := c.exec(ctx, linkCompletionSQL, entity, created, completion, projectID, callID, true)
@@ -157,8 +87,11 @@ func linkSDKCompletion(ctx context.Context, c conn, projectID int64, callID, com
 	if err != nil {
 		return fmt.Errorf("link completion: %w", err)
 	}
+	holder := fold.Gateway
 	if sdk {
-		// Another SDK call (or this one, ending again) holds it already.
+		holder = fold.SDK
+	}
+	if fold.OnSDKEnd(holder) != fold.FoldGateway {
 		return nil
 	}
 	var gwAttrs []byte
@@ -187,18 +120,12 @@ func linkSDKCompletion(ctx context.Context, c conn, projectID int64, callID, com
 	return nil
 }
 
-// foldGatewayAttributes merges the gateway call's attributes, with its
-// call id, into the SDK call's as attributes.gateway.
+// foldGatewayAttributes stores the SDK call's attributes with the gateway
+// call's folded in (fold.Attributes).
 func foldGatewayAttributes(ctx context.Context, c conn, projectID int64, callID string, attrs, gwAttrs []byte, gwCall string) error {
-	gw, err := sjson.SetBytes(gwAttrs, "call_id", gwCall)
+	merged, err := fold.Attributes(attrs, gwAttrs, gwCall)
 	if err != nil {
-		return fmt.Errorf("fold gateway call: %w", err)
-	}
-	patch := make([]byte, 0, len(gw)+16)
-	patch = append(append(append(patch, `{"gateway":`...), gw...), '}')
-	merged, err := mergePatch(attrs, patch)
-	if err != nil {
-		return fmt.Errorf("fold gateway call: %w", err)
+		return err
 	}
 	if _, err := c.exec(ctx, `UPDATE calls SET attributes = ? WHERE project_id = ? AND id = ?`,
 		string(merged), projectID, callID); err != nil {
@@ -315,7 +242,7 @@ func linkGatewayCompletions(ctx context.Context, c conn, recs []accounting.Recor
 	for _, i := range linked {
 		row := &rows[i]
 		l, ok := held[recordLink(&recs[i], row)]
-		if !ok {
+		if !ok || fold.OnGatewayRecord(fold.SDK) != fold.FoldGateway {
 			continue
 		}
 		if _, err := c.exec(ctx, `DELETE FROM calls WHERE project_id = ? AND id = ?`, row.project.id, recs[i].CallID); err != nil {

@@ -73,9 +73,6 @@ func Migrations() map[string]int {
 	return n
 }
 
-// MergePatch is mergePatch.
-func MergePatch(target, patch []byte) ([]byte, error) { return mergePatch(target, patch) }
-
 // Rebind is the placeholder rewriting of the engine named.
 func Rebind(engine, query string) string {
 	if engine == "postgres" {

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/fold"
+	"github.com/tollgate-dev/tollgate/internal/jsonmerge"
 	"github.com/tollgate-dev/tollgate/trace"
 )
 
@@ -429,8 +431,8 @@ func writeEnd(ctx context.Context, c conn, stmt *sql.Stmt, e *trace.CallEnd, now
 		}
 		return true, nil
 	}
-	if id, created := completionKey(e.Output); id != "" {
-		return false, linkSDKCompletion(ctx, c, e.ProjectID, e.ID, id, created)
+	if done, ok := fold.CompletionOf(e.Output); ok {
+		return false, linkSDKCompletion(ctx, c, e.ProjectID, e.ID, done)
 	}
 	return false, nil
 }
@@ -586,7 +588,7 @@ func (d *DB) finishCallPostgres(ctx context.Context, projectID int64, id, opName
 		return fmt.Errorf("finish call: %w", err)
 	}
 	if len(summary) > 0 {
-		merged, err := mergePatch([]byte(stored), summary)
+		merged, err := jsonmerge.Patch([]byte(stored), summary)
 		if err != nil {
 			return fmt.Errorf("finish call: merge summary: %w", err)
 		}
@@ -672,7 +674,7 @@ func (d *DB) usageCalls(ctx context.Context, projectID int64, where sqlFrag, lim
 			return nil, fmt.Errorf("select usage calls: %w", err)
 		}
 		c.ParentID, c.Usage, c.Costs = parent.String, usage.String, costs.String
-		if c.SDK = isSDKSource(source.String); c.SDK {
+		if c.SDK = fold.IsSDKSource(source.String); c.SDK {
 			sdk[c.ID] = len(out)
 		}
 		out = append(out, c)
@@ -716,7 +718,7 @@ func (d *DB) sdkChildUsage(ctx context.Context, projectID int64, out []trace.Usa
 				rows.Close()
 				return fmt.Errorf("select child usage: %w", err)
 			}
-			if i, ok := sdk[parent]; ok && usage.Valid && isSDKSource(source.String) {
+			if i, ok := sdk[parent]; ok && usage.Valid && fold.IsSDKSource(source.String) {
 				out[i].ChildUsage = append(out[i].ChildUsage, usage.String)
 			}
 		}

@@ -1,4 +1,7 @@
-package store
+// Package jsonmerge applies JSON merge patches (RFC 7396) as SQLite's
+// json_patch does, to the same text, so that both store engines and the
+// domain rules that merge attributes produce identical rows.
+package jsonmerge
 
 import (
 	"bytes"
@@ -13,12 +16,12 @@ type jsonMember struct {
 	value json.RawMessage
 }
 
-// mergePatch applies patch to target as a JSON merge patch (RFC 7396) and
+// Patch applies patch to target as a JSON merge patch (RFC 7396) and
 // returns the result as compact JSON. It merges as SQLite's json_patch
 // does, to the same text: members keep their order, target's first and
 // then new ones in patch order, so that a summary finished on PostgreSQL
 // reads as one finished on SQLite.
-func mergePatch(target, patch []byte) ([]byte, error) {
+func Patch(target, patch []byte) ([]byte, error) {
 	var buf bytes.Buffer
 	if err := writeMerged(&buf, target, patch); err != nil {
 		return nil, err

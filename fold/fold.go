@@ -1,0 +1,154 @@
+// Package fold is the rule that joins usage to the trace service: one
+// completion, one call.
+//
+// When a Weave SDK traces a completion that went through the gateway, two
+// writers describe it: the gateway records its call (asynchronously, in the
+// usage writer's batches), and the SDK logs its own, whose output carries
+// the completion id the gateway returned. They are folded into the SDK's
+// call, in the SDK's trace, which takes the gateway's attributes under
+// attributes.gateway; the gateway's call is not kept. Without an SDK call
+// the gateway's call stands alone.
+//
+// The fold happens at ingest rather than at query time, so that every
+// reader (calls queries, usage roll-ups, query stats, exports) sees one row
+// and a project's roll-up cannot count the completion twice. Either writer
+// may come first, so each asks this package what to do with the link the
+// other may have left: the store keeps the links (one per completion) and
+// executes the answer.
+//
+// A link never crosses entities: the SDK call's team must be the gateway
+// call's team, so that nobody can pull another team's call into a trace by
+// naming its completion id.
+package fold
+
+import (
+	"fmt"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/tollgate-dev/tollgate/internal/jsonmerge"
+)
+
+// Completion names one completion: its id and its own date (unix seconds,
+// set by the backend: "created", or "created_at" for a response; 0 when
+// absent). Both writers read it from the same object, so they agree on it.
+type Completion struct {
+	ID      string
+	Created int64
+}
+
+// Holder is who holds a completion's link.
+type Holder uint8
+
+const (
+	// Nobody holds it: the writer asking takes it.
+	Nobody Holder = iota
+	// Gateway holds it: the gateway recorded the completion first.
+	Gateway
+	// SDK holds it: an SDK call ended with the completion as its output.
+	SDK
+)
+
+// Action is what a writer does once it knows the link's holder.
+type Action uint8
+
+const (
+	// Link: the writer takes the link; its call stands alone for now.
+	Link Action = iota
+	// FoldGateway: the gateway's call folds into the SDK call (its
+	// attributes go under the SDK call's attributes.gateway, its row is
+	// deleted) and the link becomes the SDK call's.
+	FoldGateway
+	// Keep: the link is someone else's already and stays so; the writer's
+	// call is kept as it is.
+	Keep
+)
+
+// OnSDKEnd is what an SDK call that ended with a completion does, given
+// the completion link's holder.
+func OnSDKEnd(h Holder) Action {
+	switch h {
+	case Gateway:
+		return FoldGateway
+	case SDK:
+		// Another SDK call (or this one, ending again) holds it.
+		return Keep
+	}
+	return Link
+}
+
+// OnGatewayRecord is what the gateway's record of a completion does, given
+// the completion link's holder.
+func OnGatewayRecord(h Holder) Action {
+	if h == SDK {
+		return FoldGateway
+	}
+	return Link
+}
+
+// IsSDKSource reports whether an attributes.weave.source value names a
+// Weave SDK, whose calls are the ones a gateway call folds into.
+func IsSDKSource(source string) bool { return source == "js-sdk" || source == "python-sdk" }
+
+// IsSDKCall reports whether a call's attributes say a Weave SDK logged it.
+func IsSDKCall(attributes []byte) bool {
+	return IsSDKSource(gjson.GetBytes(attributes, "weave.source").Str)
+}
+
+// CompletionOf returns the completion a traced OpenAI call's output stands
+// for (a chat completion, streamed or not, a text completion or a
+// response), and false when it stands for none. It reads the reply by the
+// gateway's own rule; the Weave SDK's reduction of a stream keeps the last
+// chunk's "created" that is not 0, as the gateway does.
+//
+// The Weave JS SDK logs a streamed response as {"responses":[…]}: its
+// reducer starts a response at each response.created, which carries the
+// response object whole, and completes it with the later events. The
+// completion is read from the one response only when there is exactly one:
+// an output of several is not one completion, so no single gateway call is
+// its to take.
+func CompletionOf(output []byte) (Completion, bool) {
+	if len(output) == 0 || output[0] != '{' {
+		return Completion{}, false
+	}
+	obj := gjson.ParseBytes(output)
+	if rs := obj.Get("responses"); rs.IsArray() && !obj.Get("id").Exists() {
+		n := 0
+		rs.ForEach(func(_, v gjson.Result) bool {
+			obj, n = v, n+1
+			return n < 2
+		})
+		if n != 1 || !obj.IsObject() {
+			return Completion{}, false
+		}
+	}
+	r := gjson.GetMany(obj.Raw, "id", "object", "created", "created_at")
+	if r[0].Type != gjson.String || r[0].Str == "" {
+		return Completion{}, false
+	}
+	switch r[1].Str {
+	case "chat.completion", "chat.completion.chunk", "text_completion":
+		return Completion{r[0].Str, r[2].Int()}, true
+	case "response":
+		return Completion{r[0].Str, r[3].Int()}, true
+	}
+	return Completion{}, false
+}
+
+// Attributes returns the SDK call's attributes with the gateway call's
+// folded in: the gateway's attributes, with its call id, under "gateway",
+// merged as a JSON merge patch so that both engines store the same text.
+func Attributes(sdk, gateway []byte, gatewayCallID string) ([]byte, error) {
+	gw, err := sjson.SetBytes(gateway, "call_id", gatewayCallID)
+	if err != nil {
+		return nil, fmt.Errorf("fold gateway call: %w", err)
+	}
+	patch := make([]byte, 0, len(gw)+16)
+	patch = append(append(append(patch, `{"gateway":`...), gw...), '}')
+	merged, err := jsonmerge.Patch(sdk, patch)
+	if err != nil {
+		return nil, fmt.Errorf("fold gateway call: %w", err)
+	}
+	return merged, nil
+}
