@@ -38,7 +38,19 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	db := storetest.OpenOne(t)
+	return newEnvOn(t, storetest.OpenOne(t))
+}
+
+// forEachEnv runs fn as a subtest per store engine (see storetest.ForEach),
+// each with its own service.
+func forEachEnv(t *testing.T, fn func(t *testing.T, e *env)) {
+	t.Helper()
+	storetest.ForEach(t, func(t *testing.T, db *store.DB) { fn(t, newEnvOn(t, db)) })
+}
+
+// newEnvOn serves the test keys' service API backed by db.
+func newEnvOn(t *testing.T, db *store.DB) *env {
+	t.Helper()
 	kr, err := auth.NewKeyring(config.Auth{Keys: []config.Key{
 		{Name: "alice", Key: aliceKey, Teams: []string{"team-a"}},
 		{Name: "bob", Key: bobKey, Teams: []string{"team-b"}},
