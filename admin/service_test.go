@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate-dev/tollgate/config"
 	"github.com/tollgate-dev/tollgate/store"
 	"github.com/tollgate-dev/tollgate/store/storetest"
+	"github.com/tollgate-dev/tollgate/trace"
 )
 
 // Keys of the test keyring: alice may use team-a, bob team-b, root is an
@@ -51,6 +52,13 @@ func forEachEnv(t *testing.T, fn func(t *testing.T, e *env)) {
 // newEnvOn serves the test keys' service API backed by db.
 func newEnvOn(t *testing.T, db *store.DB) *env {
 	t.Helper()
+	return newEnvStore(t, db, db)
+}
+
+// newEnvStore is newEnvOn with ts in front of db for projects and calls,
+// as a test that watches the store's reads needs.
+func newEnvStore(t *testing.T, db *store.DB, ts trace.Store) *env {
+	t.Helper()
 	kr, err := auth.NewKeyring(config.Auth{Keys: []config.Key{
 		{Name: "alice", Key: aliceKey, Teams: []string{"team-a"}},
 		{Name: "bob", Key: bobKey, Teams: []string{"team-b"}},
@@ -60,7 +68,7 @@ func newEnvOn(t *testing.T, db *store.DB) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := admin.New(admin.Options{Keys: kr, Store: db, Pricing: map[string]config.Pricing{
+	svc := admin.New(admin.Options{Keys: kr, Store: ts, Weave: db, Pricing: map[string]config.Pricing{
 		"m": {PromptPerMTok: 1e6, CompletionPerMTok: 2e6},
 	}})
 	return serveEnv(t, db, svc)

@@ -1,11 +1,21 @@
 package admin_test
 
 import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/tollgate-dev/tollgate/store"
+	"github.com/tollgate-dev/tollgate/store/storetest"
+	"github.com/tollgate-dev/tollgate/trace"
 )
 
 // TestRefsReadBatchIsBounded: a small batch naming one large object many
@@ -53,6 +63,116 @@ func TestRefsReadBatchIsBounded(t *testing.T) {
 			if got := compact(t, vals[i]); got != w {
 				t.Errorf("val %d = %.80s, want %.80s", i, got, w)
 			}
+		}
+	})
+}
+
+// countingStore counts the calls it has read from the store, through a
+// cursor or a callback.
+type countingStore struct {
+	*store.DB
+	read atomic.Int64
+}
+
+func (s *countingStore) QueryCalls(ctx context.Context, projectID int64, q trace.CallsQuery, fn func(*trace.Call) error) error {
+	return s.DB.QueryCalls(ctx, projectID, q, func(c *trace.Call) error {
+		s.read.Add(1)
+		return fn(c)
+	})
+}
+
+func (s *countingStore) OpenCalls(ctx context.Context, projectID int64, q trace.CallsQuery) (trace.CallCursor, error) {
+	cur, err := s.DB.OpenCalls(ctx, projectID, q)
+	if err != nil {
+		return nil, err
+	}
+	return &countingCursor{CallCursor: cur, s: s}, nil
+}
+
+type countingCursor struct {
+	trace.CallCursor
+	s *countingStore
+}
+
+func (c *countingCursor) Next(out *trace.Call) (bool, error) {
+	ok, err := c.CallCursor.Next(out)
+	if ok {
+		c.s.read.Add(1)
+	}
+	return ok, err
+}
+
+// TestCallsStreamQueryStreams: /calls/stream_query sends its first line
+// before it has read the calls after it, as Weave streams it, so that
+// what it holds does not grow with the answer; the whole stream then
+// holds every call in order.
+func TestCallsStreamQueryStreams(t *testing.T) {
+	const n = 60
+	storetest.ForEach(t, func(t *testing.T, db *store.DB) {
+		cs := &countingStore{DB: db}
+		e := newEnvStore(t, db, cs)
+		a := bearer(aliceKey)
+		blob := strings.Repeat("y", 64<<10)
+		var batch []string
+		for i := range n {
+			batch = append(batch, fmt.Sprintf(`{"mode":"start","req":{"start":{"project_id":"team-a/s","id":"c%03d","trace_id":"t","op_name":"op",`+
+				`"started_at":"2026-11-21T10:00:%02dZ","inputs":{"blob":"%s"}}}}`, i, i, blob))
+		}
+		e.ok("POST", "/call/upsert_batch", a, `{"batch":[`+strings.Join(batch, ",")+`]}`)
+
+		conn, err := e.ln.Dial()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		var req fasthttp.Request
+		req.Header.SetMethod("POST")
+		req.SetRequestURI("http://tollgate/calls/stream_query")
+		req.Header.Set(fasthttp.HeaderAuthorization, a)
+		req.Header.SetContentType("application/json")
+		req.SetBodyString(`{"project_id":"team-a/s"}`)
+		req.SetConnectionClose()
+		bw := bufio.NewWriter(conn)
+		if err := req.Write(bw); err != nil {
+			t.Fatal(err)
+		}
+		if err := bw.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		resp := fasthttp.Response{StreamBody: true}
+		if err := resp.Read(bufio.NewReader(conn)); err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode() != fasthttp.StatusOK || string(resp.Header.ContentType()) != "application/jsonl" {
+			t.Fatalf("status %d, %s", resp.StatusCode(), resp.Header.ContentType())
+		}
+		lines := bufio.NewReaderSize(resp.BodyStream(), 1<<20)
+		first, err := lines.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cs.read.Load(); got > n/4 {
+			t.Errorf("the first line came after %d of %d calls were read: the answer is buffered, not streamed", got, n)
+		}
+		for i := 0; ; i++ {
+			var c map[string]any
+			if err := json.Unmarshal([]byte(first), &c); err != nil {
+				t.Fatalf("line %d: %v", i, err)
+			}
+			if want := fmt.Sprintf("c%03d", i); c["id"] != want || c["inputs"].(map[string]any)["blob"] != blob {
+				t.Fatalf("line %d is call %v, want %s with its inputs", i, c["id"], want)
+			}
+			if first, err = lines.ReadString('\n'); err == io.EOF && first == "" {
+				if i+1 != n {
+					t.Fatalf("%d lines, want %d", i+1, n)
+				}
+				break
+			} else if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := resp.CloseBodyStream(); err != nil {
+			t.Fatal(err)
 		}
 	})
 }
