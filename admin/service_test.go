@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate-dev/tollgate/store"
 	"github.com/tollgate-dev/tollgate/store/storetest"
 	"github.com/tollgate-dev/tollgate/trace"
+	"github.com/tollgate-dev/tollgate/weave"
 )
 
 // Keys of the test keyring: alice may use team-a, bob team-b, root is an
@@ -52,12 +53,13 @@ func forEachEnv(t *testing.T, fn func(t *testing.T, e *env)) {
 // newEnvOn serves the test keys' service API backed by db.
 func newEnvOn(t *testing.T, db *store.DB) *env {
 	t.Helper()
-	return newEnvStore(t, db, db)
+	return newEnvStores(t, db, db, db)
 }
 
-// newEnvStore is newEnvOn with ts in front of db for projects and calls,
-// as a test that watches the store's reads needs.
-func newEnvStore(t *testing.T, db *store.DB, ts trace.Store) *env {
+// newEnvStores is newEnvOn with ts in front of db for projects and calls
+// and ws for the Weave objects, as a test that watches the store's reads
+// needs.
+func newEnvStores(t *testing.T, db *store.DB, ts trace.Store, ws weave.Store) *env {
 	t.Helper()
 	kr, err := auth.NewKeyring(config.Auth{Keys: []config.Key{
 		{Name: "alice", Key: aliceKey, Teams: []string{"team-a"}},
@@ -68,7 +70,7 @@ func newEnvStore(t *testing.T, db *store.DB, ts trace.Store) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := admin.New(admin.Options{Keys: kr, Store: ts, Weave: db, Pricing: map[string]config.Pricing{
+	svc := admin.New(admin.Options{Keys: kr, Store: ts, Weave: ws, Pricing: map[string]config.Pricing{
 		"m": {PromptPerMTok: 1e6, CompletionPerMTok: 2e6},
 	}})
 	return serveEnv(t, db, svc)

@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate-dev/tollgate/store"
 	"github.com/tollgate-dev/tollgate/store/storetest"
 	"github.com/tollgate-dev/tollgate/trace"
+	"github.com/tollgate-dev/tollgate/weave"
 )
 
 // TestRefsReadBatchIsBounded: a small batch naming one large object many
@@ -110,7 +111,7 @@ func TestCallsStreamQueryStreams(t *testing.T) {
 	const n = 60
 	storetest.ForEach(t, func(t *testing.T, db *store.DB) {
 		cs := &countingStore{DB: db}
-		e := newEnvStore(t, db, cs)
+		e := newEnvStores(t, db, cs, db)
 		a := bearer(aliceKey)
 		blob := strings.Repeat("y", 64<<10)
 		var batch []string
@@ -174,5 +175,72 @@ func TestCallsStreamQueryStreams(t *testing.T) {
 		if err := resp.CloseBodyStream(); err != nil {
 			t.Fatal(err)
 		}
+	})
+}
+
+// countingFeedback counts the feedback items the store hands the service.
+type countingFeedback struct {
+	*store.DB
+	read atomic.Int64
+}
+
+func (s *countingFeedback) QueryFeedback(ctx context.Context, projectID int64, q weave.FeedbackQuery, fn func(*weave.Feedback) error) error {
+	return s.DB.QueryFeedback(ctx, projectID, q, func(f *weave.Feedback) error {
+		s.read.Add(1)
+		return fn(f)
+	})
+}
+
+// ListFeedback counts what a store that lists all of a project's feedback
+// hands over.
+func (s *countingFeedback) ListFeedback(ctx context.Context, projectID int64, refs []string) ([]weave.Feedback, error) {
+	var out []weave.Feedback
+	err := s.DB.QueryFeedback(ctx, projectID, weave.FeedbackQuery{Refs: refs, Limit: -1}, func(f *weave.Feedback) error {
+		out = append(out, *f)
+		return nil
+	})
+	s.read.Add(int64(len(out)))
+	return out, err
+}
+
+// TestFeedbackQueryReadsItsPage: /feedback/query reads from the store the
+// page it answers, not every item of the project, with or without a query
+// to match; a limit past the page size is refused.
+func TestFeedbackQueryReadsItsPage(t *testing.T) {
+	const n = 200
+	storetest.ForEach(t, func(t *testing.T, db *store.DB) {
+		fs := &countingFeedback{DB: db}
+		e := newEnvStores(t, db, db, fs)
+		a := bearer(aliceKey)
+		for i := range n {
+			e.ok("POST", "/feedback/create", a, fmt.Sprintf(`{"project_id":"team-a/f","weave_ref":"weave:///team-a/f/call/c%d",`+
+				`"feedback_type":"note","payload":{"note":"n%03d"}}`, i%2, i))
+		}
+		tests := []struct {
+			name, body string
+			want       []string
+			maxRead    int64
+		}{
+			{"a page", `{"project_id":"team-a/f","limit":3,"offset":10}`, []string{"n010", "n011", "n012"}, 3},
+			{"a page of a query", `{"project_id":"team-a/f","query":{"$expr":{"$eq":[{"$getField":"weave_ref"},{"$literal":"weave:///team-a/f/call/c1"}]}},"limit":2,"offset":1}`,
+				[]string{"n003", "n005"}, 4},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				fs.read.Store(0)
+				res := e.ok("POST", "/feedback/query", a, tt.body).object(t)["result"].([]any)
+				var got []string
+				for _, r := range res {
+					got = append(got, r.(map[string]any)["payload"].(map[string]any)["note"].(string))
+				}
+				if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+					t.Fatalf("result %v, want %v", got, tt.want)
+				}
+				if read := fs.read.Load(); read > tt.maxRead {
+					t.Errorf("the store handed over %d of %d items for a page of %d", read, n, len(tt.want))
+				}
+			})
+		}
+		e.expect422(t, "/feedback/query", `{"project_id":"team-a/f","limit":10001}`, `["body","limit"]`, "less_than_equal")
 	})
 }
