@@ -238,27 +238,89 @@ func (q *docQuery) apply(docs []map[string]any) []map[string]any {
 	return kept
 }
 
+// Bounds of /feedback/query: the rows one answer holds (a larger limit is
+// refused, no limit means this many), and the refs a query may name for
+// the store to select by before it is matched here.
+const (
+	maxFeedbackPage = 10000
+	maxFeedbackRefs = 500
+)
+
+// errPageFull ends a feedback query once its page is full.
+var errPageFull = errors.New("page full")
+
 // feedbackQuery serves POST /feedback/query {project_id, fields, query,
-// sort_by, limit, offset} → {"result": [...]}.
+// sort_by, limit, offset} → {"result": [...]}. The page is cut by the
+// store when nothing is left to match here; otherwise the items are read
+// one at a time, matched, and the read ends when the page is full. Sorted
+// answers hold their matches, within maxReadBytes.
 func (s *Service) feedbackQuery(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, _ pathParams) *apiError {
-	return s.serveDocQuery(ctx, rc, key, "result", func(raw string, projectID int64, q *docQuery) ([]map[string]any, error) {
+	body, e := bodyObject(rc.PostBody(), true)
+	if e != nil {
+		return e
+	}
+	var v validation
+	q := parseDocQuery(&v, body)
+	if q.limit > maxFeedbackPage {
+		v.addCtx(at(bodyLoc, "limit"), "less_than_equal", "Input should be less than or equal to "+itoa(maxFeedbackPage),
+			body["limit"], map[string]any{"le": maxFeedbackPage})
+	}
+	if q.limit < 0 {
+		q.limit = maxFeedbackPage
+	}
+	raw, proj, found, e := s.projectOf(ctx, &v, key, body, bodyLoc, forRead)
+	if e != nil {
+		return e
+	}
+	docs := []map[string]any{}
+	if !found {
+		writeJSON(rc, fasthttp.StatusOK, map[string][]map[string]any{"result": docs})
+		return nil
+	}
+	sq := weave.FeedbackQuery{Limit: q.limit, Offset: q.offset}
+	if q.expr != nil {
 		// Feedback is stored by ref, so a query naming refs reads only those.
-		var refs []string
-		if q.expr != nil {
-			if vals, ok := q.expr.Values("weave_ref"); ok {
-				refs = append(make([]string, 0, len(vals)), vals...)
-			}
+		if vals, ok := q.expr.Values("weave_ref"); ok && len(vals) <= maxFeedbackRefs {
+			sq.Refs = append(make([]string, 0, len(vals)), vals...)
 		}
-		items, err := s.weave.ListFeedback(ctx, projectID, refs)
-		if err != nil {
-			return nil, err
+	}
+	inStore := q.expr == nil && len(q.sortBy) == 0
+	if !inStore {
+		sq.Limit, sq.Offset = -1, 0
+	}
+	budget := readBudget{what: "narrow the query or lower its limit"}
+	skip := q.offset
+	err := s.weave.QueryFeedback(ctx, proj.ID, sq, func(f *weave.Feedback) error {
+		if len(q.sortBy) == 0 && len(docs) >= q.limit {
+			return errPageFull
 		}
-		docs := make([]map[string]any, 0, len(items))
-		for i := range items {
-			docs = append(docs, feedbackDoc(raw, &items[i]))
+		d := feedbackDoc(raw, f)
+		if q.expr != nil && !q.expr.Match(d) {
+			return nil
 		}
-		return docs, nil
+		if len(q.sortBy) == 0 && !inStore && skip > 0 {
+			skip--
+			return nil
+		}
+		if e := budget.take(len(f.Payload) + 256); e != nil {
+			return e
+		}
+		docs = append(docs, d)
+		return nil
 	})
+	var ae *apiError
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case err != nil && !errors.Is(err, errPageFull):
+		return internalError(err)
+	}
+	if len(q.sortBy) == 0 {
+		// Already filtered and paged: apply only projects the fields.
+		q.expr, q.offset, q.limit = nil, 0, -1
+	}
+	writeJSON(rc, fasthttp.StatusOK, map[string][]map[string]any{"result": q.apply(docs)})
+	return nil
 }
 
 // serveDocQuery serves a Weave query of documents, POST {project_id, fields,

@@ -58,17 +58,32 @@ func (s *Service) refsReadBatch(ctx context.Context, rc *fasthttp.RequestCtx, ke
 			return forbidden(r.Entity)
 		}
 	}
-	res := refResolver{s: s, key: key, projects: map[[2]string]*trace.Project{}, objects: map[objectKey]any{}, tables: map[tableKey]*tableCache{}}
+	res := refResolver{s: s, key: key, projects: map[[2]string]*trace.Project{}, objects: map[objectKey]any{}, tables: map[tableKey]*tableCache{},
+		budget: readBudget{what: "read fewer refs per batch, or the rows of a large table with /table/query"}}
 	vals := make([]json.RawMessage, len(refs))
+	done := make(map[string]int, len(refs)) // ref → index of its first value
 	for i := range refs {
-		val, err := res.resolve(ctx, refs[i], 0)
-		switch {
-		case errors.Is(err, weave.ErrNotFound), errors.Is(err, weave.ErrDeleted), errors.Is(err, trace.ErrNotFound):
-			vals[i] = json.RawMessage("null")
-		case err != nil:
-			return internalError(err)
-		default:
-			vals[i] = weave.Compact(val)
+		if j, ok := done[list[i]]; ok {
+			// A ref named again is resolved once, though the answer
+			// repeats its value.
+			vals[i] = vals[j]
+		} else {
+			val, err := res.resolve(ctx, refs[i], 0)
+			var ae *apiError
+			switch {
+			case errors.As(err, &ae):
+				return ae
+			case errors.Is(err, weave.ErrNotFound), errors.Is(err, weave.ErrDeleted), errors.Is(err, trace.ErrNotFound):
+				vals[i] = json.RawMessage("null")
+			case err != nil:
+				return internalError(err)
+			default:
+				vals[i] = weave.Compact(val)
+			}
+			done[list[i]] = i
+		}
+		if e := res.budget.take(len(vals[i]) + 1); e != nil {
+			return e
 		}
 	}
 	writeJSON(rc, fasthttp.StatusOK, map[string][]json.RawMessage{"vals": vals})
@@ -79,13 +94,15 @@ func (s *Service) refsReadBatch(ctx context.Context, rc *fasthttp.RequestCtx, ke
 // object versions and tables it read, since a batch usually names many
 // rows of one dataset: reading each once keeps a batch of a thousand rows
 // to a handful of queries. Values it hands out are shared and never
-// modified.
+// modified. Everything it reads from the store counts against budget, as
+// the answer does, so that a batch cannot hold more than maxReadBytes.
 type refResolver struct {
 	s        *Service
 	key      *auth.Key
 	projects map[[2]string]*trace.Project // nil for a project that does not exist
 	objects  map[objectKey]any
 	tables   map[tableKey]*tableCache
+	budget   readBudget
 }
 
 type objectKey struct {
@@ -107,17 +124,20 @@ type tableCache struct {
 }
 
 // row returns the value of one of the table's rows.
-func (t *tableCache) row(ctx context.Context, ws weave.Store, projectID int64, digest string) (json.RawMessage, error) {
+func (t *tableCache) row(ctx context.Context, r *refResolver, projectID int64, digest string) (json.RawMessage, error) {
 	if v, ok := t.rows[digest]; ok {
 		return v, nil
 	}
-	got, err := ws.TableRows(ctx, projectID, []string{digest})
+	got, err := r.s.weave.TableRows(ctx, projectID, []string{digest})
 	if err != nil {
 		return nil, err
 	}
 	v, ok := got[digest]
 	if !ok {
 		return nil, weave.ErrNotFound
+	}
+	if e := r.budget.take(len(v)); e != nil {
+		return nil, e
 	}
 	t.rows[digest] = v
 	return v, nil
@@ -162,6 +182,9 @@ func (r *refResolver) resolve(ctx context.Context, ref weave.Ref, hops int) (any
 			if err != nil {
 				return nil, err
 			}
+			if e := r.budget.take(len(o.Val)); e != nil {
+				return nil, e
+			}
 			v = decodeValue(o.Val)
 			r.objects[k] = v
 		}
@@ -173,7 +196,11 @@ func (r *refResolver) resolve(ctx context.Context, ref weave.Ref, hops int) (any
 		if err != nil {
 			return nil, err
 		}
-		val = decodeValue(mustJSON(renderCall(proj, &c)))
+		raw := mustJSON(renderCall(proj, &c))
+		if e := r.budget.take(len(raw)); e != nil {
+			return nil, e
+		}
+		val = decodeValue(raw)
 	}
 	return r.walk(ctx, val, ref.Extra, hops)
 }
@@ -231,12 +258,22 @@ func (r *refResolver) table(ctx context.Context, proj trace.Project, digest stri
 		return nil, err
 	}
 	t := &tableCache{digests: digests, members: make(map[string]bool, len(digests)), rows: map[string]json.RawMessage{}}
+	size := 0
 	for _, d := range digests {
 		t.members[d] = true
+		size += len(d)
+	}
+	if e := r.budget.take(size); e != nil {
+		return nil, e
 	}
 	if len(digests) <= maxRefsPerBatch {
 		if t.rows, err = r.s.weave.TableRows(ctx, proj.ID, digests); err != nil {
 			return nil, err
+		}
+		for _, v := range t.rows {
+			if e := r.budget.take(len(v)); e != nil {
+				return nil, e
+			}
 		}
 	}
 	r.tables[k] = t
@@ -276,7 +313,7 @@ func (r *refResolver) walkTable(ctx context.Context, proj trace.Project, digest 
 	default:
 		return nil, weave.ErrNotFound
 	}
-	raw, err := t.row(ctx, r.s.weave, proj.ID, row)
+	raw, err := t.row(ctx, r, proj.ID, row)
 	if err != nil {
 		return nil, err
 	}

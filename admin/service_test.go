@@ -16,6 +16,8 @@ import (
 	"github.com/tollgate-dev/tollgate/config"
 	"github.com/tollgate-dev/tollgate/store"
 	"github.com/tollgate-dev/tollgate/store/storetest"
+	"github.com/tollgate-dev/tollgate/trace"
+	"github.com/tollgate-dev/tollgate/weave"
 )
 
 // Keys of the test keyring: alice may use team-a, bob team-b, root is an
@@ -38,7 +40,27 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	db := storetest.OpenOne(t)
+	return newEnvOn(t, storetest.OpenOne(t))
+}
+
+// forEachEnv runs fn as a subtest per store engine (see storetest.ForEach),
+// each with its own service.
+func forEachEnv(t *testing.T, fn func(t *testing.T, e *env)) {
+	t.Helper()
+	storetest.ForEach(t, func(t *testing.T, db *store.DB) { fn(t, newEnvOn(t, db)) })
+}
+
+// newEnvOn serves the test keys' service API backed by db.
+func newEnvOn(t *testing.T, db *store.DB) *env {
+	t.Helper()
+	return newEnvStores(t, db, db, db)
+}
+
+// newEnvStores is newEnvOn with ts in front of db for projects and calls
+// and ws for the Weave objects, as a test that watches the store's reads
+// needs.
+func newEnvStores(t *testing.T, db *store.DB, ts trace.Store, ws weave.Store) *env {
+	t.Helper()
 	kr, err := auth.NewKeyring(config.Auth{Keys: []config.Key{
 		{Name: "alice", Key: aliceKey, Teams: []string{"team-a"}},
 		{Name: "bob", Key: bobKey, Teams: []string{"team-b"}},
@@ -48,7 +70,7 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := admin.New(admin.Options{Keys: kr, Store: db, Pricing: map[string]config.Pricing{
+	svc := admin.New(admin.Options{Keys: kr, Store: ts, Weave: ws, Pricing: map[string]config.Pricing{
 		"m": {PromptPerMTok: 1e6, CompletionPerMTok: 2e6},
 	}})
 	return serveEnv(t, db, svc)

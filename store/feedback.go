@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"sort"
 
 	"github.com/tollgate-dev/tollgate/weave"
 )
@@ -26,62 +25,48 @@ func (d *DB) PutFeedback(ctx context.Context, f weave.Feedback) error {
 	return nil
 }
 
-// ListFeedback returns the project's feedback on weaveRefs (all of it when
-// nil), oldest first. A list of refs reads through weave_feedback_ref, a
-// bounded number of refs per statement.
-func (d *DB) ListFeedback(ctx context.Context, projectID int64, weaveRefs []string) ([]weave.Feedback, error) {
-	if weaveRefs == nil {
-		return d.listFeedback(ctx, sqlFrag{sql: `project_id = ?`, args: []any{projectID}})
-	}
-	var out []weave.Feedback
-	for len(weaveRefs) > 0 {
-		n := min(len(weaveRefs), maxRowsPerStatement)
-		part, err := d.listFeedback(ctx, joinSQL(" AND ",
-			sqlFrag{sql: `project_id = ?`, args: []any{projectID}}, inStrings("weave_ref", weaveRefs[:n])))
-		if err != nil {
-			return nil, err
+// QueryFeedback calls fn for each feedback item q selects, oldest first
+// (then by id), reading them as fn takes them: the page of q.Limit and
+// q.Offset is cut by the statement, and an item fn is not called for is
+// never read. Refs read through weave_feedback_ref.
+func (d *DB) QueryFeedback(ctx context.Context, projectID int64, q weave.FeedbackQuery, fn func(*weave.Feedback) error) error {
+	where := sqlFrag{sql: `project_id = ?`, args: []any{projectID}}
+	if q.Refs != nil {
+		if len(q.Refs) == 0 {
+			return nil
 		}
-		out = append(out, part...)
-		weaveRefs = weaveRefs[n:]
+		where = joinSQL(" AND ", where, inStrings("weave_ref", q.Refs))
 	}
-	sort.SliceStable(out, func(i, j int) bool {
-		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
-			return out[i].CreatedAt.Before(out[j].CreatedAt)
-		}
-		return out[i].ID < out[j].ID
-	})
-	return out, nil
-}
-
-func (d *DB) listFeedback(ctx context.Context, where sqlFrag) ([]weave.Feedback, error) {
 	rows, err := d.conn().query(ctx, `SELECT project_id, id, weave_ref, wb_user_id, creator, created_at, feedback_type,
 		payload, annotation_ref, runnable_ref, call_ref, trigger_ref
-		FROM weave_feedback WHERE `+where.sql+` ORDER BY created_at, id`, where.args...)
+		FROM weave_feedback WHERE `+where.sql+` ORDER BY created_at, id LIMIT ? OFFSET ?`,
+		append(where.args, d.dialect.limitArg(q.Limit), q.Offset)...)
 	if err != nil {
-		return nil, fmt.Errorf("list feedback: %w", err)
+		return fmt.Errorf("query feedback: %w", err)
 	}
 	defer rows.Close()
-	var out []weave.Feedback
 	for rows.Next() {
 		var f weave.Feedback
 		var creator, annotation, runnable, call, trigger sql.NullString
 		var created, payload string
 		if err := rows.Scan(&f.ProjectID, &f.ID, &f.WeaveRef, &f.WBUserID, &creator, &created, &f.FeedbackType,
 			&payload, &annotation, &runnable, &call, &trigger); err != nil {
-			return nil, fmt.Errorf("list feedback: %w", err)
+			return fmt.Errorf("query feedback: %w", err)
 		}
 		if f.CreatedAt, err = parseTraceTime(created); err != nil {
-			return nil, err
+			return err
 		}
 		f.Payload = []byte(payload)
 		f.Creator, f.AnnotationRef, f.RunnableRef = nullString(creator), nullString(annotation), nullString(runnable)
 		f.CallRef, f.TriggerRef = nullString(call), nullString(trigger)
-		out = append(out, f)
+		if err := fn(&f); err != nil {
+			return err
+		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list feedback: %w", err)
+		return fmt.Errorf("query feedback: %w", err)
 	}
-	return out, nil
+	return nil
 }
 
 // DeleteFeedback deletes feedback by id.

@@ -510,35 +510,65 @@ func (d *DB) ReadCall(ctx context.Context, projectID int64, id string) (trace.Ca
 // QueryCalls calls fn for each call the query selects, in its order
 // (started_at then id unless sort_by says otherwise).
 func (d *DB) QueryCalls(ctx context.Context, projectID int64, q trace.CallsQuery, fn func(*trace.Call) error) error {
-	where, err := whereCalls(d.expr, projectID, q.Filter, q.Query)
+	cur, err := d.OpenCalls(ctx, projectID, q)
 	if err != nil {
-		return fmt.Errorf("query calls: %w", err)
+		return err
 	}
-	order, err := orderCalls(d.expr, q.SortBy)
-	if err != nil {
-		return fmt.Errorf("query calls: %w", err)
-	}
-	args := append(append(where.args, order.args...), d.dialect.limitArg(q.Limit), q.Offset)
-	rows, err := d.conn().query(ctx,
-		`SELECT `+callColumns+` FROM calls c WHERE `+where.sql+` ORDER BY `+order.sql+` LIMIT ? OFFSET ?`, args...)
-	if err != nil {
-		return fmt.Errorf("query calls: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		c, err := scanCall(rows, projectID)
-		if err != nil {
-			return fmt.Errorf("query calls: %w", err)
+	defer cur.Close()
+	var c trace.Call
+	for {
+		ok, err := cur.Next(&c)
+		if err != nil || !ok {
+			return err
 		}
 		if err := fn(&c); err != nil {
 			return err
 		}
 	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("query calls: %w", err)
-	}
-	return nil
 }
+
+// OpenCalls returns a cursor over the calls the query selects, in
+// QueryCalls' order. It holds a connection until closed.
+func (d *DB) OpenCalls(ctx context.Context, projectID int64, q trace.CallsQuery) (trace.CallCursor, error) {
+	where, err := whereCalls(d.expr, projectID, q.Filter, q.Query)
+	if err != nil {
+		return nil, fmt.Errorf("query calls: %w", err)
+	}
+	order, err := orderCalls(d.expr, q.SortBy)
+	if err != nil {
+		return nil, fmt.Errorf("query calls: %w", err)
+	}
+	args := append(append(where.args, order.args...), d.dialect.limitArg(q.Limit), q.Offset)
+	rows, err := d.conn().query(ctx,
+		`SELECT `+callColumns+` FROM calls c WHERE `+where.sql+` ORDER BY `+order.sql+` LIMIT ? OFFSET ?`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("query calls: %w", err)
+	}
+	return &callCursor{rows: rows, projectID: projectID}, nil
+}
+
+// callCursor reads calls from rows as they are asked for.
+type callCursor struct {
+	rows      *sql.Rows
+	projectID int64
+}
+
+func (c *callCursor) Next(out *trace.Call) (bool, error) {
+	if !c.rows.Next() {
+		if err := c.rows.Err(); err != nil {
+			return false, fmt.Errorf("query calls: %w", err)
+		}
+		return false, nil
+	}
+	call, err := scanCall(c.rows, c.projectID)
+	if err != nil {
+		return false, fmt.Errorf("query calls: %w", err)
+	}
+	*out = call
+	return true, nil
+}
+
+func (c *callCursor) Close() error { return c.rows.Close() }
 
 // FinishCall ends a call of op opName, keeping an earlier end time.
 func (d *DB) FinishCall(ctx context.Context, projectID int64, id, opName string, at time.Time, summary json.RawMessage, exception *string) error {

@@ -14,7 +14,9 @@ package store
 //     object_id) serves listings of ops or of other objects.
 //   - weave_tables and weave_table_rows by (project_id, digest): a table
 //     keeps its row digests in order as a JSON array, rows are shared by
-//     every table of the project that holds them.
+//     every table of the project that holds them. Since version 2 a large
+//     table's list is a tree of chunks in weave_table_chunks by
+//     (project_id, digest), shared the same way (see PutTable).
 //   - weave_files by (project_id, digest).
 //   - weave_feedback by (project_id, id), and (project_id, weave_ref) for
 //     the feedback of one call or object.
@@ -153,6 +155,28 @@ var weaveMigrations = []migration{
 				created_by                 TEXT COLLATE "C" NOT NULL,
 				PRIMARY KEY (project_id, id))`,
 			`CREATE INDEX weave_costs_llm ON weave_costs (project_id, llm_id, effective_date)`,
+		},
+	},
+	{
+		// Tables as trees of chunks: a table stored before keeps its row
+		// digests in row_digests, as a table of height 0 does.
+		component: "weave",
+		version:   2,
+		sqlite: []string{
+			`ALTER TABLE weave_tables ADD COLUMN chunk_height INTEGER NOT NULL DEFAULT 0`,
+			`CREATE TABLE weave_table_chunks (
+				project_id INTEGER NOT NULL REFERENCES projects (id),
+				digest     TEXT NOT NULL,
+				items      TEXT NOT NULL,
+				PRIMARY KEY (project_id, digest))`,
+		},
+		postgres: []string{
+			`ALTER TABLE weave_tables ADD COLUMN chunk_height INTEGER NOT NULL DEFAULT 0`,
+			`CREATE TABLE weave_table_chunks (
+				project_id BIGINT NOT NULL REFERENCES projects (id),
+				digest     TEXT COLLATE "C" NOT NULL,
+				items      TEXT NOT NULL,
+				PRIMARY KEY (project_id, digest))`,
 		},
 	},
 }

@@ -172,6 +172,10 @@ type Store interface {
 	ReadCall(ctx context.Context, projectID int64, id string) (Call, error)
 	// QueryCalls calls fn for each call the query selects, in its order.
 	QueryCalls(ctx context.Context, projectID int64, q CallsQuery, fn func(*Call) error) error
+	// OpenCalls is QueryCalls as a cursor, for a caller that hands calls
+	// on as its reader asks for them; it reads until closed, and ctx must
+	// live as long.
+	OpenCalls(ctx context.Context, projectID int64, q CallsQuery) (CallCursor, error)
 	// FinishCall ends a call that has op_name opName: ended_at is set to at
 	// unless the call ended already, summary (when not nil) is merged into
 	// the call's summary as a JSON merge patch, and exception (when not nil)
@@ -201,4 +205,12 @@ type CallStore interface {
 	// SetCallOutput replaces a call's output; an unknown call is an error
 	// wrapping ErrNotFound.
 	SetCallOutput(ctx context.Context, projectID int64, id string, output json.RawMessage) error
+}
+
+// CallCursor iterates the calls a query selects, in its order.
+type CallCursor interface {
+	// Next reads the next call into c; false at the end.
+	Next(c *Call) (bool, error)
+	// Close releases the cursor; it may be called at any point.
+	Close() error
 }

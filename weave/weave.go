@@ -71,6 +71,16 @@ const (
 	Latest = "latest"
 )
 
+// FeedbackQuery selects a page of a project's feedback.
+type FeedbackQuery struct {
+	// Refs keeps the feedback on these weave refs; nil keeps all, empty
+	// none.
+	Refs []string
+	// Limit < 0 means no limit.
+	Limit  int
+	Offset int
+}
+
 // ObjectQuery selects object versions of a project.
 type ObjectQuery struct {
 	ObjectIDs                []string
@@ -196,9 +206,10 @@ type Store interface {
 
 	// PutFeedback stores a new feedback item.
 	PutFeedback(ctx context.Context, f Feedback) error
-	// ListFeedback returns the project's feedback on the given refs (all
-	// of it when weaveRefs is nil), oldest first.
-	ListFeedback(ctx context.Context, projectID int64, weaveRefs []string) ([]Feedback, error)
+	// QueryFeedback calls fn for each feedback item q selects, oldest
+	// first, reading no more than the page asks for; fn's error ends the
+	// query and is returned.
+	QueryFeedback(ctx context.Context, projectID int64, q FeedbackQuery, fn func(*Feedback) error) error
 	// DeleteFeedback deletes feedback by id and returns how many were.
 	DeleteFeedback(ctx context.Context, projectID int64, ids []string) (int, error)
 	// ReplaceFeedback deletes the feedback oldID and stores f, atomically;
