@@ -38,8 +38,8 @@ type fakeUpstream struct {
 	srv  *http.Server
 	url  string
 
-	mu        sync.Mutex
-	calls     []upstreamCall
+	mu    sync.Mutex
+	calls []upstreamCall
 	// responses holds each stored response's input, by id.
 	responses map[string]string
 	next      int
