@@ -235,8 +235,8 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, ep *endpoint) {
 	if c.background && !c.req.Stream {
 		// Its usage comes after the answer: the gateway must be able to
 		// wait for it (a background stream carries it in its events).
-		if !s.background.admit() {
-			s.finish(ctx, c, s.background.tooMany())
+		if e := s.background.admit(team, st.cfg.Server.BackgroundTeamShare); e != nil {
+			s.finish(ctx, c, e)
 			return
 		}
 		c.backgroundSlot = true

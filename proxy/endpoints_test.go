@@ -40,14 +40,16 @@ type fakeUpstream struct {
 
 	mu    sync.Mutex
 	calls []upstreamCall
-	// responses holds each stored response's input, by id.
+	// responses holds each stored response's input, by id; running the
+	// background responses still running (until cancelled).
 	responses map[string]string
+	running   map[string]bool
 	next      int
 }
 
 func newFakeUpstream(t *testing.T, name string) *fakeUpstream {
 	t.Helper()
-	f := &fakeUpstream{name: name, responses: map[string]string{}}
+	f := &fakeUpstream{name: name, responses: map[string]string{}, running: map[string]bool{}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -137,6 +139,14 @@ func (f *fakeUpstream) serve(w http.ResponseWriter, r *http.Request) {
 			}, false)
 			return
 		}
+		if req.Get("background").Bool() && req.Get("input").String() == "long" {
+			// A background response that runs until cancelled.
+			f.mu.Lock()
+			f.running[id] = true
+			f.mu.Unlock()
+			reply(w, 200, resp("queued", "null"))
+			return
+		}
 		reply(w, 200, resp("completed", usage))
 	case strings.HasPrefix(r.URL.Path, "/v1/responses/"):
 		id, sub, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/v1/responses/"), "/")
@@ -151,6 +161,9 @@ func (f *fakeUpstream) serve(w http.ResponseWriter, r *http.Request) {
 			f.mu.Unlock()
 			reply(w, 200, fmt.Sprintf(`{"id":%q,"object":"response","deleted":true}`, id))
 		case sub == "cancel":
+			f.mu.Lock()
+			delete(f.running, id)
+			f.mu.Unlock()
 			reply(w, 200, fmt.Sprintf(`{"id":%q,"object":"response","status":"cancelled","backend":%q}`, id, f.name))
 		case r.URL.Query().Get("stream") == "true": // a background response's events, replayed
 			delta := fmt.Sprintf(`{"type":"response.output_text.delta","sequence_number":1,"item_id":"msg_1","output_index":0,"content_index":0,"delta":"%s"}`, f.name)
@@ -169,7 +182,13 @@ func (f *fakeUpstream) serve(w http.ResponseWriter, r *http.Request) {
 				fmt.Sprintf(`{"type":"response.completed","sequence_number":2,"response":{"id":%q,"object":"response","model":"up/demo","status":"completed"}}`, id),
 			}, false)
 		default:
-			reply(w, 200, fmt.Sprintf(`{"id":%q,"object":"response","status":"completed","model":"up/demo","backend":%q,"input":%q}`, id, f.name, f.input(id)))
+			status := "completed"
+			f.mu.Lock()
+			if f.running[id] {
+				status = "in_progress"
+			}
+			f.mu.Unlock()
+			reply(w, 200, fmt.Sprintf(`{"id":%q,"object":"response","status":%q,"model":"up/demo","backend":%q,"input":%q}`, id, status, f.name, f.input(id)))
 		}
 	default:
 		reply(w, 404, `{"detail":"Not Found"}`)
