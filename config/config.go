@@ -119,6 +119,13 @@ type Server struct {
 	// with an in-band error and the upstream connection is closed. Zero
 	// means 1 MiB; a streamed chunk is a few hundred bytes.
 	MaxEventBytes int `yaml:"max_event_bytes"`
+	// BackgroundTeamShare is the percentage of the gateway's background
+	// response slots (responses made with "background": true whose usage
+	// it still waits for) that one team may hold at once; past it the
+	// team's next background request gets a 429 with Retry-After while
+	// other teams still get slots. At least one slot is always allowed.
+	// Zero means 25; 100 lets one team take every slot.
+	BackgroundTeamShare int `yaml:"background_team_share"`
 }
 
 // Backend is one OpenAI-compatible upstream, or the in-process simulator.

@@ -46,23 +46,26 @@ const (
 	defaultBudgetWindow  = windowMonth
 	defaultLimitsDriver  = limitsMemory
 
-	defaultMaxStreams       = 10000
-	defaultHealthPath       = "/models"
-	defaultHealthInterval   = 10 * time.Second
-	defaultHealthTimeout    = 3 * time.Second
-	defaultFailuresToEject  = 3
-	defaultCooldown         = 5 * time.Second
-	defaultMaxCooldown      = 2 * time.Minute
-	defaultQueueDepth       = 128
-	defaultQueueWait        = 5 * time.Second
-	defaultRetryAttempts    = 3
-	defaultRetryBackoff     = 25 * time.Millisecond
-	defaultRetryMaxBackoff  = time.Second
-	defaultRetryBudgetRatio = 0.2
-	defaultRetryBudgetMin   = 10
-	defaultReloadInterval   = 2 * time.Second
-	defaultRedisPrefix      = "tollgate:"
-	defaultRedisTimeout     = 50 * time.Millisecond
+	defaultMaxStreams = 10000
+	// defaultBackgroundTeamShare leaves three quarters of the background
+	// slots to other teams when one fills its share.
+	defaultBackgroundTeamShare = 25
+	defaultHealthPath          = "/models"
+	defaultHealthInterval      = 10 * time.Second
+	defaultHealthTimeout       = 3 * time.Second
+	defaultFailuresToEject     = 3
+	defaultCooldown            = 5 * time.Second
+	defaultMaxCooldown         = 2 * time.Minute
+	defaultQueueDepth          = 128
+	defaultQueueWait           = 5 * time.Second
+	defaultRetryAttempts       = 3
+	defaultRetryBackoff        = 25 * time.Millisecond
+	defaultRetryMaxBackoff     = time.Second
+	defaultRetryBudgetRatio    = 0.2
+	defaultRetryBudgetMin      = 10
+	defaultReloadInterval      = 2 * time.Second
+	defaultRedisPrefix         = "tollgate:"
+	defaultRedisTimeout        = 50 * time.Millisecond
 )
 
 // Store drivers and budget windows, as written in the file.
@@ -115,6 +118,7 @@ func (c *Config) Provision() {
 	setDefault(&s.MaxLogitBias, defaultMaxLogitBias)
 	setDefault(&s.MaxResponseBytes, defaultMaxResponseBytes)
 	setDefault(&s.MaxEventBytes, defaultMaxEventBytes)
+	setDefault(&s.BackgroundTeamShare, defaultBackgroundTeamShare)
 
 	for i := range c.Backends {
 		b := &c.Backends[i]

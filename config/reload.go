@@ -40,7 +40,7 @@ func ReloadableSettings() []string {
 		"auth.keys[].name", "auth.keys[].key", "auth.keys[].key_sha256",
 		"auth.keys[].teams", "auth.keys[].default_team", "auth.keys[].admin",
 		"server.max_messages", "server.max_streams", "server.max_stop_strings",
-		"server.max_logit_bias", "server.max_response_bytes", "server.max_event_bytes",
+		"server.max_logit_bias", "server.max_response_bytes", "server.max_event_bytes", "server.background_team_share",
 		"backends[].name", "backends[].url", "backends[].api_key",
 		"backends[].simulated.ttft", "backends[].simulated.inter_token",
 		"backends[].simulated.tokens", "backends[].simulated.embedding_dimensions",

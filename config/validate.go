@@ -226,6 +226,9 @@ func (v *validator) server(s *Server) {
 	v.positive("server.max_logit_bias", int64(s.MaxLogitBias))
 	v.positive("server.max_response_bytes", int64(s.MaxResponseBytes))
 	v.positive("server.max_event_bytes", int64(s.MaxEventBytes))
+	if s.BackgroundTeamShare < 1 || s.BackgroundTeamShare > 100 {
+		v.addf("server.background_team_share", "must be a percentage from 1 to 100, got %d", s.BackgroundTeamShare)
+	}
 }
 
 // backends checks the backends and returns their names.

@@ -43,16 +43,23 @@ const (
 	backgroundMaxAge = 24 * time.Hour
 )
 
-// tooMany refuses a background response while the set of
-// pending ones is full.
-func (b *backgroundResponses) tooMany() *apiError {
-	b.mu.Lock()
-	capacity := b.capacity
-	b.mu.Unlock()
+// tooManyBackground refuses a background response while the set of
+// pending ones, capacity of them, is full.
+func tooManyBackground(capacity int) *apiError {
 	return &apiError{Status: fasthttp.StatusServiceUnavailable, Type: "api_error",
 		Code: "too_many_background_responses", RetryAfter: 10 * time.Second,
 		Message: "The gateway is waiting on its limit of " + strconv.Itoa(capacity) +
 			" background responses to finish; retry shortly, or send the request without background."}
+}
+
+// overShare refuses a background response to a team that holds its share
+// of the slots, limit of them: a 429, since it is this team's rate, not the
+// gateway's, that stops it.
+func overShare(team string, limit int) *apiError {
+	return &apiError{Status: fasthttp.StatusTooManyRequests, Type: "rate_limit_exceeded",
+		Code: "rate_limit_exceeded", RetryAfter: 10 * time.Second,
+		Message: "Team " + team + " has " + strconv.Itoa(limit) + " background responses running, its share of the gateway's" +
+			" (server.background_team_share); retry once one finished, or send the request without background."}
 }
 
 // backgroundResponses is the set of background responses whose usage is
@@ -64,7 +71,10 @@ type backgroundResponses struct {
 	// answered, plus the pending responses.
 	capacity int
 	slots    int
-	pending  map[string]*pendingResponse
+	// teamSlots is the slots each team holds; a team holding none has no
+	// entry, so the map stays as small as the teams now waiting.
+	teamSlots map[string]int
+	pending   map[string]*pendingResponse
 	// The poller runs from the first pending response until stop; once
 	// stopped, nothing more is held.
 	running, stopped bool
@@ -87,27 +97,36 @@ type pendingResponse struct {
 }
 
 func newBackgroundResponses(capacity int) *backgroundResponses {
-	return &backgroundResponses{capacity: capacity, pending: make(map[string]*pendingResponse),
+	return &backgroundResponses{capacity: capacity, teamSlots: make(map[string]int), pending: make(map[string]*pendingResponse),
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 }
 
-// admit takes a slot for a background request, or reports that the set is
-// full (or the server is stopping).
-func (b *backgroundResponses) admit() bool {
+// admit takes a slot for a background request of team, which may hold
+// share percent of them (at least one), or returns why it may not: the set
+// is full (or the server is stopping), or team holds its share.
+func (b *backgroundResponses) admit(team string, share int) *apiError {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.stopped || b.slots >= b.capacity {
-		return false
+		return tooManyBackground(b.capacity)
+	}
+	limit := max(b.capacity*share/100, 1)
+	if b.teamSlots[team] >= limit {
+		return overShare(team, limit)
 	}
 	b.slots++
-	return true
+	b.teamSlots[team]++
+	return nil
 }
 
-// release gives a slot back.
-func (b *backgroundResponses) release() {
+// release gives a slot of team back.
+func (b *backgroundResponses) release(team string) {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	b.slots--
-	b.mu.Unlock()
+	if b.teamSlots[team]--; b.teamSlots[team] <= 0 {
+		delete(b.teamSlots, team)
+	}
 }
 
 // take removes and returns the pending response id, or nil: whoever takes
@@ -142,7 +161,7 @@ func (s *Server) holdBackground(c *completion) bool {
 	c.backgroundSlot = false
 	b := s.background
 	if c.pendingResponse == "" || c.rec.Error != "" {
-		b.release()
+		b.release(c.rec.Team)
 		return false
 	}
 	now := time.Now()
@@ -151,7 +170,7 @@ func (s *Server) holdBackground(c *completion) bool {
 	b.mu.Lock()
 	if b.stopped {
 		b.mu.Unlock()
-		b.release()
+		b.release(c.rec.Team)
 		c.rec.Error = "the gateway stopped before background response " + p.id + " finished: its usage is not known"
 		return false
 	}
@@ -219,7 +238,7 @@ func (s *Server) endBackground(p *pendingResponse, reply gjson.Result, problem s
 		p.limiter.Settle(p.res, p.rec.TotalTokens)
 	}
 	s.recorder.Record(p.rec)
-	s.background.release()
+	s.background.release(p.rec.Team)
 	if ce := s.log.Check(zap.InfoLevel, "background response ended"); ce != nil {
 		ce.Write(zap.String("request_id", p.rec.RequestID), zap.String("response_id", p.id),
 			zap.String("backend", p.rec.Backend), zap.String("team", p.rec.Team), zap.String("project", p.rec.Project),

@@ -115,7 +115,9 @@ func TestBackgroundResponseHoldsBudget(t *testing.T) {
 // waiting for their usage and checks that one more is refused before it
 // reaches the backend, and admitted again once one ended.
 func TestBackgroundResponsesBounded(t *testing.T) {
-	h := newHarness(t, harnessOptions{sim: simulated.Options{TimeToFirstToken: time.Hour, Tokens: 2}})
+	// One team may take every slot here: the shares of teams are
+	// TestBackgroundTeamShare's.
+	h := newHarness(t, harnessOptions{sim: simulated.Options{TimeToFirstToken: time.Hour, Tokens: 2}, server: "background_team_share: 100"})
 	proxy.SetBackgroundCapacity(h.gw, 2)
 	var ids []string
 	for range 2 {
@@ -169,5 +171,48 @@ func TestBackgroundResponseAtShutdown(t *testing.T) {
 	id = r.json("id").Str
 	if n := h.recorder.count(); n != 0 {
 		t.Fatalf("%d records while the response runs, want 0", n)
+	}
+}
+
+// TestBackgroundTeamShare floods the gateway with background responses
+// from team rival: past its share of the slots (a quarter of 8 here) it
+// gets a 429 with Retry-After, before any backend hears of the request,
+// while team acme still gets its background responses; and rival gets a
+// slot again once one of its own finished.
+func TestBackgroundTeamShare(t *testing.T) {
+	s := newSurface(t)
+	proxy.SetBackgroundCapacity(s.gw, 8)
+	const body = `{"model":"demo","input":"long","background":true}`
+	var rivals []string
+	for i := range 6 {
+		r := s.doAs(rivalKey, http.MethodPost, "/v1/responses", body)
+		if i < 2 {
+			if r.status != http.StatusOK || r.json("status").String() != "queued" {
+				t.Fatalf("rival's background response %d within its share: %d %s", i, r.status, r.body)
+			}
+			rivals = append(rivals, r.json("id").String())
+			continue
+		}
+		wantOpenAIError(t, r, http.StatusTooManyRequests, "rate_limit_exceeded")
+		if r.header.Get("Retry-After") == "" || !strings.Contains(r.json("error.message").String(), "Team rival has 2 background responses running") {
+			t.Fatalf("rival's background response %d past its share: %s (Retry-After %q)", i, r.body, r.header.Get("Retry-After"))
+		}
+	}
+	if n := len(s.upstreamCalls()); n != 2 {
+		t.Errorf("backends received %d requests, want only rival's 2 admitted", n)
+	}
+	for i := range 2 {
+		r := s.do(http.MethodPost, "/v1/responses", body)
+		if r.status != http.StatusOK || r.json("status").String() != "queued" {
+			t.Fatalf("acme's background response %d while rival floods: %d %s", i, r.status, r.body)
+		}
+	}
+	// One of rival's ends (a cancel seen through the gateway settles it):
+	// its slot is rival's again.
+	if c := s.doAs(rivalKey, http.MethodPost, "/v1/responses/"+rivals[0]+"/cancel", ""); c.json("status").String() != "cancelled" {
+		t.Fatalf("cancel: %d %s", c.status, c.body)
+	}
+	if r := s.doAs(rivalKey, http.MethodPost, "/v1/responses", body); r.status != http.StatusOK {
+		t.Fatalf("rival after one of its responses ended: %d %s", r.status, r.body)
 	}
 }

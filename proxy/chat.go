@@ -214,10 +214,14 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, ep *endpoint) {
 	if c.previousResponse != "" {
 		owner, allowed := s.owners.ownerFor(c.previousResponse, key)
 		if !allowed {
-			s.finish(ctx, c, responseNotFound(c.previousResponse, nil))
+			s.finish(ctx, c, responseNotFound(c.previousResponse, paramPreviousResponse))
 			return
 		}
 		c.owner = owner
+	}
+	if e := s.foreignRequestID(ep, body, key); e != nil {
+		s.finish(ctx, c, e)
+		return
 	}
 	if c.req.Priority != 0 && !c.route.PriorityScheduling {
 		s.finish(ctx, c, &apiError{Status: fasthttp.StatusBadRequest, Type: "invalid_request_error", Param: "priority",
@@ -231,8 +235,8 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, ep *endpoint) {
 	if c.background && !c.req.Stream {
 		// Its usage comes after the answer: the gateway must be able to
 		// wait for it (a background stream carries it in its events).
-		if !s.background.admit() {
-			s.finish(ctx, c, s.background.tooMany())
+		if e := s.background.admit(team, st.cfg.Server.BackgroundTeamShare); e != nil {
+			s.finish(ctx, c, e)
 			return
 		}
 		c.backgroundSlot = true
@@ -530,7 +534,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *completion, route *backend
 		if status == fasthttp.StatusNotFound && c.previousResponse != "" {
 			// The backend holding the conversation does not know it (any
 			// more): the client's id is wrong, not the configuration.
-			e = responseNotFound(c.previousResponse, nil)
+			e = responseNotFound(c.previousResponse, paramPreviousResponse)
 		}
 		ra := resp.Header.Peek(fasthttp.HeaderRetryAfter)
 		retryAfter := parseRetryAfter(ra)
@@ -562,8 +566,12 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *completion, route *backend
 	if c.ep.responses {
 		reply := gjson.Parse(b2s(rbody))
 		uerr = u.setResponses(reply.Get("usage"))
-		s.owners.remember(reply.Get("id").String(), responseOwner{backend: b.Name, team: c.rec.Team, project: c.rec.Project})
-		if c.backgroundSlot {
+		// A reply whose id another team owns is still this request's
+		// reply, and charged to it, but gives it no access to that id;
+		// nor is it waited on as background, which would take the
+		// other's pending record.
+		owned := s.owners.claim(reply.Get("id").String(), responseOwner{backend: b.Name, team: c.rec.Team, project: c.rec.Project})
+		if c.backgroundSlot && owned {
 			c.pendingResponse = pendingID(reply)
 		}
 	} else {

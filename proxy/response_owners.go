@@ -13,9 +13,12 @@ import (
 )
 
 // ResponseOwnerStore remembers, for replicas, which backend made a
-// response and the team and project it was made for.
+// response and the team and project it was made for. ClaimResponseOwner
+// records an owner only when the response has none (or its own claim
+// renews it), and returns the owner of record after the claim: the first
+// claim wins across every replica sharing the store.
 type ResponseOwnerStore interface {
-	PutResponseOwner(ctx context.Context, responseID, backend, team, project string, expires time.Time) error
+	ClaimResponseOwner(ctx context.Context, responseID, backend, team, project string, expires time.Time) (ownerBackend, ownerTeam, ownerProject string, err error)
 	ResponseOwner(ctx context.Context, responseID string) (backend, team, project string, found bool, err error)
 }
 
@@ -83,25 +86,38 @@ func newResponseOwners(capacity int, ttl time.Duration, shared ResponseOwnerStor
 		entries: make(map[string]*list.Element), lru: list.New()}
 }
 
-// remember records owner as the owner of response id, in memory and in the
-// shared store. A failure of the store is logged, not returned: this
-// replica still routes the response correctly.
-func (o *responseOwners) remember(id string, owner responseOwner) {
+// claim records owner as the owner of response id, in memory and in the
+// shared store, unless the response already has another owner: ownership
+// is written once, by the request that made the response, and never taken
+// over. It reports whether owner holds the response now. A reply whose id
+// another team owns (a client can make vLLM name its response after a
+// request_id of its choosing) thus gives its team no access to it. A
+// failure of the store is logged, not returned: this replica still routes
+// the response by what it holds in memory.
+func (o *responseOwners) claim(id string, owner responseOwner) bool {
 	if id == "" || owner.backend == "" {
-		return
+		return false
 	}
 	// The id is often a slice of a pooled reply buffer that fasthttp
 	// reuses: what is kept must be a copy.
 	id = strings.Clone(id)
-	expires := o.put(id, owner)
-	if o.shared == nil {
-		return
+	expires, won := o.putIfAbsent(id, owner)
+	if !won || o.shared == nil {
+		return won
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), responseOwnerStoreTimeout)
 	defer cancel()
-	if err := o.shared.PutResponseOwner(ctx, id, owner.backend, owner.team, owner.project, expires); err != nil {
-		o.log.Warn("could not share a response's backend", zap.String("response_id", id), zap.Error(err))
+	backend, team, project, err := o.shared.ClaimResponseOwner(ctx, id, owner.backend, owner.team, owner.project, expires)
+	if err != nil {
+		o.log.Warn("could not share a response's owner", zap.String("response_id", id), zap.Error(err))
+		return true
 	}
+	if stored := (responseOwner{backend: backend, team: team, project: project}); stored != owner {
+		// Another replica's claim came first: its owner is the owner here too.
+		o.replace(id, stored)
+		return false
+	}
+	return true
 }
 
 // ownerFor is where key's requests about response id must go: the backend
@@ -141,13 +157,35 @@ func (o *responseOwners) owner(id string) (responseOwner, bool) {
 		return responseOwner{}, false
 	}
 	owner := responseOwner{backend: backend, team: team, project: project}
-	o.put(id, owner)
+	o.replace(id, owner)
 	return owner, true
 }
 
-// put stores id's owner as the most recent entry, evicting the least
-// recently used past capacity, and returns when it expires.
-func (o *responseOwners) put(id string, owner responseOwner) time.Time {
+// putIfAbsent makes owner the owner of id, as the most recent entry,
+// unless id has another owner that has not expired; it evicts the least
+// recently used past capacity. It returns when the entry expires, and
+// whether owner holds it. The owner's own claim renews its expiry.
+func (o *responseOwners) putIfAbsent(id string, owner responseOwner) (time.Time, bool) {
+	now := o.now()
+	expires := now.Add(o.ttl)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if el, ok := o.entries[id]; ok {
+		e := el.Value.(*ownerEntry)
+		if e.owner != owner && now.Before(e.expires) {
+			return e.expires, false
+		}
+		e.owner, e.expires = owner, expires
+		o.lru.MoveToFront(el)
+		return expires, true
+	}
+	o.insert(id, owner, expires)
+	return expires, true
+}
+
+// replace makes owner, read from the shared store, the owner of id in
+// memory, whatever this replica held.
+func (o *responseOwners) replace(id string, owner responseOwner) {
 	expires := o.now().Add(o.ttl)
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -155,15 +193,20 @@ func (o *responseOwners) put(id string, owner responseOwner) time.Time {
 		e := el.Value.(*ownerEntry)
 		e.owner, e.expires = owner, expires
 		o.lru.MoveToFront(el)
-		return expires
+		return
 	}
+	o.insert(id, owner, expires)
+}
+
+// insert adds a new entry for id as the most recent, evicting the least
+// recently used past capacity. o.mu is held.
+func (o *responseOwners) insert(id string, owner responseOwner, expires time.Time) {
 	o.entries[id] = o.lru.PushFront(&ownerEntry{id: id, owner: owner, expires: expires})
 	for o.lru.Len() > o.capacity {
 		oldest := o.lru.Back()
 		o.lru.Remove(oldest)
 		delete(o.entries, oldest.Value.(*ownerEntry).id)
 	}
-	return expires
 }
 
 // get returns id's owner unless unknown or expired; a hit becomes the most

@@ -18,18 +18,21 @@ type fakeOwnerStore struct {
 	mu     sync.Mutex
 	owners map[string]responseOwner
 	fail   bool
-	puts   int
 }
 
-func (f *fakeOwnerStore) PutResponseOwner(_ context.Context, id, backend, team, project string, _ time.Time) error {
+// ClaimResponseOwner keeps the first owner of each id, as the store does.
+func (f *fakeOwnerStore) ClaimResponseOwner(_ context.Context, id, backend, team, project string, _ time.Time) (string, string, string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.fail {
-		return errors.New("store down")
+		return "", "", "", errors.New("store down")
 	}
-	f.puts++
-	f.owners[id] = responseOwner{backend: backend, team: team, project: project}
-	return nil
+	o, ok := f.owners[id]
+	if !ok {
+		o = responseOwner{backend: backend, team: team, project: project}
+		f.owners[id] = o
+	}
+	return o.backend, o.team, o.project, nil
 }
 
 func (f *fakeOwnerStore) ResponseOwner(_ context.Context, id string) (backend, team, project string, found bool, err error) {
@@ -56,12 +59,12 @@ func backendOf(o *responseOwners, id string) string {
 func TestResponseOwnersBoundedLRU(t *testing.T) {
 	o := newResponseOwners(3, time.Hour, nil, zap.NewNop())
 	for _, id := range []string{"r1", "r2", "r3"} {
-		o.remember(id, on("b-"+id))
+		o.claim(id, on("b-"+id))
 	}
 	if got := backendOf(o, "r1"); got != "b-r1" { // r1 becomes the most recent
 		t.Fatalf("owner(r1) = %q, want b-r1", got)
 	}
-	o.remember("r4", on("b-r4")) // evicts r2, the least recently used
+	o.claim("r4", on("b-r4")) // evicts r2, the least recently used
 	if got := backendOf(o, "r2"); got != "" {
 		t.Errorf("owner(r2) = %q after eviction, want unknown", got)
 	}
@@ -73,7 +76,7 @@ func TestResponseOwnersBoundedLRU(t *testing.T) {
 	if n := o.len(); n != 3 {
 		t.Errorf("holds %d entries, want at most 3", n)
 	}
-	o.remember("", on("b")) // a reply without an id is not remembered
+	o.claim("", on("b")) // a reply without an id is not remembered
 	if n := o.len(); n != 3 {
 		t.Errorf("holds %d entries after an empty id, want 3", n)
 	}
@@ -83,7 +86,7 @@ func TestResponseOwnersExpire(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	o := newResponseOwners(10, time.Minute, nil, zap.NewNop())
 	o.now = func() time.Time { return now }
-	o.remember("r1", on("a"))
+	o.claim("r1", on("a"))
 	now = now.Add(59 * time.Second)
 	if got := backendOf(o, "r1"); got != "a" {
 		t.Fatalf("owner before expiry = %q, want a", got)
@@ -101,7 +104,7 @@ func TestResponseOwnersShared(t *testing.T) {
 	store := &fakeOwnerStore{owners: map[string]responseOwner{}}
 	a := newResponseOwners(10, time.Hour, store, zap.NewNop())
 	b := newResponseOwners(10, time.Hour, store, zap.NewNop())
-	a.remember("r1", on("backend-a"))
+	a.claim("r1", on("backend-a"))
 	if got := backendOf(b, "r1"); got != "backend-a" {
 		t.Fatalf("the other replica's owner(r1) = %q, want backend-a", got)
 	}
@@ -112,7 +115,7 @@ func TestResponseOwnersShared(t *testing.T) {
 	if got := backendOf(b, "r2"); got != "" {
 		t.Errorf("owner(r2) with the store down = %q, want unknown", got)
 	}
-	a.remember("r3", on("backend-a")) // logged, not fatal
+	a.claim("r3", on("backend-a")) // logged, not fatal
 	if got := backendOf(a, "r3"); got != "backend-a" {
 		t.Errorf("owner(r3) after a failed share = %q, want backend-a", got)
 	}
@@ -137,8 +140,8 @@ func TestResponseOwnerFor(t *testing.T) {
 		"resp_old": {backend: "a"},
 	}}
 	o := newResponseOwners(10, time.Hour, store, zap.NewNop())
-	o.remember("resp_acme", on("a"))
-	o.remember("resp_learned", responseOwner{backend: "b"}) // learned by asking the backends
+	o.claim("resp_acme", on("a"))
+	o.claim("resp_learned", responseOwner{backend: "b"}) // learned by asking the backends
 
 	tests := []struct {
 		key, id     string
@@ -180,5 +183,50 @@ func TestResponseOwnerFor(t *testing.T) {
 	}
 	if backend, allowed := other.ownerFor("resp_acme", kr.Lookup([]byte("k-acme"))); backend != "a" || !allowed {
 		t.Errorf("another replica: ownerFor = %q, %v; want a, true", backend, allowed)
+	}
+}
+
+// TestResponseOwnersFirstClaimWins checks that a response's owner is the
+// first to claim it: a later claim by another team or backend, in memory
+// or through the store shared with another replica, is refused and changes
+// nothing, while the owner's own claim is accepted.
+func TestResponseOwnersFirstClaimWins(t *testing.T) {
+	rival := responseOwner{backend: "a", team: "rival", project: "web"}
+	store := &fakeOwnerStore{owners: map[string]responseOwner{}}
+	a := newResponseOwners(10, time.Hour, store, zap.NewNop())
+	b := newResponseOwners(10, time.Hour, store, zap.NewNop())
+	if !a.claim("r1", on("a")) {
+		t.Fatal("the first claim of r1 was refused")
+	}
+	for _, tt := range []struct {
+		name  string
+		o     *responseOwners
+		owner responseOwner
+		want  bool
+	}{
+		{"same replica, other team", a, rival, false},
+		{"same replica, other backend", a, on("b"), false},
+		{"same replica, team not known", a, responseOwner{backend: "a"}, false},
+		{"same replica, the owner again", a, on("a"), true},
+		{"other replica, other team", b, rival, false},
+		{"other replica, the owner", b, on("a"), true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.o.claim("r1", tt.owner); got != tt.want {
+				t.Errorf("claim = %v, want %v", got, tt.want)
+			}
+			for name, o := range map[string]*responseOwners{"a": a, "b": b} {
+				if got, _ := o.owner("r1"); got != on("a") {
+					t.Errorf("replica %s: owner %+v, want the first, %+v", name, got, on("a"))
+				}
+			}
+		})
+	}
+	// Once it expires, a response is forgotten: its id may be claimed anew.
+	now := time.Now().Add(2 * time.Hour)
+	a.now = func() time.Time { return now }
+	delete(store.owners, "r1") // the store's row expired too
+	if !a.claim("r1", rival) {
+		t.Error("the claim of an expired response was refused")
 	}
 }

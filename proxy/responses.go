@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
 
+	"github.com/tollgate-dev/tollgate/auth"
 	"github.com/tollgate-dev/tollgate/backends"
 )
 
@@ -46,13 +47,45 @@ func pickOwner(route *backends.Route, owner string) (*backends.Backend, *apiErro
 	return nil, nil
 }
 
-// responseNotFound is the 404 for a response no backend knows.
-func responseNotFound(id string, upstream *apiError) *apiError {
-	msg := "Response " + clip(id) + " was not found."
-	if upstream != nil && upstream.Message != "" && upstream.Message != fasthttp.StatusMessage(fasthttp.StatusNotFound) {
-		msg = upstream.Message
+// The parameters naming a stored response that a 404 may point at: the
+// {response_id} of the path, and a request's previous_response_id.
+const (
+	paramResponseID       = "response_id"
+	paramPreviousResponse = "previous_response_id"
+)
+
+// responseNotFound is OpenAI's 404 for a stored response that does not
+// exist, named by param. It is the answer whenever the gateway cannot
+// serve the response to this key, whatever the reason (no backend holds
+// it, or it belongs to another team), so that the answer says nothing of
+// whether it exists; the backend's own 404 text is not passed on.
+func responseNotFound(id, param string) *apiError {
+	return &apiError{Status: fasthttp.StatusNotFound, Type: "invalid_request_error", Param: param, Code: "response_not_found",
+		Message: "No response found with id '" + clip(id) + "'."}
+}
+
+// foreignRequestID refuses a Responses API request whose request_id names
+// a stored response that key may not use. vLLM names a response after the
+// request's request_id, and stores it under that id unless store is false:
+// forwarded, such a request would overwrite the other team's response on
+// the backend. It is refused before any backend hears of it; the refusal
+// tells the client only that an id it already holds is taken, as any
+// service with client-chosen ids must. A request_id naming the key's own
+// response (a retry) goes through.
+func (s *Server) foreignRequestID(ep *endpoint, body []byte, key *auth.Key) *apiError {
+	if !ep.responses {
+		return nil
 	}
-	return &apiError{Status: fasthttp.StatusNotFound, Type: "invalid_request_error", Code: "response_not_found", Message: msg}
+	id := gjson.Get(b2s(body), "request_id")
+	if id.Type != gjson.String || id.Str == "" {
+		return nil
+	}
+	owner, found := s.owners.owner(id.Str)
+	if !found || owner.allows(key) {
+		return nil
+	}
+	return &apiError{Status: fasthttp.StatusBadRequest, Type: "invalid_request_error", Param: "request_id", Code: "request_id_in_use",
+		Message: "request_id names a stored response this key may not use; choose another request_id."}
 }
 
 // validResponseID accepts the ids backends make (resp_ followed by hex or
@@ -119,11 +152,11 @@ func (s *Server) storedResponse(ctx *fasthttp.RequestCtx, st *state, rawID []byt
 	}
 	id := string(rawID)
 	if !validResponseID(rawID) {
-		return "", responseNotFound(id, nil)
+		return "", responseNotFound(id, paramResponseID)
 	}
 	known, allowed := s.owners.ownerFor(id, key)
 	if !allowed {
-		return "", responseNotFound(id, nil)
+		return "", responseNotFound(id, paramResponseID)
 	}
 	if ctx.IsDelete() {
 		// A deleted response cannot be asked about any more.
@@ -158,7 +191,7 @@ func (s *Server) storedResponse(ctx *fasthttp.RequestCtx, st *state, rawID []byt
 			if known == "" {
 				// Asked by a key of every team, about a response made
 				// elsewhere: its team is not known.
-				s.owners.remember(id, responseOwner{backend: b.Name})
+				s.owners.claim(id, responseOwner{backend: b.Name})
 			}
 			return b.Name, nil
 		case status == fasthttp.StatusNotFound:
@@ -177,7 +210,7 @@ func (s *Server) storedResponse(ctx *fasthttp.RequestCtx, st *state, rawID []byt
 	case notFound != nil:
 		return "", notFound
 	}
-	return "", responseNotFound(id, nil)
+	return "", responseNotFound(id, paramResponseID)
 }
 
 // storedResponseAttempt sends the client's request about response id to b
@@ -239,7 +272,7 @@ func (s *Server) storedResponseAttempt(ctx *fasthttp.RequestCtx, st *state, b *b
 	if status < 200 || status > 299 {
 		e := normalizeUpstreamError(status, body, b.Name)
 		if status == fasthttp.StatusNotFound {
-			e = responseNotFound(id, e)
+			e = responseNotFound(id, paramResponseID)
 		}
 		return status, false, e
 	}
@@ -586,6 +619,6 @@ func (sb *streamBody) noteResponseOwner() {
 	if sb.chunk.responseIDNoted || sb.chunk.completionID == "" {
 		return
 	}
-	sb.srv.owners.remember(sb.chunk.completionID, responseOwner{backend: sb.backend.Name, team: sb.c.rec.Team, project: sb.c.rec.Project})
+	sb.srv.owners.claim(sb.chunk.completionID, responseOwner{backend: sb.backend.Name, team: sb.c.rec.Team, project: sb.c.rec.Project})
 	sb.chunk.responseIDNoted = true
 }

@@ -50,8 +50,8 @@ var responseOwnerMigrations = []migration{
 	},
 }
 
-// responseOwnerPurgeBatch bounds the expired rows one PutResponseOwner
-// deletes. Every put adds at most one row and takes up to this many
+// responseOwnerPurgeBatch bounds the expired rows one ClaimResponseOwner
+// deletes. Every claim adds at most one row and takes up to this many
 // expired ones away, so the table stays near its live rows without any
 // statement ever deleting an unbounded number.
 const responseOwnerPurgeBatch = 100
@@ -59,29 +59,55 @@ const responseOwnerPurgeBatch = 100
 // expiredResponseOwners are the response owners past their expiry.
 var expiredResponseOwners = expiringRows{table: "response_owners", key: "response_id", at: "expires", inclusive: true}
 
-// PutResponseOwner remembers that backend made the response responseID for
-// team and project, until expires; putting it again replaces all three. An
-// empty team records a response whose team is not known. It also purges up
-// to responseOwnerPurgeBatch expired rows.
-func (d *DB) PutResponseOwner(ctx context.Context, responseID, backend, team, project string, expires time.Time) error {
+// ClaimResponseOwner records that backend made the response responseID
+// for team and project, until expires, unless another owner holds it: the
+// first claim wins, on every engine and across the replicas sharing the
+// store, and a later claim by anyone else changes nothing (a team that
+// makes a backend answer with another team's id must not gain it). A
+// claim by the owner of record (same backend, team and project) extends
+// its expiry; an expired row is no owner and is replaced. It returns the
+// owner of record after the claim: the caller's own when it won. An empty
+// team records a response whose team is not known. It also purges up to
+// responseOwnerPurgeBatch expired rows.
+func (d *DB) ClaimResponseOwner(ctx context.Context, responseID, backend, team, project string, expires time.Time) (ownerBackend, ownerTeam, ownerProject string, err error) {
 	if responseID == "" || backend == "" {
-		return errors.New("put response owner: empty response id or backend")
+		return "", "", "", errors.New("claim response owner: empty response id or backend")
 	}
 	c := d.conn()
-	if _, err := c.exec(ctx, `INSERT INTO response_owners (response_id, backend, team, project, expires) VALUES (?, ?, ?, ?, ?)
-		ON CONFLICT (response_id) DO UPDATE SET backend = excluded.backend, team = excluded.team,
-			project = excluded.project, expires = excluded.expires`,
-		responseID, backend, team, project, expires.UnixNano()); err != nil {
-		return fmt.Errorf("put response owner: %w", err)
+	now := time.Now().UnixNano()
+	if _, err := expiredResponseOwners.purge(ctx, c, now, responseOwnerPurgeBatch); err != nil {
+		return "", "", "", fmt.Errorf("claim response owner: %w", err)
 	}
-	if _, err := expiredResponseOwners.purge(ctx, c, time.Now().UnixNano(), responseOwnerPurgeBatch); err != nil {
-		return fmt.Errorf("put response owner: %w", err)
+	// Each attempt is one statement, so that two claims at once cannot both
+	// win: the conflict clause only replaces an expired row or renews the
+	// owner's own, and returns the row only then. Losing, the claim reads
+	// the owner of record, unless that row expired and was purged in
+	// between: then the id is free, and the claim tries again.
+	for range 3 {
+		err = c.queryRow(ctx, `INSERT INTO response_owners (response_id, backend, team, project, expires) VALUES (?, ?, ?, ?, ?)
+			ON CONFLICT (response_id) DO UPDATE SET backend = excluded.backend, team = excluded.team,
+				project = excluded.project, expires = excluded.expires
+			WHERE response_owners.expires <= ? OR (response_owners.backend = excluded.backend
+				AND response_owners.team = excluded.team AND response_owners.project = excluded.project)
+			RETURNING backend, team, project`,
+			responseID, backend, team, project, expires.UnixNano(), now).Scan(&ownerBackend, &ownerTeam, &ownerProject)
+		if !errors.Is(err, sql.ErrNoRows) {
+			break
+		}
+		err = c.queryRow(ctx, `SELECT backend, team, project FROM response_owners WHERE response_id = ?`,
+			responseID).Scan(&ownerBackend, &ownerTeam, &ownerProject)
+		if !errors.Is(err, sql.ErrNoRows) {
+			break
+		}
 	}
-	return nil
+	if err != nil {
+		return "", "", "", fmt.Errorf("claim response owner: %w", err)
+	}
+	return ownerBackend, ownerTeam, ownerProject, nil
 }
 
 // ResponseOwner returns the backend that made responseID and the team and
-// project it was made for, if a replica put it and it has not expired.
+// project it was made for, if a replica claimed it and it has not expired.
 func (d *DB) ResponseOwner(ctx context.Context, responseID string) (backend, team, project string, found bool, err error) {
 	err = d.conn().queryRow(ctx, `SELECT backend, team, project FROM response_owners WHERE response_id = ? AND expires > ?`,
 		responseID, time.Now().UnixNano()).Scan(&backend, &team, &project)

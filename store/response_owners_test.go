@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,18 +17,31 @@ func TestResponseOwners(t *testing.T) {
 	forEachStore(t, func(t *testing.T, d *store.DB) {
 		ctx := context.Background()
 		later := time.Now().Add(time.Hour)
-		mustPut := func(id, backend, team, project string, expires time.Time) {
+		claim := func(id, backend, team, project string, expires time.Time) (string, string, string) {
 			t.Helper()
-			if err := d.PutResponseOwner(ctx, id, backend, team, project, expires); err != nil {
-				t.Fatalf("PutResponseOwner(%s): %v", id, err)
+			b, tm, p, err := d.ClaimResponseOwner(ctx, id, backend, team, project, expires)
+			if err != nil {
+				t.Fatalf("ClaimResponseOwner(%s): %v", id, err)
+			}
+			return b, tm, p
+		}
+		claim("resp_a", "vllm-a", "acme", "web", later)
+		claim("resp_b", "vllm-b", "rival", "", later)
+		claim("resp_unknown_team", "vllm-a", "", "", later)
+		claim("resp_gone", "vllm-a", "acme", "web", time.Now().Add(-time.Second))
+		claim("resp_expired", "vllm-a", "acme", "web", time.Now().Add(-time.Second))
+		claim("resp_expired", "vllm-b", "rival", "ops", later) // an expired row is no owner
+		claim("resp_taken", "vllm-a", "acme", "web", later)
+		// Claims by anyone but the owner of record change nothing, and
+		// answer with that owner.
+		for _, other := range [][3]string{{"vllm-b", "rival", "ops"}, {"vllm-a", "rival", "web"}, {"vllm-b", "acme", "web"}, {"vllm-a", "", ""}} {
+			if b, tm, p := claim("resp_taken", other[0], other[1], other[2], later); b != "vllm-a" || tm != "acme" || p != "web" {
+				t.Errorf("a claim by %v answered owner %q, %q, %q; want the first, vllm-a, acme, web", other, b, tm, p)
 			}
 		}
-		mustPut("resp_a", "vllm-a", "acme", "web", later)
-		mustPut("resp_b", "vllm-b", "rival", "", later)
-		mustPut("resp_unknown_team", "vllm-a", "", "", later)
-		mustPut("resp_gone", "vllm-a", "acme", "web", time.Now().Add(-time.Second))
-		mustPut("resp_moved", "vllm-a", "acme", "web", later)
-		mustPut("resp_moved", "vllm-b", "rival", "ops", later) // put again: the last put wins
+		if b, tm, _ := claim("resp_unknown_team", "vllm-a", "acme", "web", later); b != "vllm-a" || tm != "" {
+			t.Errorf("a response of no known team was taken over: owner %q, %q", b, tm)
+		}
 
 		tests := []struct {
 			id                            string
@@ -37,7 +51,8 @@ func TestResponseOwners(t *testing.T) {
 			{"resp_a", "vllm-a", "acme", "web", true},
 			{"resp_b", "vllm-b", "rival", "", true},
 			{"resp_unknown_team", "vllm-a", "", "", true},
-			{"resp_moved", "vllm-b", "rival", "ops", true},
+			{"resp_taken", "vllm-a", "acme", "web", true},
+			{"resp_expired", "vllm-b", "rival", "ops", true},
 			{"resp_gone", "", "", "", false}, // expired: ignored even before a purge
 			{"resp_never", "", "", "", false},
 		}
@@ -52,11 +67,89 @@ func TestResponseOwners(t *testing.T) {
 		}
 
 		for _, bad := range [][2]string{{"", "vllm-a"}, {"resp_c", ""}} {
-			if err := d.PutResponseOwner(ctx, bad[0], bad[1], "acme", "web", later); err == nil {
-				t.Errorf("PutResponseOwner(%q, %q) = nil, want an error", bad[0], bad[1])
+			if _, _, _, err := d.ClaimResponseOwner(ctx, bad[0], bad[1], "acme", "web", later); err == nil {
+				t.Errorf("ClaimResponseOwner(%q, %q) = nil, want an error", bad[0], bad[1])
 			}
 		}
 	})
+}
+
+// TestResponseOwnersRenew checks that the owner's own claim extends its
+// expiry, and another's does not.
+func TestResponseOwnersRenew(t *testing.T) {
+	forEachStore(t, func(t *testing.T, d *store.DB) {
+		ctx := context.Background()
+		expiresOf := func() (n int64) {
+			t.Helper()
+			if err := d.QueryRow(ctx, `SELECT expires FROM response_owners WHERE response_id = 'resp_r'`).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		soon, later := time.Now().Add(time.Minute), time.Now().Add(time.Hour)
+		for _, c := range []struct {
+			team string
+			at   time.Time
+			want time.Time
+		}{{"acme", soon, soon}, {"rival", later, soon}, {"acme", later, later}} {
+			if _, _, _, err := d.ClaimResponseOwner(ctx, "resp_r", "vllm-a", c.team, "web", c.at); err != nil {
+				t.Fatal(err)
+			}
+			if got := expiresOf(); got != c.want.UnixNano() {
+				t.Errorf("after a claim by %s: expires %d, want %d", c.team, got, c.want.UnixNano())
+			}
+		}
+	})
+}
+
+// TestResponseOwnersFirstClaimWins has many claimants race for the same ids
+// on one store: each id ends with exactly one owner, and every claimant is
+// told that same owner.
+func TestResponseOwnersFirstClaimWins(t *testing.T) {
+	forEachStore(t, func(t *testing.T, d *store.DB) {
+		raceClaims(t, []*store.DB{d, d, d, d})
+	})
+}
+
+// raceClaims has one claimant per store in dbs claim the same ids at once,
+// each for its own team, and checks that every claimant learns the same
+// owner of each id, which is one of them, and that the store says so too.
+func raceClaims(t *testing.T, dbs []*store.DB) {
+	t.Helper()
+	ctx := context.Background()
+	const ids = 50
+	later := time.Now().Add(time.Hour)
+	told := make([][ids]string, len(dbs))
+	var wg sync.WaitGroup
+	errs := make(chan error, len(dbs)*ids)
+	for r, d := range dbs {
+		wg.Go(func() {
+			for i := range ids {
+				_, team, _, err := d.ClaimResponseOwner(ctx, fmt.Sprint("resp-race-", i), fmt.Sprint("backend-", r), fmt.Sprint("team-", r), "p", later)
+				if err != nil {
+					errs <- err
+					continue
+				}
+				told[r][i] = team
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("claim: %v", err)
+	}
+	for i := range ids {
+		backend, team, _, found, err := dbs[0].ResponseOwner(ctx, fmt.Sprint("resp-race-", i))
+		if err != nil || !found || backend != "backend-"+strings.TrimPrefix(team, "team-") {
+			t.Fatalf("resp-race-%d: owner %q, %q, %v, %v; want one claimant's backend and team", i, backend, team, found, err)
+		}
+		for r := range dbs {
+			if told[r][i] != team {
+				t.Errorf("resp-race-%d: claimant %d was told owner %q, the store holds %q", i, r, told[r][i], team)
+			}
+		}
+	}
 }
 
 // TestResponseOwnersTeamMigration takes a store back to responses version
@@ -83,17 +176,18 @@ func TestResponseOwnersTeamMigration(t *testing.T) {
 			t.Errorf("a row from before the migration = %q, %q, %q, %v, %v; want vllm-a with no team or project",
 				backend, team, project, found, err)
 		}
-		if err := d.PutResponseOwner(ctx, "resp_old", "vllm-a", "acme", "web", time.Now().Add(time.Hour)); err != nil {
+		// A team's claim does not take over a response of no known team.
+		if _, _, _, err := d.ClaimResponseOwner(ctx, "resp_old", "vllm-a", "acme", "web", time.Now().Add(time.Hour)); err != nil {
 			t.Fatal(err)
 		}
-		if _, team, project, _, err := d.ResponseOwner(ctx, "resp_old"); err != nil || team != "acme" || project != "web" {
-			t.Errorf("after a put: team %q, project %q (%v), want acme/web", team, project, err)
+		if _, team, project, _, err := d.ResponseOwner(ctx, "resp_old"); err != nil || team != "" || project != "" {
+			t.Errorf("after a claim: team %q, project %q (%v), want still none", team, project, err)
 		}
 	})
 }
 
 // TestResponseOwnersPurge fills the table with expired rows and checks that
-// each put deletes a bounded batch of them, the oldest first, and leaves
+// each claim deletes a bounded batch of them, the oldest first, and leaves
 // live rows alone.
 func TestResponseOwnersPurge(t *testing.T) {
 	forEachStore(t, func(t *testing.T, d *store.DB) {
@@ -109,7 +203,7 @@ func TestResponseOwnersPurge(t *testing.T) {
 			}
 			return expired, live
 		}
-		// 250 expired rows, written straight into the table (a put would
+		// 250 expired rows, written straight into the table (a claim would
 		// purge as it goes).
 		tx, err := d.Begin(ctx)
 		if err != nil {
@@ -129,11 +223,11 @@ func TestResponseOwnersPurge(t *testing.T) {
 
 		later := time.Now().Add(time.Hour)
 		for i, wantExpired := range []int{150, 50, 0, 0} {
-			if err := d.PutResponseOwner(ctx, fmt.Sprint("new-", i), "b", "acme", "web", later); err != nil {
-				t.Fatalf("put %d: %v", i, err)
+			if _, _, _, err := d.ClaimResponseOwner(ctx, fmt.Sprint("new-", i), "b", "acme", "web", later); err != nil {
+				t.Fatalf("claim %d: %v", i, err)
 			}
 			if expired, live := count(); expired != wantExpired || live != i+1 {
-				t.Errorf("after put %d: %d expired, %d live rows; want %d, %d", i, expired, live, wantExpired, i+1)
+				t.Errorf("after claim %d: %d expired, %d live rows; want %d, %d", i, expired, live, wantExpired, i+1)
 			}
 			if i == 0 {
 				// The oldest went first: rows 100 to 249 are left.
@@ -147,7 +241,8 @@ func TestResponseOwnersPurge(t *testing.T) {
 }
 
 // TestResponseOwnersShared is two replicas on one PostgreSQL: what one
-// puts, the other reads, while both put and purge at once.
+// claims, the other reads, while both claim and purge at once; and when
+// both claim the same ids at once, the first claim of each wins for both.
 func TestResponseOwnersShared(t *testing.T) {
 	cfg := storetest.Config(t, storetest.Postgres)
 	ctx := context.Background()
@@ -171,7 +266,7 @@ func TestResponseOwnersShared(t *testing.T) {
 				if i%4 == 0 {
 					expires = time.Now().Add(-time.Second)
 				}
-				if err := d.PutResponseOwner(ctx, fmt.Sprintf("resp-%d-%d", r, i), fmt.Sprint("backend-", r), fmt.Sprint("team-", r), "p", expires); err != nil {
+				if _, _, _, err := d.ClaimResponseOwner(ctx, fmt.Sprintf("resp-%d-%d", r, i), fmt.Sprint("backend-", r), fmt.Sprint("team-", r), "p", expires); err != nil {
 					errs <- err
 				}
 			}
@@ -180,7 +275,7 @@ func TestResponseOwnersShared(t *testing.T) {
 	wg.Wait()
 	close(errs)
 	for err := range errs {
-		t.Errorf("put: %v", err)
+		t.Errorf("claim: %v", err)
 	}
 	for r := range replicas {
 		other := replicas[1-r]
@@ -192,4 +287,5 @@ func TestResponseOwnersShared(t *testing.T) {
 			}
 		}
 	}
+	raceClaims(t, replicas[:])
 }
