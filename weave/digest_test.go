@@ -149,6 +149,16 @@ func TestParseRef(t *testing.T) {
 		{"weave:///e/p/thing/x", Ref{}, false},
 		{"weave:///e//object/ds:abc", Ref{}, false},
 		{"http://e/p/object/ds:abc", Ref{}, false},
+		// Escapes may make any Unicode but a NUL character: the store
+		// can hold nothing else.
+		{"weave:///e/p/object/caf%C3%A9:abc", Ref{Entity: "e", Project: "p", Kind: RefObject, Name: "café", Version: "abc", Extra: []string{}}, true},
+		{"weave:///e/p/object/a%00b:abc", Ref{}, false},
+		{"weave:///e/p/object/a%ffb:abc", Ref{}, false},
+		{"weave:///e/p%00/call/c", Ref{}, false},
+		{"weave:///e%ff/p/call/c", Ref{}, false},
+		{"weave:///e/p/call/c%00", Ref{}, false},
+		{"weave:///e/p/table/0123/id/r%ff", Ref{}, false},
+		{"weave:///e/p/object/ds:abc/key/%ED%A0%80", Ref{}, false}, // an encoded surrogate is not UTF-8
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
