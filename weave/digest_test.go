@@ -273,3 +273,24 @@ func TestExprValues(t *testing.T) {
 		})
 	}
 }
+
+// TestValueDigestRefusesNonUnicode: a string that is not UTF-8 (a stray
+// byte, a surrogate's UTF-8 bytes) has no digest of its own, rather than
+// the digest of U+FFFD, which another value has.
+func TestValueDigestRefusesNonUnicode(t *testing.T) {
+	for _, v := range []any{
+		"\xff",
+		"a\xed\xa0\x80b", // U+D800 in UTF-8 bytes
+		map[string]any{"k\xff": "v"},
+		[]any{"ok", map[string]any{"k": "\xc3"}},
+	} {
+		if d, err := ValueDigest(v); !errors.Is(err, ErrNotUnicode) {
+			t.Errorf("ValueDigest(%q) = %q, %v; want ErrNotUnicode", v, d, err)
+		}
+	}
+	for _, v := range []any{"\ufffd", "café 🙂", map[string]any{"\ufffd": "日本"}} {
+		if _, err := ValueDigest(v); err != nil {
+			t.Errorf("ValueDigest(%q): %v", v, err)
+		}
+	}
+}
