@@ -122,7 +122,7 @@ func (b bodyBounds) check(rc *fasthttp.RequestCtx, p pathParams) *apiError {
 	if !v.failed() {
 		// The scan's finding is not where the decoded document has it
 		// (a "\u0000" the decoder read otherwise): name the body.
-		v.addCtx(at(bodyLoc), "value_error", "Value error, the body holds a NUL character or nests too deep", nil,
+		v.addCtx(at(bodyLoc), "value_error", "Value error, the body holds a NUL character or text that is not Unicode, or nests too deep", nil,
 			map[string]any{"max_depth": b.maxDepth})
 	}
 	return v.err()
