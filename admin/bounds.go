@@ -2,7 +2,9 @@ package admin
 
 import (
 	"bytes"
+	"encoding/json"
 	"maps"
+	"mime/multipart"
 	"slices"
 	"strconv"
 	"strings"
@@ -46,6 +48,10 @@ const (
 	// bytes, and calls are indexed on (project_id, op_name, started_at, id).
 	maxIDBytes     = 512
 	maxOpNameBytes = 1024
+	// maxRefBytes bounds a ref the store indexes (a feedback's weave_ref,
+	// indexed on (project_id, weave_ref)): room for a ref's entity,
+	// project, name, digest and path, and under the same index entry size.
+	maxRefBytes = 2048
 )
 
 // nulPattern is the pattern a string with a NUL character fails, in
@@ -54,8 +60,8 @@ const (
 const nulPattern = `^[^\x00]*$`
 
 // bodyBounds checks what every trace-service request carries before its
-// handler decodes it: the nesting of the body, and NUL characters in the
-// body and the path.
+// handler decodes it: the path parameters; a multipart form's fields; and
+// a JSON body's nesting, NUL characters and Unicode.
 type bodyBounds struct {
 	maxDepth int
 }
@@ -69,29 +75,40 @@ func newBodyBounds(maxDepth int) bodyBounds {
 	return bodyBounds{maxDepth: min(maxDepth, maxStoredJSONDepth)}
 }
 
-// check refuses a request whose path parameters or body hold a NUL
-// character, or whose body nests deeper than the bound, with a 422 naming
-// the place. It scans the body's bytes once; only a body that fails is
-// decoded, to name the field.
+// check refuses, with a 422 naming the place, a request whose path
+// parameters are not short, NUL-free UTF-8, whose multipart form has a
+// field that is not NUL-free UTF-8, or whose body is JSON that nests
+// deeper than the bound or holds a string with a NUL character, a byte
+// that is not UTF-8 or a lone UTF-16 surrogate escape. The decoder would
+// read the last two as U+FFFD, so that distinct values would be stored,
+// and digested, as one. It scans the body's bytes once; only a body that
+// fails is decoded, to name the field.
 func (b bodyBounds) check(rc *fasthttp.RequestCtx, p pathParams) *apiError {
 	var v validation
 	for _, f := range [...]struct{ name, value string }{
 		{"entity", p.entity}, {"project", p.project}, {"id", p.id},
 	} {
-		if strings.IndexByte(f.value, 0) >= 0 {
-			v.nul([]any{"path", f.name}, f.value)
-		}
+		loc := []any{"path", f.name}
+		v.plainString(loc, f.value)
+		v.boundString(loc, f.value, maxIDBytes)
 	}
 	if v.failed() {
 		return v.err()
 	}
-	// A multipart body (/file/create) carries a file's bytes, not JSON:
-	// traces.max_file_bytes bounds it.
-	if bytes.HasPrefix(rc.Request.Header.ContentType(), []byte("multipart/")) {
+	// A multipart form (/file/create) carries a file's bytes, which
+	// traces.max_file_bytes bounds, and fields, checked here. Any other
+	// body is checked as JSON whatever its Content-Type says, as the
+	// handlers read it.
+	if form := multipartForm(rc); form != nil {
+		checkForm(&v, form)
+		if v.failed() {
+			return v.err()
+		}
 		return nil
 	}
 	body := rc.PostBody()
-	if !jsonTooDeep(body, b.maxDepth) && !hasEscapedNUL(body) {
+	badText := !utf8.Valid(body) || hasLoneSurrogate(body)
+	if !badText && !jsonTooDeep(body, b.maxDepth) && !hasEscapedNUL(body) {
 		return nil
 	}
 	doc, e := decodeBody(body, false)
@@ -99,13 +116,59 @@ func (b bodyBounds) check(rc *fasthttp.RequestCtx, p pathParams) *apiError {
 		return e
 	}
 	b.walk(&v, doc, at(bodyLoc), 1)
+	if badText && len(v.errs) < maxReported {
+		walkRawStrings(&v, body)
+	}
 	if !v.failed() {
 		// The scan's finding is not where the decoded document has it
 		// (a "\u0000" the decoder read otherwise): name the body.
-		v.addCtx(at(bodyLoc), "value_error", "Value error, the body holds a NUL character or nests too deep", nil,
+		v.addCtx(at(bodyLoc), "value_error", "Value error, the body holds a NUL character or text that is not Unicode, or nests too deep", nil,
 			map[string]any{"max_depth": b.maxDepth})
 	}
 	return v.err()
+}
+
+// multipartForm returns the request's multipart form, or nil when the body
+// is not one.
+func multipartForm(rc *fasthttp.RequestCtx) *multipart.Form {
+	if !bytes.HasPrefix(rc.Request.Header.ContentType(), []byte("multipart/")) {
+		return nil
+	}
+	form, err := rc.MultipartForm()
+	if err != nil {
+		return nil
+	}
+	return form
+}
+
+// checkForm reports every name, value and file name of form that is not
+// NUL-free UTF-8, at ["body", name], in name order.
+func checkForm(v *validation, form *multipart.Form) {
+	for _, name := range slices.Sorted(maps.Keys(form.Value)) {
+		loc := at(bodyLoc, name)
+		v.plainString(loc, name)
+		for _, value := range form.Value[name] {
+			v.plainString(loc, value)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(form.File)) {
+		loc := at(bodyLoc, name)
+		v.plainString(loc, name)
+		for _, fh := range form.File[name] {
+			v.plainString(at(loc, "filename"), fh.Filename)
+		}
+	}
+}
+
+// plainString reports s, at loc, when it holds a NUL character or is not
+// UTF-8: what the store cannot keep, or would keep as another string.
+func (v *validation) plainString(loc []any, s string) {
+	switch {
+	case strings.IndexByte(s, 0) >= 0:
+		v.nul(loc, truncateInput(s))
+	case !utf8.ValidString(s):
+		v.notUnicode(loc, truncateInput(strings.ToValidUTF8(s, "\uFFFD")))
+	}
 }
 
 // walk reports the first place doc nests deeper than the bound, and every
@@ -152,6 +215,12 @@ const maxReported = 20
 func (v *validation) nul(loc []any, input any) {
 	v.addCtx(loc, "string_pattern_mismatch", "String should match pattern '"+nulPattern+"' (no NUL character)", input,
 		map[string]any{"pattern": nulPattern})
+}
+
+// notUnicode reports a string that is not valid Unicode, in pydantic's
+// words for a str it cannot read.
+func (v *validation) notUnicode(loc []any, input any) {
+	v.add(loc, "string_unicode", "Input should be a valid string, unable to parse raw data as a unicode string", input)
 }
 
 func (v *validation) depth(loc []any, limit int) {
@@ -235,10 +304,30 @@ func boundCallIDs(v *validation, raw any, loc []any) {
 		{"thread_id", maxIDBytes}, {"turn_id", maxIDBytes}, {"svc_user_id", maxIDBytes}, {"wb_user_id", maxIDBytes},
 		{"svc_run_id", maxIDBytes}, {"wb_run_id", maxIDBytes}, {"op_name", maxOpNameBytes},
 	} {
-		if s, ok := obj[f.key].(string); ok && len(s) > f.limit {
-			v.tooLongString(at(loc, f.key), s, f.limit)
+		if s, ok := obj[f.key].(string); ok {
+			v.boundString(at(loc, f.key), s, f.limit)
 		}
 	}
+}
+
+// boundString reports s, at loc, when it is longer than limit bytes: a
+// text the store indexes (an id, a name, a ref) is bounded where it
+// enters, as PostgreSQL refuses an index entry above 2,704 bytes.
+func (v *validation) boundString(loc []any, s string, limit int) {
+	if len(s) > limit {
+		v.tooLongString(loc, s, limit)
+	}
+}
+
+// boundProjectID refuses a project_id (raw, at loc) longer than a
+// project's entity and name may be together in the store's index.
+func boundProjectID(raw string, loc []any) *apiError {
+	var v validation
+	v.boundString(loc, raw, maxIDBytes)
+	if v.failed() {
+		return v.err()
+	}
+	return nil
 }
 
 func (v *validation) tooLongString(loc []any, s string, limit int) {
@@ -309,4 +398,151 @@ func boundQuery(v *validation, raw any, loc []any) bool {
 		return false
 	}
 	return true
+}
+
+// hasLoneSurrogate reports whether a JSON string in body holds a \u escape
+// of a UTF-16 surrogate that is not half of a pair: a high surrogate not
+// followed by a low one's escape, or a low one not preceded by a high one.
+// Only bodies with an escape of a surrogate are scanned.
+func hasLoneSurrogate(body []byte) bool {
+	if !bytes.Contains(body, []byte(`\ud`)) && !bytes.Contains(body, []byte(`\uD`)) {
+		return false
+	}
+	for i := 0; i < len(body); i++ {
+		if body[i] != '"' {
+			continue
+		}
+		end := stringEnd(body, i)
+		if loneSurrogate(body[i+1 : min(end, len(body))]) {
+			return true
+		}
+		i = end
+	}
+	return false
+}
+
+// loneSurrogate reports whether raw, the text of a JSON string between its
+// quotes, holds an escape of a lone UTF-16 surrogate.
+func loneSurrogate(raw []byte) bool {
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		r, ok := escapedUnit(raw[i:])
+		switch {
+		case !ok:
+			i++ // another escape: skip the escaped byte
+		case 0xDC00 <= r && r <= 0xDFFF:
+			return true // a low surrogate, no high one before it
+		case 0xD800 <= r && r <= 0xDBFF:
+			low, ok := escapedUnit(raw[i+6:])
+			if !ok || low < 0xDC00 || low > 0xDFFF {
+				return true
+			}
+			i += 11 // the pair
+		default:
+			i += 5
+		}
+	}
+	return false
+}
+
+// escapedUnit reads the UTF-16 code unit of a \uXXXX escape at the start
+// of b; ok is false when b starts with no such escape.
+func escapedUnit(b []byte) (r rune, ok bool) {
+	if len(b) < 6 || b[0] != '\\' || b[1] != 'u' {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(b[2:6]), 16, 16)
+	if err != nil {
+		return 0, false
+	}
+	return rune(n), true
+}
+
+// walkRawStrings reports every string and key of body, a valid JSON
+// document, whose text is not UTF-8 or holds a lone surrogate escape,
+// named by its place in the document. It reads the document token by
+// token, so that each string's text is read as it was sent.
+func walkRawStrings(v *validation, body []byte) {
+	type level struct {
+		object  bool
+		key     any // the key of the value being read in an object
+		index   int // the index of the value being read in an array
+		wantKey bool
+	}
+	var stack []level
+	here := func() []any {
+		out := at(bodyLoc)
+		for _, l := range stack {
+			if l.object {
+				out = append(out, l.key)
+			} else {
+				out = append(out, l.index)
+			}
+		}
+		return out
+	}
+	valueRead := func() {
+		if len(stack) == 0 {
+			return
+		}
+		if top := &stack[len(stack)-1]; top.object {
+			top.wantKey = true
+		} else {
+			top.index++
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	for len(v.errs) < maxReported {
+		start := int(dec.InputOffset())
+		tok, err := dec.Token()
+		if err != nil {
+			return
+		}
+		switch t := tok.(type) {
+		case json.Delim:
+			switch t {
+			case '{':
+				stack = append(stack, level{object: true, wantKey: true})
+			case '[':
+				stack = append(stack, level{})
+			default:
+				stack = stack[:len(stack)-1]
+				valueRead()
+			}
+		case string:
+			bad := badRawString(body, start)
+			if len(stack) > 0 && stack[len(stack)-1].wantKey {
+				top := &stack[len(stack)-1]
+				top.key, top.wantKey = t, false
+				if bad {
+					v.notUnicode(here(), truncateInput(t))
+				}
+				continue
+			}
+			if bad {
+				v.notUnicode(here(), truncateInput(t))
+			}
+			valueRead()
+		default:
+			valueRead()
+		}
+	}
+}
+
+// badRawString reports whether the JSON string whose token starts at or
+// after from in body (past separators and white space) is not UTF-8 or
+// holds a lone surrogate escape.
+func badRawString(body []byte, from int) bool {
+	i := from
+	for i < len(body) && body[i] != '"' {
+		i++
+	}
+	if i == len(body) {
+		return false
+	}
+	raw := body[i+1 : min(stringEnd(body, i), len(body))]
+	return !utf8.Valid(raw) || loneSurrogate(raw)
 }

@@ -41,6 +41,7 @@ func (s *Service) costCreate(ctx context.Context, rc *fasthttp.RequestCtx, key *
 		}
 		sort.Strings(llms)
 		for _, llm := range llms {
+			v.boundString(at(bodyLoc, "costs", truncateInput(llm)), llm, maxIDBytes)
 			if c, ok := parseCost(&v, m[llm], at(bodyLoc, "costs", llm), now); ok {
 				c.LLMID = llm
 				costs = append(costs, c)

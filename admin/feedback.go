@@ -32,6 +32,7 @@ type feedbackRes struct {
 func parseFeedback(v *validation, key *auth.Key, body map[string]any) weave.Feedback {
 	f := weave.Feedback{WBUserID: key.Name}
 	f.WeaveRef, _ = v.reqString(body, "weave_ref", bodyLoc)
+	v.boundString(at(bodyLoc, "weave_ref"), f.WeaveRef, maxRefBytes)
 	if f.WeaveRef != "" {
 		if _, err := weave.ParseRef(f.WeaveRef); err != nil {
 			v.add(at(bodyLoc, "weave_ref"), "value_error", "Value error, weave_ref must be a weave:/// ref", f.WeaveRef)

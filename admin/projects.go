@@ -64,6 +64,9 @@ const (
 // exist it returns found=false and no error; for writes it creates a
 // project named entity/project, and refuses an unknown internal id with 404.
 func (s *Service) resolveProject(ctx context.Context, key *auth.Key, raw string, loc []any, access projectAccess) (p trace.Project, found bool, e *apiError) {
+	if e := boundProjectID(raw, loc); e != nil {
+		return trace.Project{}, false, e
+	}
 	if entity, name, ok := splitProjectID(raw); ok {
 		if !key.AllowsTeam(entity) {
 			return trace.Project{}, false, forbidden(entity)

@@ -89,15 +89,19 @@ func filterConds(x exprCompiler, f *trace.CallsFilter) []sqlFrag {
 }
 
 // opNamesCond matches op names exactly, and "name:*" as name itself or any
-// "name:<version>" (Weave's ref to every version of an op).
+// "name:<version>" (Weave's ref to every version of an op). A version is
+// selected as the byte range ["name:", "name;"): both engines compare
+// op_name bytewise (SQLite's BINARY, PostgreSQL's "C" collation), so the
+// range holds exactly the names that start with "name:", whatever their
+// characters, no character of the name is a pattern, and the range can use
+// the op_name index.
 func opNamesCond(names []string) sqlFrag {
 	var exact []string
 	var alts []sqlFrag
 	for _, n := range names {
 		if prefix, ok := strings.CutSuffix(n, ":*"); ok {
 			exact = append(exact, prefix)
-			p := prefix + ":"
-			alts = append(alts, sqlFrag{sql: "substr(c.op_name, 1, ?) = ?", args: []any{len(p), p}})
+			alts = append(alts, sqlFrag{sql: "(c.op_name >= ? AND c.op_name < ?)", args: []any{prefix + ":", prefix + ";"}})
 			continue
 		}
 		exact = append(exact, n)

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -65,7 +66,7 @@ func AppendCanonical(dst []byte, v any) ([]byte, error) {
 	case json.Number:
 		return append(dst, x...), nil
 	case string:
-		return appendPyString(dst, x), nil
+		return appendPyString(dst, x)
 	case []any:
 		dst = append(dst, '[')
 		for i, item := range x {
@@ -91,9 +92,11 @@ func AppendCanonical(dst []byte, v any) ([]byte, error) {
 			if i > 0 {
 				dst = append(dst, ", "...)
 			}
-			dst = appendPyString(dst, k)
-			dst = append(dst, ": "...)
 			var err error
+			if dst, err = appendPyString(dst, k); err != nil {
+				return nil, err
+			}
+			dst = append(dst, ": "...)
 			if dst, err = AppendCanonical(dst, x[k]); err != nil {
 				return nil, err
 			}
@@ -105,8 +108,13 @@ func AppendCanonical(dst []byte, v any) ([]byte, error) {
 
 const hexDigits = "0123456789abcdef"
 
-// appendPyString writes s as Python's json with ensure_ascii does.
-func appendPyString(dst []byte, s string) []byte {
+// ErrNotUnicode is returned for a string that is not UTF-8: it would be
+// digested as U+FFFD, the digest of another value.
+var ErrNotUnicode = errors.New("canonical json: a string is not UTF-8")
+
+// appendPyString writes s as Python's json with ensure_ascii does, or
+// refuses s if it is not UTF-8.
+func appendPyString(dst []byte, s string) ([]byte, error) {
 	dst = append(dst, '"')
 	for i := 0; i < len(s); {
 		c := s[i]
@@ -139,6 +147,9 @@ func appendPyString(dst []byte, s string) []byte {
 			continue
 		}
 		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			return nil, ErrNotUnicode
+		}
 		i += size
 		if r > 0xFFFF {
 			r -= 0x10000
@@ -148,7 +159,7 @@ func appendPyString(dst []byte, s string) []byte {
 		}
 		dst = appendU(dst, r)
 	}
-	return append(dst, '"')
+	return append(dst, '"'), nil
 }
 
 func appendU(dst []byte, r rune) []byte {

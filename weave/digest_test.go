@@ -149,6 +149,16 @@ func TestParseRef(t *testing.T) {
 		{"weave:///e/p/thing/x", Ref{}, false},
 		{"weave:///e//object/ds:abc", Ref{}, false},
 		{"http://e/p/object/ds:abc", Ref{}, false},
+		// Escapes may make any Unicode but a NUL character: the store
+		// can hold nothing else.
+		{"weave:///e/p/object/caf%C3%A9:abc", Ref{Entity: "e", Project: "p", Kind: RefObject, Name: "café", Version: "abc", Extra: []string{}}, true},
+		{"weave:///e/p/object/a%00b:abc", Ref{}, false},
+		{"weave:///e/p/object/a%ffb:abc", Ref{}, false},
+		{"weave:///e/p%00/call/c", Ref{}, false},
+		{"weave:///e%ff/p/call/c", Ref{}, false},
+		{"weave:///e/p/call/c%00", Ref{}, false},
+		{"weave:///e/p/table/0123/id/r%ff", Ref{}, false},
+		{"weave:///e/p/object/ds:abc/key/%ED%A0%80", Ref{}, false}, // an encoded surrogate is not UTF-8
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -261,5 +271,26 @@ func TestExprValues(t *testing.T) {
 				t.Fatalf("Values = %v, %v; want %v, %v", got, ok, tt.want, tt.ok)
 			}
 		})
+	}
+}
+
+// TestValueDigestRefusesNonUnicode: a string that is not UTF-8 (a stray
+// byte, a surrogate's UTF-8 bytes) has no digest of its own, rather than
+// the digest of U+FFFD, which another value has.
+func TestValueDigestRefusesNonUnicode(t *testing.T) {
+	for _, v := range []any{
+		"\xff",
+		"a\xed\xa0\x80b", // U+D800 in UTF-8 bytes
+		map[string]any{"k\xff": "v"},
+		[]any{"ok", map[string]any{"k": "\xc3"}},
+	} {
+		if d, err := ValueDigest(v); !errors.Is(err, ErrNotUnicode) {
+			t.Errorf("ValueDigest(%q) = %q, %v; want ErrNotUnicode", v, d, err)
+		}
+	}
+	for _, v := range []any{"\ufffd", "café 🙂", map[string]any{"\ufffd": "日本"}} {
+		if _, err := ValueDigest(v); err != nil {
+			t.Errorf("ValueDigest(%q): %v", v, err)
+		}
 	}
 }

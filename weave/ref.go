@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/url"
 	"strings"
+	"unicode/utf8"
 )
 
 // RefScheme prefixes every Weave ref.
@@ -62,8 +63,11 @@ func ParseRef(s string) (Ref, error) {
 		return Ref{}, ErrBadRef
 	}
 	for i, p := range parts {
+		// An escape may not make a NUL character or bytes that are not
+		// UTF-8 ("%00", "%ff"): no name holds them, and PostgreSQL
+		// refuses them as parameters.
 		u, err := url.PathUnescape(p)
-		if err != nil || u == "" {
+		if err != nil || u == "" || strings.IndexByte(u, 0) >= 0 || !utf8.ValidString(u) {
 			return Ref{}, ErrBadRef
 		}
 		if i != 3 {
