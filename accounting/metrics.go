@@ -74,7 +74,7 @@ func newRecorderMetrics(reg prometheus.Registerer, queueDepth func() float64) *r
 		}),
 		invalid: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tollgate_usage_records_invalid_total",
-			Help: "Usage records with an impossible token count (negative, or above 2^32), written as errors with zero tokens.",
+			Help: "Usage records with an impossible token count (negative, or above 2^40), written as errors with zero tokens.",
 		}),
 		panics: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tollgate_usage_writer_panics_total",

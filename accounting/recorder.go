@@ -65,11 +65,13 @@ const (
 )
 
 // MaxRecordTokens is the largest token count a Record may carry in any of
-// its counts: a thousand times the longest context windows of today, and
-// small enough that sums over billions of records cannot overflow an int64.
-// The Recorder writes a record with a count outside [0, MaxRecordTokens] as
-// an error with zero tokens.
-const MaxRecordTokens = 1 << 32
+// its counts, and the largest a backend may report (the proxy refuses a
+// usage block above it): 2^40, about 1.1 × 10^12, a million times the
+// longest context windows of today, yet 2^23 such counts still sum within
+// an int64, and sums read from the store saturate (AddTokens). The Recorder
+// writes a record with a count outside [0, MaxRecordTokens] as an error
+// with zero tokens.
+const MaxRecordTokens = 1 << 40
 
 // Recorder persists usage records off the request path. Record puts a
 // record on a bounded queue; one writer goroutine takes records off it and
