@@ -562,7 +562,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *completion, route *backend
 	if c.ep.responses {
 		reply := gjson.Parse(b2s(rbody))
 		uerr = u.setResponses(reply.Get("usage"))
-		s.owners.remember(reply.Get("id").String(), responseOwner{backend: b.Name, team: c.rec.Team, project: c.rec.Project})
+		s.owners.remember(backendID(reply.Get("id").String()), responseOwner{backend: b.Name, team: c.rec.Team, project: c.rec.Project})
 		if c.backgroundSlot {
 			c.pendingResponse = pendingID(reply)
 		}
@@ -830,7 +830,7 @@ func completionKeyOf(body []byte, response bool) (id string, created int64) {
 	gjson.Parse(b2s(body)).ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
 		case "id":
-			id, haveID = strings.Clone(v.String()), true
+			id, haveID = strings.Clone(backendID(v.String())), true
 		case dateKey:
 			created, haveDate = v.Int(), true
 		}
