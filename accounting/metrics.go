@@ -27,6 +27,9 @@ type recorderMetrics struct {
 	// invalid counts records whose token counts were impossible (negative
 	// or above MaxRecordTokens), written as errors with zero tokens.
 	invalid prometheus.Counter
+	// refused counts records the store refused (or panicked on), set
+	// aside rather than written (see Store.SetAside).
+	refused prometheus.Counter
 	// panics counts panics the writer recovered from, its store's included.
 	panics prometheus.Counter
 	// normalPriorityBatches counts batches written at normal priority
@@ -74,7 +77,11 @@ func newRecorderMetrics(reg prometheus.Registerer, queueDepth func() float64) *r
 		}),
 		invalid: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tollgate_usage_records_invalid_total",
-			Help: "Usage records with an impossible token count (negative, or above 2^32), written as errors with zero tokens.",
+			Help: "Usage records with an impossible token count (negative, or above 2^40), written as errors with zero tokens.",
+		}),
+		refused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_usage_records_refused_total",
+			Help: "Usage records the store refused (a value it cannot hold) or panicked on, set aside for inspection instead of written; each is also logged at error level.",
 		}),
 		panics: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tollgate_usage_writer_panics_total",
@@ -93,7 +100,7 @@ func newRecorderMetrics(reg prometheus.Registerer, queueDepth func() float64) *r
 	if reg != nil {
 		reg.MustRegister(
 			m.promptTokens, m.completionTokens,
-			m.written, m.failed, m.retried, m.lost, m.backpressure, m.invalid, m.panics, m.normalPriorityBatches, m.writeLag,
+			m.written, m.failed, m.retried, m.lost, m.backpressure, m.invalid, m.refused, m.panics, m.normalPriorityBatches, m.writeLag,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "tollgate_usage_queue_depth",
 				Help: "Usage records waiting in the queue to be written.",

@@ -21,9 +21,25 @@ type Store interface {
 	// InsertRecords persists recs in one transaction: all or none. It must
 	// not keep recs after it returns (the Recorder reuses the slice), and it
 	// should be idempotent per CallID, since a batch whose commit was
-	// reported failed is written again.
+	// reported failed is written again. An error that wraps
+	// ErrRecordRefused says that the store cannot hold one of the records
+	// as it is; any other error is taken for a failure to reach or use the
+	// store, and the batch is written again.
 	InsertRecords(ctx context.Context, recs []Record) error
+	// SetAside keeps rec, a record the store refused, for an operator to
+	// inspect, with reason, why it was refused. It must take any record
+	// whatever its values, and should be idempotent, since a call whose
+	// commit was reported failed is made again.
+	SetAside(ctx context.Context, rec Record, reason string) error
 }
+
+// ErrRecordRefused is wrapped by a Store's error when the store cannot
+// hold a record's values (a text too long for an index, not UTF-8, a
+// NUL): writing the same record again would fail the same way. The
+// Recorder then writes the batch's records one at a time and sets aside
+// the ones refused (see Store.SetAside), so that one record never holds
+// back the others.
+var ErrRecordRefused = errors.New("the store refused a usage record's values")
 
 // RecorderOptions size the Recorder's queue and batches. Zero values take
 // the defaults of config.Usage.
@@ -65,11 +81,13 @@ const (
 )
 
 // MaxRecordTokens is the largest token count a Record may carry in any of
-// its counts: a thousand times the longest context windows of today, and
-// small enough that sums over billions of records cannot overflow an int64.
-// The Recorder writes a record with a count outside [0, MaxRecordTokens] as
-// an error with zero tokens.
-const MaxRecordTokens = 1 << 32
+// its counts, and the largest a backend may report (the proxy refuses a
+// usage block above it): 2^40, about 1.1 × 10^12, a million times the
+// longest context windows of today, yet 2^23 such counts still sum within
+// an int64, and sums read from the store saturate (AddTokens). The Recorder
+// writes a record with a count outside [0, MaxRecordTokens] as an error
+// with zero tokens.
+const MaxRecordTokens = 1 << 40
 
 // Recorder persists usage records off the request path. Record puts a
 // record on a bounded queue; one writer goroutine takes records off it and
@@ -479,58 +497,79 @@ func (r *Recorder) refuseCounts(rec *Record, bad string) {
 	rec.PromptTokens, rec.CompletionTokens, rec.TotalTokens, rec.CachedTokens = 0, 0, 0, 0
 }
 
-// write persists batch, retrying with backoff until it succeeds. It returns
-// false, after counting the batch as lost, only when Close gives up. A
-// store that panics on the batch gets its records one at a time, so that
-// one record it cannot take does not hold back the others (see writeEach).
+// write persists batch, retrying with backoff until it succeeds. It
+// returns false, after counting the batch as lost, only when Close gives
+// up. A batch the store cannot take as it is (it panics, or refuses a
+// record: ErrRecordRefused) is written one record at a time, so that one
+// record it cannot take does not hold back the others (see writeEach and
+// writeAlone). Any other failure is retried, the whole batch at once.
 func (r *Recorder) write(batch []Record) bool {
+	err := r.retry(len(batch), "write usage records failed; retrying", func() error { return r.insert(batch) })
+	switch {
+	case errors.Is(err, errGaveUp):
+		r.loseBatch(batch)
+		return false
+	case err == nil:
+		r.metrics.written.Add(float64(len(batch)))
+		r.metrics.observeWriteLag(batch, time.Now())
+		return true
+	case len(batch) > 1:
+		return r.writeEach(batch)
+	}
+	return r.writeAlone(batch[0], err)
+}
+
+// errGaveUp is retry's error when Close gave up before a write succeeded.
+var errGaveUp = errors.New("close recorder: gave up waiting for the store")
+
+// retry calls op, which writes records records, until it succeeds or fails
+// for good: it returns nil, the error of a store that panicked or refused
+// the records (see isRefusal), or errGaveUp when Close gave up first.
+// Other failures are logged with msg and retried with backoff.
+func (r *Recorder) retry(records int, msg string, op func() error) error {
 	wait := r.backoff.min
-	var retry *time.Timer
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	for attempt := 1; ; attempt++ {
-		err := r.insert(batch)
-		var pe *storePanic
-		if errors.As(err, &pe) {
-			if retry != nil {
-				retry.Stop()
+		err := op()
+		if err == nil || isRefusal(err) {
+			if ce := r.log.Check(zap.DebugLevel, "usage records written"); err == nil && ce != nil {
+				ce.Write(zap.Int("records", records), zap.Int("attempts", attempt))
 			}
-			return r.writeEach(batch, pe)
+			return err
 		}
-		if err == nil {
-			r.metrics.written.Add(float64(len(batch)))
-			r.metrics.observeWriteLag(batch, time.Now())
-			if ce := r.log.Check(zap.DebugLevel, "usage records written"); ce != nil {
-				ce.Write(zap.Int("records", len(batch)), zap.Int("attempts", attempt))
-			}
-			if retry != nil {
-				retry.Stop()
-			}
-			return true
-		}
-		r.metrics.failed.Add(float64(len(batch)))
+		r.metrics.failed.Add(float64(records))
 		select {
 		case <-r.abort:
-			r.loseBatch(batch)
-			return false
+			return errGaveUp
 		default:
 		}
-		r.log.Error("write usage records failed; retrying",
-			zap.Error(err), zap.Int("records", len(batch)),
+		r.log.Error(msg, zap.Error(err), zap.Int("records", records),
 			zap.Int("attempt", attempt), zap.Duration("retry_in", wait))
-		if retry == nil {
-			retry = time.NewTimer(wait)
+		if timer == nil {
+			timer = time.NewTimer(wait)
 		} else {
-			retry.Reset(wait)
+			timer.Reset(wait)
 		}
 		select {
-		case <-retry.C:
+		case <-timer.C:
 		case <-r.abort:
-			retry.Stop()
-			r.loseBatch(batch)
-			return false
+			return errGaveUp
 		}
-		r.metrics.retried.Add(float64(len(batch)))
+		r.metrics.retried.Add(float64(records))
 		wait = min(2*wait, r.backoff.max)
 	}
+}
+
+// isRefusal reports whether err is a store's failure that writing the
+// same records again cannot heal: a panic, or a refusal of their values.
+func isRefusal(err error) bool {
+	var pe *storePanic
+	return errors.As(err, &pe) || errors.Is(err, ErrRecordRefused)
 }
 
 func (r *Recorder) loseBatch(batch []Record) {
@@ -540,7 +579,7 @@ func (r *Recorder) loseBatch(batch []Record) {
 	r.writerLost += len(batch)
 }
 
-// storePanic is a panic of Store.InsertRecords, turned into an error.
+// storePanic is a panic of the store, turned into an error.
 type storePanic struct{ value any }
 
 func (e *storePanic) Error() string { return fmt.Sprintf("store panicked: %v", e.value) }
@@ -563,46 +602,29 @@ func (r *Recorder) insert(batch []Record) error {
 
 // insertHere writes batch on the calling goroutine, recovering a panic of
 // the store as a *storePanic.
-func (r *Recorder) insertHere(batch []Record) (err error) {
+func (r *Recorder) insertHere(batch []Record) error {
+	return r.guard(len(batch), func() error { return r.store.InsertRecords(r.ctx, batch) })
+}
+
+// guard calls op, a call of the store about records records, recovering a
+// panic as a *storePanic, logged with its stack and counted.
+func (r *Recorder) guard(records int, op func() error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			r.metrics.panics.Inc()
 			r.log.Error("usage store panicked writing records",
-				zap.Any("panic", p), zap.Int("records", len(batch)), zap.ByteString("stack", debug.Stack()))
+				zap.Any("panic", p), zap.Int("records", records), zap.ByteString("stack", debug.Stack()))
 			err = &storePanic{value: p}
 		}
 	}()
-	return r.store.InsertRecords(r.ctx, batch)
+	return op()
 }
 
-// writeEach writes the records of a batch the store panicked on one at a
-// time, each with write's retries. A single record the store still panics
-// on is written once more stripped to its accounting (no payloads, zero
-// tokens, the panic in its Error); if even that fails, it is lost loudly.
-// It returns false only when Close gave up.
-func (r *Recorder) writeEach(batch []Record, cause *storePanic) bool {
-	if len(batch) == 1 {
-		rec := batch[0]
-		rec.Input, rec.Output = nil, nil
-		rec.PromptTokens, rec.CompletionTokens, rec.TotalTokens, rec.CachedTokens = 0, 0, 0, 0
-		msg := "usage record could not be stored whole: " + cause.Error()
-		if rec.Error != "" {
-			msg = rec.Error + "; " + msg
-		}
-		rec.Error = msg
-		if err := r.insert([]Record{rec}); err != nil {
-			var pe *storePanic
-			if !errors.As(err, &pe) {
-				// An ordinary failure: the stripped record goes through
-				// the usual retries.
-				return r.write([]Record{rec})
-			}
-			r.lose(batch[0], "the store panicked on it")
-			return true
-		}
-		r.metrics.written.Inc()
-		return true
-	}
+// writeEach writes the records of a batch the store could not take as it
+// is one at a time, each with write's retries and, for a record the store
+// cannot take either, writeAlone's. It returns false only when Close gave
+// up, after counting the records not reached as lost.
+func (r *Recorder) writeEach(batch []Record) bool {
 	for i := range batch {
 		if !r.write(batch[i : i+1]) {
 			for _, rec := range batch[i+1:] {
@@ -611,6 +633,72 @@ func (r *Recorder) writeEach(batch []Record, cause *storePanic) bool {
 			r.writerLost += len(batch) - i - 1
 			return false
 		}
+	}
+	return true
+}
+
+// writeAlone handles rec, a single record the store could not take with
+// cause. A record it refused is set aside as it is. A record it panicked
+// on is written once more stripped to its accounting (no payloads, zero
+// tokens, the panic in its Error), with the usual retries, and set aside
+// if the store cannot take even that. It returns false only when Close
+// gave up.
+func (r *Recorder) writeAlone(rec Record, cause error) bool {
+	var pe *storePanic
+	if !errors.As(cause, &pe) {
+		return r.setAside(rec, cause)
+	}
+	stripped := rec
+	stripped.Input, stripped.Output = nil, nil
+	stripped.PromptTokens, stripped.CompletionTokens, stripped.TotalTokens, stripped.CachedTokens = 0, 0, 0, 0
+	msg := "usage record could not be stored whole: " + cause.Error()
+	if stripped.Error != "" {
+		msg = stripped.Error + "; " + msg
+	}
+	stripped.Error = msg
+	one := []Record{stripped}
+	err := r.retry(1, "write usage records failed; retrying", func() error { return r.insert(one) })
+	switch {
+	case errors.Is(err, errGaveUp):
+		r.loseBatch(one)
+		return false
+	case err == nil:
+		r.metrics.written.Inc()
+		return true
+	}
+	return r.setAside(rec, err)
+}
+
+// setAside hands rec, a record the store could not take because of err,
+// to the store's SetAside, with the usual retries, and counts and logs it
+// once, with what is needed to account for it by hand. A record the store
+// cannot even set aside is lost, loudly. It returns false only when Close
+// gave up.
+func (r *Recorder) setAside(rec Record, cause error) bool {
+	r.metrics.refused.Inc()
+	r.log.Error("usage record refused by the store; set aside",
+		zap.NamedError("cause", cause),
+		zap.String("request_id", rec.RequestID),
+		zap.String("call_id", rec.CallID),
+		zap.String("key", rec.KeyName),
+		zap.String("team", rec.Team),
+		zap.String("project", rec.Project),
+		zap.String("model", rec.Model),
+		zap.Int64("prompt_tokens", rec.PromptTokens),
+		zap.Int64("completion_tokens", rec.CompletionTokens),
+		zap.Int64("total_tokens", rec.TotalTokens),
+		zap.Int64("cached_tokens", rec.CachedTokens),
+		zap.Time("started", rec.Started))
+	reason := cause.Error()
+	err := r.retry(1, "set aside a refused usage record failed; retrying", func() error {
+		return r.guard(1, func() error { return r.store.SetAside(r.ctx, rec, reason) })
+	})
+	switch {
+	case errors.Is(err, errGaveUp):
+		r.loseBatch([]Record{rec})
+		return false
+	case err != nil:
+		r.lose(rec, "the store could not set it aside: "+err.Error())
 	}
 	return true
 }

@@ -16,6 +16,8 @@ type nopStore struct{}
 
 func (nopStore) InsertRecords(context.Context, []Record) error { return nil }
 
+func (nopStore) SetAside(context.Context, Record, string) error { return nil }
+
 // BenchmarkRecord measures what recording costs the request path: one
 // enqueue of a Record of realistic size, with the writer draining the queue
 // concurrently. It should be tens of nanoseconds and allocate nothing.

@@ -35,6 +35,17 @@ type memStore struct {
 	calls      int
 	recs       []Record
 	batches    []int
+	// aside are the records set aside, reasons why.
+	aside   []Record
+	reasons []string
+}
+
+func (s *memStore) SetAside(_ context.Context, rec Record, reason string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.aside = append(s.aside, rec)
+	s.reasons = append(s.reasons, reason)
+	return nil
 }
 
 func (s *memStore) InsertRecords(ctx context.Context, recs []Record) error {
@@ -509,15 +520,24 @@ func TestRecorderSurvivesAStoreThatPanics(t *testing.T) {
 	if stripped.Input != nil || stripped.PromptTokens != 0 || !strings.Contains(stripped.Error, "store panicked") {
 		t.Errorf("stripped record = %+v, want no payload, zero tokens and the panic in Error", stripped)
 	}
-	// The one it cannot take at all is lost loudly, not silently.
+	// The one it cannot take at all is set aside whole, and said so once.
 	if _, ok := got["poison"]; ok {
 		t.Errorf("the poison record was stored")
 	}
-	if n := testutil.ToFloat64(r.metrics.lost); n != 1 {
-		t.Errorf("lost = %v, want 1", n)
+	st.mu.Lock()
+	aside := st.aside
+	st.mu.Unlock()
+	if len(aside) != 1 || aside[0].CallID != "poison" || aside[0].PromptTokens != 10 {
+		t.Errorf("set aside %+v, want the poison record whole", aside)
 	}
-	if logs.FilterMessageSnippet("usage record lost").FilterField(zap.String("call_id", "poison")).Len() != 1 {
-		t.Errorf("the lost record is not logged: %v", logs.All())
+	if n := testutil.ToFloat64(r.metrics.lost); n != 0 {
+		t.Errorf("lost = %v, want 0", n)
+	}
+	if n := testutil.ToFloat64(r.metrics.refused); n != 1 {
+		t.Errorf("refused = %v, want 1", n)
+	}
+	if logs.FilterMessageSnippet("set aside").FilterField(zap.String("call_id", "poison")).Len() != 1 {
+		t.Errorf("the record set aside is not logged once: %v", logs.All())
 	}
 	if n := testutil.ToFloat64(r.metrics.panics); n < 3 {
 		t.Errorf("panics counted %v, want at least 3 (the batch, then each bad record)", n)

@@ -21,6 +21,8 @@ type niceStore struct {
 	nices []int
 }
 
+func (*niceStore) SetAside(context.Context, Record, string) error { return nil }
+
 func (s *niceStore) InsertRecords(ctx context.Context, recs []Record) error {
 	// getpriority(2)'s raw value is 20 - nice (the libc wrapper undoes it).
 	prio, err := syscall.Getpriority(syscall.PRIO_PROCESS, syscall.Gettid())

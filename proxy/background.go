@@ -145,7 +145,7 @@ func (b *backgroundResponses) take(id string) *pendingResponse {
 func pendingID(reply gjson.Result) string {
 	switch reply.Get("status").Str {
 	case "queued", "in_progress":
-		return strings.Clone(reply.Get("id").String())
+		return strings.Clone(backendID(reply.Get("id").String()))
 	}
 	return ""
 }

@@ -570,7 +570,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *completion, route *backend
 		// reply, and charged to it, but gives it no access to that id;
 		// nor is it waited on as background, which would take the
 		// other's pending record.
-		owned := s.owners.claim(reply.Get("id").String(), responseOwner{backend: b.Name, team: c.rec.Team, project: c.rec.Project})
+		owned := s.owners.claim(backendID(reply.Get("id").String()), responseOwner{backend: b.Name, team: c.rec.Team, project: c.rec.Project})
 		if c.backgroundSlot && owned {
 			c.pendingResponse = pendingID(reply)
 		}
@@ -838,7 +838,7 @@ func completionKeyOf(body []byte, response bool) (id string, created int64) {
 	gjson.Parse(b2s(body)).ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
 		case "id":
-			id, haveID = strings.Clone(v.String()), true
+			id, haveID = strings.Clone(backendID(v.String())), true
 		case dateKey:
 			created, haveDate = v.Int(), true
 		}

@@ -105,7 +105,7 @@ func (f *chunkFields) readGJSON(s string, wantID bool) {
 		switch k.Str {
 		case "id":
 			if wantID && f.id == "" {
-				f.id = strings.Clone(v.String())
+				f.id = strings.Clone(backendID(v.String()))
 			}
 		case "created":
 			if n := v.Int(); n != 0 {

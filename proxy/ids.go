@@ -9,6 +9,7 @@ import (
 	"math/bits"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 )
@@ -19,16 +20,49 @@ const maxIDBytes = 128
 // validID reports whether a client-supplied id is 1 to 128 visible ASCII
 // characters with no spaces, quotes or backslashes, so it is safe in logs,
 // headers and JSON without escaping.
-func validID(b []byte) bool {
-	if len(b) == 0 || len(b) > maxIDBytes {
+func validID(b []byte) bool { return validIDText(b2s(b)) }
+
+// validIDText is validID of an id's text. Every id a client chooses goes
+// through it where it enters (X-Request-Id, Compat-Trace-Id and
+// Compat-Parent-Id, a body's request_id): a backend names its completion
+// or stored response after the request id it is given (vLLM does), and
+// that name is kept in usage records and the response-owner map.
+func validIDText(s string) bool {
+	if len(s) == 0 || len(s) > maxIDBytes {
 		return false
 	}
-	for _, c := range b {
-		if c <= ' ' || c > '~' || c == '"' || c == '\\' {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= ' ' || c > '~' || c == '"' || c == '\\' {
 			return false
 		}
 	}
 	return true
+}
+
+// maxBackendIDBytes bounds the id a backend gives its completion or
+// response: twice a client's id, room for the prefix a backend adds to
+// the request id it was given ("chatcmpl-", "resp_"), and well within what
+// every store indexes.
+const maxBackendIDBytes = 2 * maxIDBytes
+
+// backendID is id, read from a backend's reply, when it is 1 to 256 bytes
+// of UTF-8 without control characters, and "" otherwise. Every completion
+// and response id read from a reply goes through it where it is read: the
+// usage record joins traces by it and the response-owner map keys by it,
+// and a store cannot hold (or index) any text. A reply whose id it refuses
+// is still served as the backend sent it, since the tokens were spent and
+// the id concerns only the gateway's join: the record and the owner map
+// then have no id, as for a reply that carries none.
+func backendID(id string) string {
+	if len(id) == 0 || len(id) > maxBackendIDBytes || !utf8.ValidString(id) {
+		return ""
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c < ' ' || c == 0x7f {
+			return ""
+		}
+	}
+	return id
 }
 
 // callIDs makes the call ids of one server: UUIDv7s (RFC 9562, section

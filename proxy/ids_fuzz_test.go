@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 var (
@@ -108,6 +109,41 @@ func FuzzTraceHeaders(f *testing.F) {
 			if tc != want || !errors.Is(err, wantErr) {
 				t.Fatalf("traceparent %q gave %+v, %v; parseTraceparent gives %+v, %v", traceparent, tc, err, want, wantErr)
 			}
+		}
+	})
+}
+
+// FuzzIDBounds checks the two id rules against an oracle of their own:
+// a client's id (validIDText) is 1 to 128 visible ASCII characters but
+// '"' and '\'; a backend's (backendID) is kept whole when it is 1 to 256
+// bytes of UTF-8 without a control character, and dropped ("") otherwise,
+// never cut. Every valid client id is a valid backend id, as a backend
+// may echo it.
+func FuzzIDBounds(f *testing.F) {
+	for _, s := range []string{
+		"", "a", "req-1", "chatcmpl-0123456789abcdef", "resp_67ccd2bed1ec8190", strings.Repeat("x", 128),
+		strings.Repeat("x", 129), strings.Repeat("x", 256), strings.Repeat("x", 257), strings.Repeat("é", 128),
+		"a\x00b", "a b", "a\"b", `a\b`, "a\x7fb", "a\tb", "\xff", "日本語", "chatcmpl-\u2028",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := validIDText(s), safeIDRun.MatchString(s); got != want {
+			t.Errorf("validIDText(%q) = %v, want %v", s, got, want)
+		}
+		if validIDText(s) != validID([]byte(s)) {
+			t.Errorf("validID and validIDText disagree on %q", s)
+		}
+		ok := len(s) >= 1 && len(s) <= 256 && utf8.ValidString(s) &&
+			!strings.ContainsFunc(s, func(r rune) bool { return r < ' ' || r == 0x7f })
+		switch got := backendID(s); {
+		case ok && got != s:
+			t.Errorf("backendID(%q) = %q, want it whole", s, got)
+		case !ok && got != "":
+			t.Errorf("backendID(%q) = %q, want it dropped", s, got)
+		}
+		if validIDText(s) && backendID(s) != s {
+			t.Errorf("client id %q is not a valid backend id", s)
 		}
 	})
 }

@@ -108,15 +108,15 @@ func scanReply(body []byte, maxDepth int, response bool) (m replyMembers, ok boo
 	return m, true
 }
 
-// idString is gjson.Parse(raw).String(), cloned, for the text raw of a
-// valid JSON value. A string without escapes, as ids are, is its text
-// between the quotes: gjson's parse of it, with a look for escapes of its
-// own, cost half a thousand instructions on every reply.
+// idString is backendID(gjson.Parse(raw).String()), cloned, for the text
+// raw of a valid JSON value. A string without escapes, as ids are, is its
+// text between the quotes: gjson's parse of it, with a look for escapes of
+// its own, cost half a thousand instructions on every reply.
 func idString(raw string) string {
 	if len(raw) >= 2 && raw[0] == '"' && strings.IndexByte(raw, '\\') < 0 {
-		return strings.Clone(raw[1 : len(raw)-1])
+		return strings.Clone(backendID(raw[1 : len(raw)-1]))
 	}
-	return strings.Clone(gjson.Parse(raw).String())
+	return strings.Clone(backendID(gjson.Parse(raw).String()))
 }
 
 // dateInt is gjson.Parse(raw).Int() for the text raw of a valid JSON

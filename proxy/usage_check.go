@@ -5,14 +5,15 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
+
+	"github.com/tollgate-dev/tollgate/accounting"
 )
 
-// maxTokenCount bounds every token count a backend may report: 2^40, about
-// 1.1 × 10^12, is a million times the longest context window served today,
-// yet 2^23 such counts still sum within an int64, so no total the gateway,
-// the limiter or the usage store computes from valid counts can overflow.
-// A count above it is not a count but a broken or hostile backend.
-const maxTokenCount = 1 << 40
+// maxTokenCount bounds every token count a backend may report: the most a
+// usage record may carry (see accounting.MaxRecordTokens), so that every
+// count served is recorded as it is. A count above it is not a count but a
+// broken or hostile backend.
+const maxTokenCount = accounting.MaxRecordTokens
 
 // usageError says why a backend's usage block was refused.
 type usageError struct {

@@ -572,6 +572,7 @@ const (
 	kindInt
 	kindNumber
 	kindString
+	kindID // a string a client chooses as an id: see validIDText
 	kindObject
 	kindStringOrObject
 	kindIntArray
@@ -669,7 +670,7 @@ var chatFields = [numChatFields]field{
 	fMMProcessorKwargs:          newField("mm_processor_kwargs", kindObject, orNull),
 	fStructuredOutputs:          newField("structured_outputs", kindSpecial, orNull),
 	fPriority:                   intField("priority", notNull, math.MinInt64, "an integer"),
-	fRequestID:                  newField("request_id", kindString, notNull),
+	fRequestID:                  newField("request_id", kindID, notNull),
 	fReturnTokensAsTokenIDs:     newField("return_tokens_as_token_ids", kindBool, orNull),
 	fReturnTokenIDs:             newField("return_token_ids", kindBool, orNull),
 	fCacheSalt:                  newField("cache_salt", kindSpecial, orNull),
@@ -1429,6 +1430,9 @@ func (v *validator) check(param string, f *field, val value) (int64, *Validation
 		good = val.raw[0] == 't' || val.raw[0] == 'f'
 	case kindString:
 		good = val.isString()
+	case kindID:
+		// Empty is no id: the backend makes one, as when it is absent.
+		good = val.isString() && (len(val.raw) == 2 || validIDText(unquote(val.raw)))
 	case kindObject:
 		good = val.isObject()
 	case kindStringOrObject:
@@ -1501,6 +1505,8 @@ func (f *field) expectation() string {
 		s = "a boolean"
 	case kindString:
 		s = "a string"
+	case kindID:
+		s = "a string of at most 128 visible ASCII characters without spaces, quotes or backslashes"
 	case kindObject:
 		s = "an object"
 	case kindStringOrObject:

@@ -49,12 +49,18 @@ var (
 //     not a single record's (first id, 1), so the records writeEach had
 //     written count twice. Keying the marker by the first id alone would
 //     instead lose the records writeEach had not reached.
+//
+// A batch the engine refuses (a value it cannot hold: see refusal, whose
+// error wraps accounting.ErrRecordRefused) is written by the recorder one
+// record at a time in the same way, and the record refused alone goes to
+// SetAside; the refusal rolled the whole batch back, so none of its
+// records was counted before.
 func (d *DB) InsertRecords(ctx context.Context, recs []accounting.Record) error {
 	if len(recs) == 0 {
 		return nil
 	}
 	if err := d.insertRecords(ctx, recs, time.Now()); err != nil {
-		return fmt.Errorf("insert records: %w", err)
+		return fmt.Errorf("insert records: %w", refusal(err))
 	}
 	return nil
 }

@@ -55,6 +55,14 @@ package store
 // stored (fillRollupSQL, with the classes and saturating sums InsertRecords
 // keeps), and drops the indexes above.
 //
+// Version 5 creates usage_refused, where SetAside keeps the records
+// InsertRecords refused (accounting.ErrRecordRefused: a value the engine
+// cannot hold), one row per record: record is the record as JSON (see
+// refusedRecord), reason the engine's error, refused_at when (unix
+// nanoseconds), record_sha256 the hex SHA-256 of record, the primary key
+// that makes setting a record aside again a no-op. Nothing reads or purges
+// it: it is for an operator to inspect, account for by hand and delete.
+//
 // Version 4 creates usage_batches, and InsertRecords stops writing
 // usage_records, a row that repeated the gateway call's fields: in
 // BenchmarkInsertRecords that cut the writer's CPU per record by about
@@ -202,6 +210,26 @@ var usageMigrations = []migration{
 				PRIMARY KEY (first_call_id, records)
 			)`,
 			`CREATE INDEX usage_batches_written_at ON usage_batches (written_at)`,
+		},
+	},
+	{
+		component: "usage",
+		version:   5,
+		sqlite: []string{
+			`CREATE TABLE usage_refused (
+				record_sha256 TEXT    NOT NULL PRIMARY KEY,
+				refused_at    INTEGER NOT NULL,
+				reason        TEXT    NOT NULL,
+				record        TEXT    NOT NULL
+			)`,
+		},
+		postgres: []string{
+			`CREATE TABLE usage_refused (
+				record_sha256 TEXT COLLATE "C" NOT NULL PRIMARY KEY,
+				refused_at    BIGINT NOT NULL,
+				reason        TEXT NOT NULL,
+				record        TEXT NOT NULL
+			)`,
 		},
 	},
 }
