@@ -26,7 +26,9 @@ import (
 // model would have finished (the time to first token plus a delay per token), and can be
 // cancelled until then; cancelling a synchronous response is refused, as vLLM refuses it.
 // Streamed, the events come in vLLM's and OpenAI's order with "event:" lines and sequence
-// numbers, and no [DONE].
+// numbers, and no [DONE]; the last is response.completed, or response.incomplete when
+// max_output_tokens cut the response short. Replies follow OpenAI's OpenAPI spec
+// (openapi_test.go checks them against it).
 
 // response is one generated response.
 type response struct {
