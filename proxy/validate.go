@@ -981,15 +981,10 @@ func (v *validator) message(i int, parent *iter, start int) *ValidationError {
 			return err
 		}
 	}
-	switch {
-	case toolCallID.isString():
-	case unquote(role.raw) == "tool":
-		if !toolCallID.exists() {
-			return &ValidationError{Param: fmt.Sprintf("messages[%d].tool_call_id", i), Message: fmt.Sprintf(
-				"messages[%d].tool_call_id is required on a tool message: the id of the tool call it answers.", i)}
-		}
-		return typeError(fmt.Sprintf("messages[%d].tool_call_id", i), "a string", toolCallID)
-	case toolCallID.exists() && !toolCallID.isNull():
+	// tool_call_id may be left out or null on any role, a tool message's too: vLLM
+	// takes a message its OpenAI types refuse as a custom message whose
+	// tool_call_id is optional, and the chat template decides what it needs.
+	if toolCallID.exists() && !toolCallID.isString() && !toolCallID.isNull() {
 		return typeError(fmt.Sprintf("messages[%d].tool_call_id", i), "a string or null", toolCallID)
 	}
 	return nil

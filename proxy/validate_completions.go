@@ -140,7 +140,9 @@ func validateCompletions(body []byte, c *completion, srv *config.Server) *Valida
 	if verr != nil {
 		return verr
 	}
-	var bestOf int64 = 1
+	// bestOf stays 0 when best_of is absent or null: as in vLLM, it then
+	// defaults to n, so any n passes.
+	var bestOf int64
 	var promptLogprobs int64
 	seen, verr := v.walkFields(first, completionFields, func(i int, val value, n int64) *ValidationError {
 		switch i {
@@ -186,7 +188,7 @@ func validateCompletions(body []byte, c *completion, srv *config.Server) *Valida
 	if seen&(1<<cmPrompt) == 0 {
 		return &ValidationError{Param: "prompt", Message: "prompt is required: a string, an array of strings, an array of token ids or an array of arrays of token ids."}
 	}
-	if bestOf < req.N {
+	if bestOf != 0 && bestOf < req.N {
 		return &ValidationError{Param: "best_of", Message: fmt.Sprintf(
 			"best_of must be at least n (%d), got %d: best_of is how many sequences are generated to return the n best.", req.N, bestOf)}
 	}

@@ -65,7 +65,10 @@ func TestValidateCompletions(t *testing.T) {
 		{name: "object prompt", body: `{"prompt":{"a":1}}`, param: "prompt", msg: "non-empty string"},
 		{name: "logprobs over 20", body: `{"prompt":"x","logprobs":21}`, param: "logprobs", msg: "between 0 and 20"},
 		{name: "logprobs bool", body: `{"prompt":"x","logprobs":true}`, param: "logprobs", msg: "between 0 and 20"},
+		{name: "n without best_of", body: `{"prompt":"x","n":3}`},
+		{name: "n with best_of null", body: `{"prompt":"x","n":3,"best_of":null}`},
 		{name: "best_of below n", body: `{"prompt":"x","n":3,"best_of":2}`, param: "best_of", msg: "at least n (3)"},
+		{name: "best_of 1 below n", body: `{"prompt":"x","n":2,"best_of":1}`, param: "best_of", msg: "at least n (2), got 1"},
 		{name: "best_of zero", body: `{"prompt":"x","best_of":0}`, param: "best_of", msg: "at least 1"},
 		{name: "echo string", body: `{"prompt":"x","echo":"yes"}`, param: "echo", msg: "a boolean"},
 		{name: "suffix number", body: `{"prompt":"x","suffix":3}`, param: "suffix", msg: "a string"},
@@ -90,6 +93,18 @@ func TestValidateCompletionsFills(t *testing.T) {
 	if !c.req.Stream || c.req.IncludeUsage || c.req.MaxTokens != 7 || c.req.N != 5 || c.req.PromptBytes != 16 {
 		t.Errorf("got stream %v include_usage %v max_tokens %d n %d prompt bytes %d; want true false 7 5 16",
 			c.req.Stream, c.req.IncludeUsage, c.req.MaxTokens, c.req.N, c.req.PromptBytes)
+	}
+}
+
+// TestValidateCompletionsBestOfDefaultsToN checks that a body with n and no
+// best_of passes and reserves n sequences, as vLLM defaults best_of to n.
+func TestValidateCompletionsBestOfDefaultsToN(t *testing.T) {
+	c := newCompletion()
+	if err := validateCompletions([]byte(`{"model":"demo","prompt":"x","n":3}`), c, unbounded()); err != nil {
+		t.Fatalf("refused n without best_of: %v (param %q)", err, err.Param)
+	}
+	if c.req.N != 3 {
+		t.Fatalf("sequences reserved: got %d, want 3", c.req.N)
 	}
 }
 

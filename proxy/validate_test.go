@@ -742,9 +742,9 @@ func TestValidateChatToolMessages(t *testing.T) {
 		{"arguments an object", call(`{"id":"c","type":"function","function":{"name":"f","arguments":{"city":"Paris"}}}`), "messages[1].tool_calls[0].function.arguments", "must be a string (the arguments as JSON text"},
 		{"second call wrong", call(good + `,{"id":"c2","type":"function","function":{"name":"f","arguments":1}}`), "messages[1].tool_calls[1].function.arguments", "got 1."},
 
-		{"tool message without tool_call_id", withMessages(user + `{"role":"tool","content":"18"}`), "messages[1].tool_call_id", "messages[1].tool_call_id is required on a tool message"},
-		{"tool message tool_call_id number", withMessages(user + `{"role":"tool","tool_call_id":1,"content":"18"}`), "messages[1].tool_call_id", "messages[1].tool_call_id must be a string, got 1."},
-		{"tool message tool_call_id null", withMessages(user + `{"role":"tool","tool_call_id":null,"content":"18"}`), "messages[1].tool_call_id", "got null."},
+		{"tool message without tool_call_id, as vLLM accepts it", withMessages(user + `{"role":"tool","content":"18"}`), "", ""},
+		{"tool message tool_call_id null, as vLLM accepts it", withMessages(user + `{"role":"tool","tool_call_id":null,"content":"18"}`), "", ""},
+		{"tool message tool_call_id number", withMessages(user + `{"role":"tool","tool_call_id":1,"content":"18"}`), "messages[1].tool_call_id", "messages[1].tool_call_id must be a string or null, got 1."},
 		{"tool_call_id on another role", withMessages(`{"role":"user","content":"a","tool_call_id":["x"]}`), "messages[0].tool_call_id", "must be a string or null, got an array."},
 		{"tool_call_id null on another role", withMessages(`{"role":"user","content":"a","tool_call_id":null}`), "", ""},
 	})

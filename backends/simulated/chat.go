@@ -407,7 +407,7 @@ func appendCompletion(b []byte, id, created int64, modelRaw string, n, tokens in
 		for t := range tokens {
 			b = appendToken(b, t)
 		}
-		b = append(b, `"},"logprobs":null,"finish_reason":"`...)
+		b = append(b, `","refusal":null},"logprobs":null,"finish_reason":"`...)
 		b = append(b, finish...)
 		b = append(b, `","stop_reason":null}`...)
 	}

@@ -126,7 +126,7 @@ func appendChatRich(b []byte, id, created int64, req *chatRequest, choices []cha
 		} else {
 			b = appendJSONString(b, b2s(c.out.text))
 		}
-		b = append(b, `},"logprobs":`...)
+		b = append(b, `,"refusal":null},"logprobs":`...)
 		b = appendChatLogprobs(b, &c.out, 0, c.out.tokens(), req.logprobs, req.topLogprobs)
 		b = append(b, `,"finish_reason":"`...)
 		b = append(b, c.out.finish...)

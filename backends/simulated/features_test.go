@@ -624,7 +624,7 @@ func TestResponses(t *testing.T) {
 		data, names := h.events(t, "/v1/responses", `{"input":"hello","stream":true,"max_output_tokens":3}`)
 		want := []string{"response.created", "response.in_progress", "response.output_item.added", "response.content_part.added",
 			"response.output_text.delta", "response.output_text.delta", "response.output_text.delta",
-			"response.output_text.done", "response.content_part.done", "response.output_item.done", "response.completed"}
+			"response.output_text.done", "response.content_part.done", "response.output_item.done", "response.incomplete"}
 		if fmt.Sprint(names) != fmt.Sprint(want) || len(data) != len(want) {
 			t.Fatalf("events %v, want %v", names, want)
 		}

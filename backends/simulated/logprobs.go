@@ -59,7 +59,8 @@ func appendChatLogprob(b []byte, piece []byte, k, top int) []byte {
 }
 
 // appendChatLogprobs appends a choice's chat logprobs object for tokens [from, to) of o, or null
-// when logprobs were not asked for. Tokens whose text a stop string cut away entirely are left out.
+// when logprobs were not asked for; its refusal is null, there being no refusal to score, and is
+// there because OpenAI's spec requires it. Tokens whose text a stop string cut away entirely are left out.
 func appendChatLogprobs(b []byte, o *output, from, to int, want bool, top int) []byte {
 	if !want {
 		return append(b, "null"...)
@@ -77,7 +78,7 @@ func appendChatLogprobs(b []byte, o *output, from, to int, want bool, top int) [
 		first = false
 		b = appendChatLogprob(b, piece, k, top)
 	}
-	return append(b, "]}"...)
+	return append(b, `],"refusal":null}`...)
 }
 
 // appendCompletionLogprobs appends the legacy completions logprobs object for tokens [from, to)

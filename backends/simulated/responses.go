@@ -26,7 +26,9 @@ import (
 // model would have finished (the time to first token plus a delay per token), and can be
 // cancelled until then; cancelling a synchronous response is refused, as vLLM refuses it.
 // Streamed, the events come in vLLM's and OpenAI's order with "event:" lines and sequence
-// numbers, and no [DONE].
+// numbers, and no [DONE]; the last is response.completed, or response.incomplete when
+// max_output_tokens cut the response short. Replies follow OpenAI's OpenAPI spec
+// (openapi_test.go checks them against it).
 
 // response is one generated response.
 type response struct {
@@ -364,7 +366,7 @@ func (s *Server) parseResponse(body []byte) (r *response, stream bool, maxTokens
 	}
 	r.seedKey = sp.base(input.Raw + r.instructions)
 	if t := root.Get("tools"); t.IsArray() {
-		r.tools = t.Raw
+		r.tools = echoTools(t)
 	}
 	if c := root.Get("tool_choice"); c.Exists() && c.Type != gjson.Null {
 		r.toolChoice = c.Raw
@@ -384,15 +386,51 @@ func (s *Server) parseResponse(body []byte) (r *response, stream bool, maxTokens
 	// Copies of what points into the body; the schema is used before the handler returns.
 	r.instructions, r.previous, r.metadata = strings.Clone(r.instructions), strings.Clone(r.previous), strings.Clone(r.metadata)
 	r.textFormat, r.modelRaw = strings.Clone(r.textFormat), strings.Clone(r.modelRaw)
-	r.tools, r.toolChoice = strings.Clone(r.tools), strings.Clone(r.toolChoice)
+	r.toolChoice = strings.Clone(r.toolChoice)
 	if r.input+max(maxTokens, 1) > maxModelLen {
 		return nil, false, 0, sp, badRequest("input", "This model's maximum context length is "+strconv.Itoa(maxModelLen)+" tokens.")
 	}
 	return r, stream, maxTokens, sp, apiError{}
 }
 
+// echoTools is the request's tools as the response echoes them: a function tool with each of
+// name, description, parameters and strict, null when the request left it out (OpenAI's spec
+// requires them, and vLLM echoes the tools it parsed, each member present); any other tool as it
+// came.
+func echoTools(tools gjson.Result) string {
+	b := []byte{'['}
+	for i, t := range tools.Array() {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		if t.Get("type").Str != "function" {
+			b = append(b, t.Raw...)
+			continue
+		}
+		b = append(b, `{"type":"function","name":`...)
+		b = appendRawOrNull(b, t.Get("name"))
+		b = append(b, `,"description":`...)
+		b = appendRawOrNull(b, t.Get("description"))
+		b = append(b, `,"parameters":`...)
+		b = appendRawOrNull(b, t.Get("parameters"))
+		b = append(b, `,"strict":`...)
+		b = appendRawOrNull(b, t.Get("strict"))
+		b = append(b, '}')
+	}
+	return string(append(b, ']'))
+}
+
+// appendRawOrNull appends the JSON of v, or null when it is absent.
+func appendRawOrNull(b []byte, v gjson.Result) []byte {
+	if !v.Exists() {
+		return append(b, "null"...)
+	}
+	return append(b, v.Raw...)
+}
+
 // appendResponse appends the response object with the given status; without output it has an
-// empty output list and null usage, as in response.created.
+// empty output list and no usage, as in response.created. Members OpenAI's spec types without
+// null (usage, user) are left out rather than sent as null.
 func appendResponse(b []byte, r *response, status string, withOutput bool) []byte {
 	b = append(b, `{"id":"`...)
 	b = append(b, r.id...)
@@ -428,21 +466,20 @@ func appendResponse(b []byte, r *response, status string, withOutput bool) []byt
 	b = append(b, r.toolChoice...)
 	b = append(b, `,"tools":`...)
 	b = append(b, r.tools...)
-	b = append(b, `,"top_logprobs":0,"top_p":1.0,"truncation":"disabled","usage":`...)
+	b = append(b, `,"top_logprobs":0,"top_p":1.0,"truncation":"disabled"`...)
 	if withOutput {
-		b = append(b, `{"input_tokens":`...)
+		// A prefix cache only reads, so nothing is ever written to it: cache_write_tokens is 0.
+		b = append(b, `,"usage":{"input_tokens":`...)
 		b = strconv.AppendInt(b, int64(r.input), 10)
 		b = append(b, `,"input_tokens_details":{"cached_tokens":`...)
 		b = strconv.AppendInt(b, int64(r.cached), 10)
-		b = append(b, `},"output_tokens":`...)
+		b = append(b, `,"cache_write_tokens":0},"output_tokens":`...)
 		b = strconv.AppendInt(b, int64(r.out.tokens()), 10)
 		b = append(b, `,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":`...)
 		b = strconv.AppendInt(b, int64(r.input+r.out.tokens()), 10)
 		b = append(b, '}')
-	} else {
-		b = append(b, "null"...)
 	}
-	b = append(b, `,"user":null,"metadata":`...)
+	b = append(b, `,"metadata":`...)
 	b = append(b, r.metadata...)
 	return append(b, '}')
 }
@@ -619,9 +656,13 @@ func (re *responseEvents) next(b []byte) ([]byte, eventKind, bool) {
 		kind = eventTail
 		re.phase++
 	case respCompleted:
-		// OpenAI ends a response cut short with response.incomplete; vLLM always sends
-		// response.completed, with the status inside saying "incomplete".
-		b = re.event(b, "response.completed")
+		// The last event is named after the status: OpenAI ends a response cut short with
+		// response.incomplete (vLLM sends response.completed whatever the status inside).
+		typ := "response.completed"
+		if r.status() == "incomplete" {
+			typ = "response.incomplete"
+		}
+		b = re.event(b, typ)
 		b = append(b, `,"response":`...)
 		b = appendResponse(b, r, r.status(), true)
 		kind = eventTail
