@@ -334,7 +334,13 @@ func (r *Recorder) giveUp(cause error) error {
 // carries everything needed to account for the record by hand.
 func (r *Recorder) lose(rec Record, why string) {
 	r.metrics.lost.Inc()
-	r.log.Error("usage record lost: "+why,
+	r.log.Error("usage record lost: "+why, accountFields(&rec)...)
+}
+
+// accountFields are the log fields that let an operator account by hand
+// for a record the store never took.
+func accountFields(rec *Record, extra ...zap.Field) []zap.Field {
+	return append(extra,
 		zap.String("request_id", rec.RequestID),
 		zap.String("call_id", rec.CallID),
 		zap.String("key", rec.KeyName),
@@ -345,8 +351,7 @@ func (r *Recorder) lose(rec Record, why string) {
 		zap.Int64("completion_tokens", rec.CompletionTokens),
 		zap.Int64("total_tokens", rec.TotalTokens),
 		zap.Int64("cached_tokens", rec.CachedTokens),
-		zap.Time("started", rec.Started),
-	)
+		zap.Time("started", rec.Started))
 }
 
 // run is the writer goroutine. It writes full batches as they are queued,
@@ -676,19 +681,7 @@ func (r *Recorder) writeAlone(rec Record, cause error) bool {
 // gave up.
 func (r *Recorder) setAside(rec Record, cause error) bool {
 	r.metrics.refused.Inc()
-	r.log.Error("usage record refused by the store; set aside",
-		zap.NamedError("cause", cause),
-		zap.String("request_id", rec.RequestID),
-		zap.String("call_id", rec.CallID),
-		zap.String("key", rec.KeyName),
-		zap.String("team", rec.Team),
-		zap.String("project", rec.Project),
-		zap.String("model", rec.Model),
-		zap.Int64("prompt_tokens", rec.PromptTokens),
-		zap.Int64("completion_tokens", rec.CompletionTokens),
-		zap.Int64("total_tokens", rec.TotalTokens),
-		zap.Int64("cached_tokens", rec.CachedTokens),
-		zap.Time("started", rec.Started))
+	r.log.Error("usage record refused by the store; set aside", accountFields(&rec, zap.NamedError("cause", cause))...)
 	reason := cause.Error()
 	err := r.retry(1, "set aside a refused usage record failed; retrying", func() error {
 		return r.guard(1, func() error { return r.store.SetAside(r.ctx, rec, reason) })
