@@ -103,7 +103,7 @@ func serveListener(ctx context.Context, cfg *config.Config, ln net.Listener, std
 			return fmt.Errorf("listen admin: %w", err)
 		}
 		servers++
-		go func() { errc <- g.admin.Serve(aln) }()
+		go func() { errc <- g.admin.Serve(g.proxy.AdminListener(aln)) }()
 		g.log.Info("admin listening", zap.String("addr", aln.Addr().String()))
 	}
 
@@ -188,9 +188,6 @@ func build(ctx context.Context, cfg *config.Config, stderr io.Writer) (*gateway,
 	adminRoutes := serveOwnAndTraces(own, svc)
 	next := adminRoutes
 	if cfg.AdminListen != "" {
-		g.admin = &fasthttp.Server{Handler: proxy.RefuseBadFraming(adminRoutes), Name: "tollgate-admin", ReadTimeout: cfg.Server.ReadTimeout,
-			IdleTimeout: cfg.Server.IdleTimeout, MaxRequestBodySize: cfg.Server.MaxBodyBytes, CloseOnShutdown: true,
-			SecureErrorLogMessage: true, Logger: proxy.NewFasthttpLogger(g.log)}
 		next = nil
 	}
 	g.proxy, err = proxy.New(proxy.Options{
@@ -208,6 +205,9 @@ func build(ctx context.Context, cfg *config.Config, stderr io.Writer) (*gateway,
 	})
 	if err != nil {
 		return fail(err)
+	}
+	if cfg.AdminListen != "" {
+		g.admin = g.proxy.AdminServer(adminRoutes)
 	}
 	g.routes = routeTable(g.proxy, own, svc)
 	return g, nil
