@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -296,4 +297,146 @@ func TestListenerFlood(t *testing.T) {
 			t.Errorf("the failed accepts were not logged\n%s", g.output())
 		}
 	})
+}
+
+// vmRSS returns the resident memory of process pid, in bytes.
+func vmRSS(t *testing.T, pid int) int64 {
+	t.Helper()
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				t.Fatalf("VmRSS line %q: %v", line, err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatalf("no VmRSS in /proc/%d/status", pid)
+	return 0
+}
+
+// slowBodyOutcome is what became of a request sent with a slow body.
+type slowBodyOutcome struct {
+	status int
+	body   string
+	err    error // nil when answered
+}
+
+// sendSlowBody sends a request to addr with head, declaring declared
+// bytes of body, sends sent of them at once and then a byte every 100 ms,
+// and returns what the gateway answered within five seconds. The
+// connection is left open, for the caller to close.
+func sendSlowBody(addr, head string, declared, sent int) (net.Conn, slowBodyOutcome) {
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return nil, slowBodyOutcome{err: err}
+	}
+	answered := make(chan slowBodyOutcome, 1)
+	go func() {
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			answered <- slowBodyOutcome{err: err}
+			return
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		answered <- slowBodyOutcome{status: resp.StatusCode, body: string(body)}
+	}()
+	_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	_, err = io.WriteString(c, head+"Content-Length: "+strconv.Itoa(declared)+"\r\n\r\n")
+	chunk := []byte(strings.Repeat("x", 64<<10))
+	for n := 0; err == nil && n < sent; n += len(chunk) {
+		_, err = c.Write(chunk)
+	}
+	for tick := time.NewTicker(100 * time.Millisecond); ; {
+		select {
+		case out := <-answered:
+			tick.Stop()
+			return c, out
+		case <-tick.C:
+			if err == nil {
+				_, err = c.Write(chunk[:1])
+			}
+		}
+	}
+}
+
+// TestSlowBodyWithoutKey sends, to both listeners, requests with no key
+// or a wrong one that declare a body of server.max_body_bytes, send a
+// quarter of it and then a byte at a time: each gets its route's 401 (or
+// its connection closed) at once, and the gateway's resident memory stays
+// far below what the declared bodies would take.
+func TestSlowBodyWithoutKey(t *testing.T) {
+	g := startListenerGateway(t, tollgateBinary(t), 0, "")
+	const declared, sent, perListener = 4 << 20, 1 << 20, 100
+	before := vmRSS(t, g.cmd.Process.Pid)
+
+	credentials := []string{"", "Authorization: Bearer sk-not-a-key\r\n", "Authorization: Basic YXBpOnNrLW5vdC1hLWtleQ==\r\n"}
+	type target struct {
+		addr, path string
+		is401      func(body string) bool // the listener's own 401 shape
+	}
+	targets := []target{
+		{g.proxyAddr, "/v1/chat/completions", func(body string) bool {
+			return gjson.Get(body, "error.code").String() == "invalid_api_key"
+		}},
+		{g.adminAddr, "/obj/create", func(body string) bool {
+			return strings.Contains(gjson.Get(body, "detail").String(), "API key")
+		}},
+	}
+	var (
+		mu       sync.Mutex
+		conns    []net.Conn
+		answered [2]int
+		bad      []string
+		wg       sync.WaitGroup
+	)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for ti, tg := range targets {
+		for i := range perListener {
+			head := "POST " + tg.path + " HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n" + credentials[i%len(credentials)]
+			wg.Go(func() {
+				c, out := sendSlowBody(tg.addr, head, declared, sent)
+				mu.Lock()
+				defer mu.Unlock()
+				if c != nil {
+					conns = append(conns, c)
+				}
+				var ne net.Error
+				switch {
+				case out.err == nil && out.status == http.StatusUnauthorized && tg.is401(out.body):
+					answered[ti]++
+				case errors.Is(out.err, io.EOF), errors.Is(out.err, io.ErrUnexpectedEOF), errors.Is(out.err, syscall.ECONNRESET):
+					// Closed after the 401, before the client read it.
+				case errors.As(out.err, &ne) && ne.Timeout():
+					bad = append(bad, tg.path+": no answer within 5s")
+				default:
+					bad = append(bad, fmt.Sprintf("%s: %d %v %.200s", tg.path, out.status, out.err, out.body))
+				}
+			})
+		}
+	}
+	wg.Wait()
+	grown := vmRSS(t, g.cmd.Process.Pid) - before
+	g.requireRunning(t)
+	if len(bad) > 0 {
+		t.Errorf("%d of %d requests neither answered 401 nor closed, e.g. %s", len(bad), 2*perListener, bad[0])
+	}
+	if answered[0] == 0 || answered[1] == 0 {
+		t.Errorf("401s in the listener's shape: %d on listen, %d on admin_listen; want some on each", answered[0], answered[1])
+	}
+	// The declared bodies would take 800 MiB, the bytes sent 200 MiB.
+	if grown > 64<<20 {
+		t.Errorf("the gateway's resident memory grew by %d MiB over %d connections with no key", grown>>20, 2*perListener)
+	}
+	t.Logf("resident memory grew by %d KiB; 401s: %d on listen, %d on admin_listen", grown>>10, answered[0], answered[1])
 }
