@@ -440,3 +440,107 @@ func TestSlowBodyWithoutKey(t *testing.T) {
 	}
 	t.Logf("resident memory grew by %d KiB; 401s: %d on listen, %d on admin_listen", grown>>10, answered[0], answered[1])
 }
+
+// TestWriteTimeout asks for a reply, and for a stream, far larger than
+// the sockets' buffers, and reads nothing: after server.write_timeout the
+// gateway closes the connection, with the reply cut short, and its
+// goroutines and streams in flight return to what they were.
+func TestWriteTimeout(t *testing.T) {
+	g := startListenerGateway(t, tollgateBinary(t), 0, ", write_timeout: 1s")
+	baseline := g.metric(t, "go_goroutines")
+	// The simulated model's longest completion: eight choices of it make
+	// about 10 MB of reply, and its stream more.
+	const tokens = 130_000
+	for _, tt := range []struct {
+		name, stream string
+		choices      int
+		complete     func(reply string) bool
+	}{
+		{"reply", "false", 8, func(reply string) bool { return strings.HasSuffix(reply, "}") }},
+		{"stream", "true", 1, func(reply string) bool { return strings.Contains(reply, "data: [DONE]") }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			// A receive buffer of a few KiB keeps the kernel from taking
+			// the reply off the gateway's hands.
+			d := net.Dialer{Timeout: 5 * time.Second, Control: func(_, _ string, rc syscall.RawConn) error {
+				var serr error
+				err := rc.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+				return errors.Join(err, serr)
+			}}
+			c, err := d.Dial("tcp", g.proxyAddr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			body := fmt.Sprintf(`{"model":"demo","max_tokens":%d,"n":%d,"stream":%s,"messages":[{"role":"user","content":"hi"}]}`, tokens, tt.choices, tt.stream)
+			if _, err := fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+				hostileKey, len(body), body); err != nil {
+				t.Fatal(err)
+			}
+			// Read nothing for a while past the write timeout, then all
+			// there is: the gateway must have closed the connection.
+			time.Sleep(3 * time.Second)
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			reply, err := io.ReadAll(c)
+			if err != nil {
+				t.Fatalf("after %d bytes (%.300q): %v; want the gateway to have closed the connection", len(reply), reply, err)
+			}
+			if !strings.HasPrefix(string(reply), "HTTP/1.1 200") {
+				t.Fatalf("reply: %.300q", reply)
+			}
+			if tt.complete(string(reply)) {
+				t.Fatalf("the whole reply (%d bytes) came, and then the connection closed: the write did not time out", len(reply))
+			}
+			g.requireRunning(t)
+			var goroutines, streams float64
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+				goroutines, streams = g.metric(t, "go_goroutines"), g.metric(t, "tollgate_streams_in_flight")
+				if goroutines <= baseline+2 && streams == 0 {
+					return
+				}
+			}
+			t.Fatalf("goroutines %v (before: %v), streams in flight %v, 10s after the connection closed", goroutines, baseline, streams)
+		})
+	}
+}
+
+// TestTwoTransferEncodings sends, to both listeners, a keyed request with
+// two Transfer-Encoding fields (chunked, then identity) and a request
+// smuggled after its chunked body: each gets a 400 naming the fault, and
+// its connection is closed, so the smuggled request never runs.
+func TestTwoTransferEncodings(t *testing.T) {
+	g := startListenerGateway(t, tollgateBinary(t), 0, "")
+	body := `{"model":"demo","messages":[{"role":"user","content":"hi"}]}`
+	chunked := fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(body), body)
+	for _, tt := range []struct{ name, addr, path string }{
+		{"listen", g.proxyAddr, "/v1/chat/completions"},
+		{"admin_listen", g.adminAddr, "/obj/create"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := net.DialTimeout("tcp", tt.addr, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			head := "POST " + tt.path + " HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer " + hostileKey + "\r\nContent-Type: application/json\r\n"
+			smuggled := "GET /metrics HTTP/1.1\r\nHost: gw\r\n\r\n"
+			if _, err := io.WriteString(c, head+"Transfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n\r\n"+chunked+smuggled); err != nil {
+				t.Fatal(err)
+			}
+			br := bufio.NewReader(c)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			reply, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusBadRequest || !strings.Contains(gjson.GetBytes(reply, "error.message").String(), "Transfer-Encoding") {
+				t.Fatalf("%d %s", resp.StatusCode, reply)
+			}
+			if rest, err := io.ReadAll(br); err != nil || len(rest) > 0 {
+				t.Fatalf("after the 400: %q, %v; want the connection closed", rest, err)
+			}
+		})
+	}
+}
