@@ -1078,7 +1078,7 @@ var (
 // provisionedConns are the connection caps Provision gives this process,
 // whose open-file limit depends on where the tests run.
 var provisionedConns = func() (c struct{ proxy, admin int }) {
-	c.proxy, c.admin = connectionDefaults(openFileLimit())
+	c.proxy, c.admin = connectionDefaults(OpenFileLimit())
 	return c
 }()
 

@@ -112,7 +112,7 @@ func (c *Config) Provision() {
 	setDefault(&s.ReadTimeout, defaultReadTimeout)
 	setDefault(&s.IdleTimeout, defaultServerIdleTimeout)
 	setDefault(&s.WriteTimeout, defaultWriteTimeout)
-	proxyConns, adminConns := connectionDefaults(openFileLimit())
+	proxyConns, adminConns := connectionDefaults(OpenFileLimit())
 	setDefault(&s.MaxConnections, proxyConns)
 	setDefault(&s.AdminMaxConnections, adminConns)
 	setDefault(&s.MaxStreams, defaultMaxStreams)
@@ -180,10 +180,10 @@ func (c *Config) Provision() {
 	}
 }
 
-// openFileLimit returns the process's open-file limit: the soft
+// OpenFileLimit returns the process's open-file limit: the soft
 // RLIMIT_NOFILE, which the Go runtime raised to the hard limit at start.
 // Zero means it could not be read.
-func openFileLimit() uint64 {
+func OpenFileLimit() uint64 {
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		return 0

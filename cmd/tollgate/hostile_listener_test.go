@@ -296,6 +296,9 @@ func TestListenerFlood(t *testing.T) {
 		if !strings.Contains(g.output(), "accepting client connections failed; retrying") {
 			t.Errorf("the failed accepts were not logged\n%s", g.output())
 		}
+		if !strings.Contains(g.output(), "the connection caps reach the open-file limit") {
+			t.Errorf("no warning at start of caps above the open-file limit\n%s", g.output())
+		}
 	})
 }
 
