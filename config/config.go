@@ -89,8 +89,23 @@ type Server struct {
 	ReadTimeout time.Duration `yaml:"read_timeout"`
 	// IdleTimeout closes keep-alive connections idle this long. Zero means 120s.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
-	// MaxConnections caps concurrent client connections. Zero means 20000.
+	// WriteTimeout bounds each write to a client: a whole reply, or one
+	// write of a stream. A client that stops reading has its connection
+	// closed once a write has waited this long. Zero means 60s.
+	WriteTimeout time.Duration `yaml:"write_timeout"`
+	// MaxConnections caps concurrent client connections on listen. Zero
+	// means a share of the open-file limit (RLIMIT_NOFILE) the process
+	// starts with, at most 20000: a reserve of a quarter of the limit (at
+	// most 256) is kept for the store, logs, trace files and the runtime;
+	// half of the rest for upstream connections, one per request in
+	// flight; and of the other half, seven eighths here and one eighth
+	// for admin_listen. Connections beyond the cap are answered 503 and
+	// closed.
 	MaxConnections int `yaml:"max_connections"`
+	// AdminMaxConnections caps concurrent connections on admin_listen.
+	// Zero means the open-file limit's share described at
+	// max_connections, at most 2500.
+	AdminMaxConnections int `yaml:"admin_max_connections"`
 	// MaxStreams caps concurrent streamed completions; past it a stream
 	// request gets a 503 with Retry-After. Zero means 10000.
 	MaxStreams int `yaml:"max_streams"`

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -129,7 +130,9 @@ func TestLoadFullConfig(t *testing.T) {
 			MaxJSONDepth:        64,
 			ReadTimeout:         30 * time.Second,
 			IdleTimeout:         120 * time.Second,
-			MaxConnections:      20000,
+			WriteTimeout:        60 * time.Second,
+			MaxConnections:      provisionedConns.proxy,
+			AdminMaxConnections: provisionedConns.admin,
 			MaxStreams:          10000,
 			ShutdownTimeout:     30 * time.Second,
 			MaxStopStrings:      64,
@@ -703,7 +706,9 @@ func TestProvisionDefaults(t *testing.T) {
 			MaxJSONDepth:        64,
 			ReadTimeout:         30 * time.Second,
 			IdleTimeout:         120 * time.Second,
-			MaxConnections:      20000,
+			WriteTimeout:        60 * time.Second,
+			MaxConnections:      provisionedConns.proxy,
+			AdminMaxConnections: provisionedConns.admin,
 			MaxStreams:          10000,
 			ShutdownTimeout:     30 * time.Second,
 			MaxStopStrings:      64,
@@ -949,6 +954,8 @@ func TestValidate(t *testing.T) {
 		{"read timeout", func(c *Config) { c.Server.ReadTimeout = 0 }, "server.read_timeout", "must be positive"},
 		{"idle timeout", func(c *Config) { c.Server.IdleTimeout = 0 }, "server.idle_timeout", "must be positive"},
 		{"max connections", func(c *Config) { c.Server.MaxConnections = 0 }, "server.max_connections", "must be positive"},
+		{"admin max connections", func(c *Config) { c.Server.AdminMaxConnections = -1 }, "server.admin_max_connections", "must be positive, got -1"},
+		{"write timeout", func(c *Config) { c.Server.WriteTimeout = -time.Second }, "server.write_timeout", "must be positive, got -1s"},
 		{"shutdown timeout", func(c *Config) { c.Server.ShutdownTimeout = -time.Second }, "server.shutdown_timeout", "must be positive, got -1s"},
 		{"max stop strings", func(c *Config) { c.Server.MaxStopStrings = -1 }, "server.max_stop_strings", "must be positive, got -1"},
 		{"max logit bias", func(c *Config) { c.Server.MaxLogitBias = 0 }, "server.max_logit_bias", "must be positive, got 0"},
@@ -1071,3 +1078,40 @@ var (
 	wantQueue   = Queue{Depth: 128, Wait: 5 * time.Second}
 	wantRetries = Retries{Attempts: 3, Backoff: 25 * time.Millisecond, MaxBackoff: time.Second, BudgetRatio: 0.2, BudgetMin: 10}
 )
+
+// provisionedConns are the connection caps Provision gives this process,
+// whose open-file limit depends on where the tests run.
+var provisionedConns = func() (c struct{ proxy, admin int }) {
+	c.proxy, c.admin = connectionDefaults(OpenFileLimit())
+	return c
+}()
+
+// TestConnectionDefaults checks the caps derived from the open-file
+// limit: with both listeners full, the reserve and upstream connections
+// still have their descriptors.
+func TestConnectionDefaults(t *testing.T) {
+	tests := []struct {
+		nofile       uint64
+		proxy, admin int
+	}{
+		{0, 20000, 2500},       // unknown: the maxima
+		{64, 21, 3},            // reserve 16, clients 24
+		{128, 42, 6},           // reserve 32, clients 48
+		{1024, 336, 48},        // reserve 256, clients 384
+		{20000, 8638, 1234},    // reserve 256, clients 9872
+		{1 << 20, 20000, 2500}, // capped
+		{1<<63 - 1, 20000, 2500},
+		{4, 1, 1},
+	}
+	for _, tt := range tests {
+		t.Run(strconv.FormatUint(tt.nofile, 10), func(t *testing.T) {
+			proxy, admin := connectionDefaults(tt.nofile)
+			if proxy != tt.proxy || admin != tt.admin {
+				t.Fatalf("connectionDefaults(%d) = %d, %d; want %d, %d", tt.nofile, proxy, admin, tt.proxy, tt.admin)
+			}
+			if tt.nofile > 8 && tt.nofile < 1<<20 && uint64(2*(proxy+admin)+min(256, int(tt.nofile/4))) > tt.nofile {
+				t.Fatalf("nofile %d: caps %d + %d leave too little for upstream connections and the reserve", tt.nofile, proxy, admin)
+			}
+		})
+	}
+}

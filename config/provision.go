@@ -2,6 +2,7 @@ package config
 
 import (
 	"path/filepath"
+	"syscall"
 	"time"
 )
 
@@ -21,6 +22,8 @@ const (
 	defaultReadTimeout       = 30 * time.Second
 	defaultServerIdleTimeout = 120 * time.Second
 	defaultMaxConnections    = 20000
+	defaultAdminConnections  = 2500
+	defaultWriteTimeout      = 60 * time.Second
 	defaultShutdownTimeout   = 30 * time.Second
 	defaultMaxStopStrings    = 64
 	defaultMaxLogitBias      = 300000
@@ -111,7 +114,10 @@ func (c *Config) Provision() {
 	setDefault(&s.MaxJSONDepth, defaultMaxJSONDepth)
 	setDefault(&s.ReadTimeout, defaultReadTimeout)
 	setDefault(&s.IdleTimeout, defaultServerIdleTimeout)
-	setDefault(&s.MaxConnections, defaultMaxConnections)
+	setDefault(&s.WriteTimeout, defaultWriteTimeout)
+	proxyConns, adminConns := connectionDefaults(OpenFileLimit())
+	setDefault(&s.MaxConnections, proxyConns)
+	setDefault(&s.AdminMaxConnections, adminConns)
 	setDefault(&s.MaxStreams, defaultMaxStreams)
 	setDefault(&s.ShutdownTimeout, defaultShutdownTimeout)
 	setDefault(&s.MaxStopStrings, defaultMaxStopStrings)
@@ -176,6 +182,37 @@ func (c *Config) Provision() {
 		setDefault(&lb.Prefix, defaultRedisPrefix)
 		setDefault(&lb.Timeout, defaultRedisTimeout)
 	}
+}
+
+// OpenFileLimit returns the process's open-file limit: the soft
+// RLIMIT_NOFILE, which the Go runtime raised to the hard limit at start.
+// Zero means it could not be read.
+func OpenFileLimit() uint64 {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 0
+	}
+	return lim.Cur
+}
+
+// connectionDefaults derives the connection caps of listen and
+// admin_listen from the open-file limit nofile, so that clients alone
+// never take the descriptors the gateway needs to serve them (accepting
+// past the limit fails, and upstream dials and store files with it): a
+// reserve of a quarter of the limit, at most 256, for the store, logs,
+// trace files and the runtime; half of the rest for upstream
+// connections, one per request in flight; the other half for clients,
+// seven eighths to listen (at most 20000) and one eighth to admin_listen
+// (at most 2500). An unknown limit (zero) gives the two maxima.
+func connectionDefaults(nofile uint64) (proxy, admin int) {
+	if nofile == 0 {
+		return defaultMaxConnections, defaultAdminConnections
+	}
+	reserve := min(nofile/4, 256)
+	clients := (nofile - reserve) / 2
+	adminShare := max(clients/8, 1)
+	proxyShare := max(clients-adminShare, 1)
+	return int(min(proxyShare, defaultMaxConnections)), int(min(adminShare, defaultAdminConnections))
 }
 
 // setDefault sets *v to def when *v is the zero value.

@@ -426,6 +426,9 @@ func TestRFC9112Framing(t *testing.T) {
 		{"space inside a name", head + "Content-Type: application/json\r\nX Smuggle: 1\r\nContent-Length: " + fmt.Sprint(len(helloBody)) + "\r\n\r\n" + helloBody},
 		{"identity Transfer-Encoding with Content-Length", head + "Content-Type: application/json\r\nTransfer-Encoding: identity\r\nContent-Length: " + fmt.Sprint(len(helloBody)) + "\r\n\r\n" + helloBody + smuggled},
 		{"lower-case names", head + "content-type: application/json\r\ncontent-length: 4\r\ntransfer-encoding: chunked\r\n\r\n" + chunked + smuggled},
+		{"Transfer-Encoding chunked, then identity", head + "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n\r\n" + chunked + smuggled},
+		{"Transfer-Encoding identity, then chunked", head + "Content-Type: application/json\r\nTransfer-Encoding: identity\r\ntransfer-encoding: chunked\r\n\r\n" + chunked + smuggled},
+		{"Transfer-Encoding chunked twice", head + "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked + smuggled},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -17,6 +17,11 @@ import (
 //     run here as a second request on the connection: request smuggling.
 //     With "Transfer-Encoding: identity" it does the opposite, which a
 //     front proxy may not.
+//   - Transfer-Encoding more than once (§6.1: a server that receives a
+//     transfer coding after chunked MUST respond 400 and close, as the
+//     framing cannot be determined). fasthttp takes "chunked" from the
+//     first line and drops "identity" on a second, where a front proxy
+//     may frame the body by the last line or by Content-Length.
 //   - Whitespace in a field name, or between it and its colon (§5.1: "MUST
 //     reject ... with a response status code of 400"). fasthttp trims it,
 //     or keeps it inside the name.
@@ -30,8 +35,10 @@ func refuseFraming(ctx *fasthttp.RequestCtx) bool {
 	switch {
 	case f.spaceInName:
 		msg = "A header field name contains whitespace or is followed by whitespace before its colon; RFC 9112 forbids it."
-	case f.contentLength && f.transferEncoding:
+	case f.contentLength && f.transferEncodings > 0:
 		msg = "The request has both Content-Length and Transfer-Encoding; RFC 9112 forbids it."
+	case f.transferEncodings > 1:
+		msg = "The request has more than one Transfer-Encoding field; RFC 9112 forbids a coding after chunked."
 	default:
 		return false
 	}
@@ -58,11 +65,13 @@ var (
 
 // framing is what scanFraming found in a raw header block.
 type framing struct {
-	spaceInName, contentLength, transferEncoding bool
+	spaceInName, contentLength bool
+	transferEncodings          int // Transfer-Encoding field lines
 }
 
 // scanFraming reads each field line's name: whether it holds a space or a
-// tab, and whether it is Content-Length or Transfer-Encoding (any case).
+// tab, and whether it is Content-Length or Transfer-Encoding (any case),
+// counting the latter.
 // Continuation lines (obsolete line folding, which fasthttp refuses anyway)
 // start with whitespace and are skipped.
 func scanFraming(raw []byte) framing {
@@ -92,7 +101,9 @@ func scanFraming(raw []byte) framing {
 		case len(strContentLength):
 			f.contentLength = f.contentLength || bytes.EqualFold(name, strContentLength)
 		case len(strTransferEncoding):
-			f.transferEncoding = f.transferEncoding || bytes.EqualFold(name, strTransferEncoding)
+			if bytes.EqualFold(name, strTransferEncoding) {
+				f.transferEncodings++
+			}
 		}
 	}
 	return f

@@ -9,8 +9,9 @@ func TestScanFraming(t *testing.T) {
 		want framing
 	}{
 		{"plain", "Host: gw\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n", framing{contentLength: true}},
-		{"both", "Host: gw\r\ncontent-length: 2\r\nTRANSFER-ENCODING: chunked\r\n\r\n", framing{contentLength: true, transferEncoding: true}},
-		{"chunked", "Transfer-Encoding: chunked\r\nTe: trailers\r\n\r\n", framing{transferEncoding: true}},
+		{"both", "Host: gw\r\ncontent-length: 2\r\nTRANSFER-ENCODING: chunked\r\n\r\n", framing{contentLength: true, transferEncodings: 1}},
+		{"chunked", "Transfer-Encoding: chunked\r\nTe: trailers\r\n\r\n", framing{transferEncodings: 1}},
+		{"chunked then identity", "Transfer-Encoding: chunked\r\ntransfer-encoding: identity\r\n\r\n", framing{transferEncodings: 2}},
 		{"space in name", "Host: gw\r\nContent-Length : 2\r\n\r\n", framing{spaceInName: true}},
 		{"tab in name", "X\tY: 1\r\n\r\n", framing{spaceInName: true}},
 		{"space in value only", "X-Y: a b\tc\r\n\r\n", framing{}},

@@ -23,6 +23,7 @@ import (
 	"github.com/tollgate-dev/tollgate/auth"
 	"github.com/tollgate-dev/tollgate/backends"
 	"github.com/tollgate-dev/tollgate/config"
+	"github.com/tollgate-dev/tollgate/jsonstr"
 )
 
 // Recorder takes the usage record of every chat completion.
@@ -132,6 +133,8 @@ type Server struct {
 	// after a stream, as fasthttp bounds it on its own keep-alive
 	// connections (IdleTimeout, or ReadTimeout when that is zero).
 	keepIdle time.Duration
+	// listenerMetrics count both listeners' refusals and failed accepts.
+	listenerMetrics listenerMetrics
 }
 
 // New builds a Server. It does not listen; call Serve.
@@ -148,7 +151,8 @@ func New(opts Options) (*Server, error) {
 		started:  time.Now(),
 		boot:     opts.Config,
 
-		retryBudget: backends.NewRetryBudget(opts.Config.Retries),
+		retryBudget:     backends.NewRetryBudget(opts.Config.Retries),
+		listenerMetrics: newListenerMetrics(opts.Metrics),
 	}
 	if s.log == nil {
 		s.log = zap.NewNop()
@@ -194,13 +198,16 @@ func New(opts Options) (*Server, error) {
 		// opens a connection and sends nothing holds graceful shutdown
 		// for the whole read timeout.
 		ReduceMemoryUsage: true,
+		// A large body is read only with a valid key (see
+		// headerReceived).
+		HeaderReceived: s.headerReceived,
 		// The response to a bad request line or an oversized body is
 		// written by fasthttp itself; make it speak the OpenAI shape.
 		ErrorHandler: s.serveTransportError,
-		// Streams are written by the server's own worker through the
-		// stream body reader, so no write timeout may cut a long stream;
-		// a client that stops reading is caught by the upstream idle
-		// timeout, because the stream then stops reading upstream.
+		// fasthttp's write timeout bounds a whole response, a stream it
+		// writes included; server.write_timeout bounds each write instead,
+		// on the listener's connections (see countedConn.Write), so that
+		// a long stream lives while a client that stops reading does not.
 		WriteTimeout: 0,
 	}
 	return s, nil
@@ -237,8 +244,42 @@ func (s *Server) Swap(g Generation) (Generation, func(ctx context.Context) error
 // Serve serves on ln until Shutdown, with at most server.max_connections
 // connections open at once.
 func (s *Server) Serve(ln net.Listener) error {
-	sc := s.state.Load().cfg.Server
-	return s.srv.Serve(newLimitListener(ln, sc.MaxConnections, sc.ReadTimeout))
+	sc := s.boot.Server
+	return s.srv.Serve(s.newLimitListener(ln, listenerOptions{name: "proxy", max: sc.MaxConnections,
+		overloaded: proxyOverloaded, firstByte: sc.ReadTimeout, writeTimeout: sc.WriteTimeout}))
+}
+
+// AdminServer builds the server of admin_listen, serving handler with
+// the limits and timeouts of the proxy's own: the RFC 9112 framing
+// checks, a large body read only with a valid key, and its own transport
+// errors in the trace service's shape. Serve it on AdminListener.
+func (s *Server) AdminServer(handler fasthttp.RequestHandler) *fasthttp.Server {
+	sc := s.boot.Server
+	handler = RefuseBadFraming(handler)
+	return &fasthttp.Server{Handler: handler, Name: "tollgate-admin", ReadTimeout: sc.ReadTimeout,
+		IdleTimeout: sc.IdleTimeout, MaxRequestBodySize: sc.MaxBodyBytes, CloseOnShutdown: true,
+		SecureErrorLogMessage: true, Logger: fasthttpLogger{log: s.log},
+		HeaderReceived: s.headerReceived,
+		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
+			if s.serveWithoutKey(ctx, err, handler) {
+				return
+			}
+			status, msg := transportError(err)
+			ctx.SetStatusCode(status)
+			ctx.SetContentType("application/json")
+			ctx.SetBody(append(jsonstr.Append([]byte(`{"detail":`), msg), '}'))
+		},
+	}
+}
+
+// AdminListener wraps ln, the listener of admin_listen, as Serve wraps
+// the proxy's: at most server.admin_max_connections connections (beyond
+// it a 503 in the trace service's shape), failed accepts retried, each
+// write bounded by server.write_timeout.
+func (s *Server) AdminListener(ln net.Listener) net.Listener {
+	sc := s.boot.Server
+	return s.newLimitListener(ln, listenerOptions{name: "admin", max: sc.AdminMaxConnections,
+		overloaded: adminOverloaded, firstByte: sc.ReadTimeout, writeTimeout: sc.WriteTimeout})
 }
 
 // Shutdown stops accepting connections and waits for in-flight requests
@@ -401,23 +442,35 @@ func (s *Server) methodNotAllowed(ctx *fasthttp.RequestCtx, allow string) {
 // OpenAI error shape. The error's own text is never echoed: fasthttp's
 // parse errors can quote the request, Authorization header included.
 func (s *Server) serveTransportError(ctx *fasthttp.RequestCtx, err error) {
-	e := &apiError{Status: fasthttp.StatusBadRequest, Type: "invalid_request_error", Message: "The request is not valid HTTP/1.1."}
+	if s.serveWithoutKey(ctx, err, s.Handler) {
+		return
+	}
+	status, msg := transportError(err)
+	switch status {
+	case fasthttp.StatusRequestEntityTooLarge:
+		msg = "The request body exceeds the gateway's limit of " + strconv.Itoa(s.srv.MaxRequestBodySize) + " bytes."
+	case fasthttp.StatusRequestHeaderFieldsTooLarge:
+		msg = "The request headers exceed the gateway's limit of " + strconv.Itoa(s.srv.ReadBufferSize) + " bytes."
+	}
+	writeError(ctx, &apiError{Status: status, Type: "invalid_request_error", Message: msg})
+}
+
+// transportError is the status and message of a request fasthttp refused
+// before it reached the handler.
+func transportError(err error) (status int, msg string) {
 	var (
 		netErr net.Error
 		small  *fasthttp.ErrSmallBuffer
 	)
 	switch {
 	case errors.As(err, &netErr) && netErr.Timeout():
-		e.Status = fasthttp.StatusRequestTimeout
-		e.Message = "The request was not received within the gateway's read timeout."
+		return fasthttp.StatusRequestTimeout, "The request was not received within the gateway's read timeout."
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		e.Status = fasthttp.StatusRequestEntityTooLarge
-		e.Message = "The request body exceeds the gateway's limit of " + strconv.Itoa(s.srv.MaxRequestBodySize) + " bytes."
+		return fasthttp.StatusRequestEntityTooLarge, "The request body exceeds the gateway's limit."
 	case errors.As(err, &small), errors.Is(err, fasthttp.ErrSmallReadBuffer):
-		e.Status = fasthttp.StatusRequestHeaderFieldsTooLarge
-		e.Message = "The request headers exceed the gateway's limit of " + strconv.Itoa(s.srv.ReadBufferSize) + " bytes."
+		return fasthttp.StatusRequestHeaderFieldsTooLarge, "The request headers exceed the gateway's limit."
 	}
-	writeError(ctx, e)
+	return fasthttp.StatusBadRequest, "The request is not valid HTTP/1.1."
 }
 
 func (s *Server) serveModels(ctx *fasthttp.RequestCtx) {

@@ -90,6 +90,7 @@ func serveListener(ctx context.Context, cfg *config.Config, ln net.Listener, std
 		<-watchDone
 	}()
 
+	g.warnDescriptors(cfg)
 	errc := make(chan error, 2)
 	servers := 1
 	go func() { errc <- g.proxy.Serve(ln) }()
@@ -103,7 +104,7 @@ func serveListener(ctx context.Context, cfg *config.Config, ln net.Listener, std
 			return fmt.Errorf("listen admin: %w", err)
 		}
 		servers++
-		go func() { errc <- g.admin.Serve(aln) }()
+		go func() { errc <- g.admin.Serve(g.proxy.AdminListener(aln)) }()
 		g.log.Info("admin listening", zap.String("addr", aln.Addr().String()))
 	}
 
@@ -128,6 +129,21 @@ func serveListener(ctx context.Context, cfg *config.Config, ln net.Listener, std
 		<-errc
 	}
 	return err
+}
+
+// warnDescriptors logs a warning when the connection caps set in the
+// configuration leave the gateway fewer descriptors than the open-file
+// limit needs for them: accepts then fail when clients fill the limit,
+// and are retried, and dials upstream and store files fail meanwhile.
+func (g *gateway) warnDescriptors(cfg *config.Config) {
+	conns := cfg.Server.MaxConnections
+	if cfg.AdminListen != "" {
+		conns += cfg.Server.AdminMaxConnections
+	}
+	if limit := config.OpenFileLimit(); limit > 0 && uint64(conns) >= limit {
+		g.log.Warn("the connection caps reach the open-file limit; lower server.max_connections and server.admin_max_connections, or raise the limit",
+			zap.Int("connections", conns), zap.Uint64("open_file_limit", limit))
+	}
 }
 
 // build opens the store and wires accounting, backends, the admin module
@@ -188,9 +204,6 @@ func build(ctx context.Context, cfg *config.Config, stderr io.Writer) (*gateway,
 	adminRoutes := serveOwnAndTraces(own, svc)
 	next := adminRoutes
 	if cfg.AdminListen != "" {
-		g.admin = &fasthttp.Server{Handler: proxy.RefuseBadFraming(adminRoutes), Name: "tollgate-admin", ReadTimeout: cfg.Server.ReadTimeout,
-			IdleTimeout: cfg.Server.IdleTimeout, MaxRequestBodySize: cfg.Server.MaxBodyBytes, CloseOnShutdown: true,
-			SecureErrorLogMessage: true, Logger: proxy.NewFasthttpLogger(g.log)}
 		next = nil
 	}
 	g.proxy, err = proxy.New(proxy.Options{
@@ -208,6 +221,9 @@ func build(ctx context.Context, cfg *config.Config, stderr io.Writer) (*gateway,
 	})
 	if err != nil {
 		return fail(err)
+	}
+	if cfg.AdminListen != "" {
+		g.admin = g.proxy.AdminServer(adminRoutes)
 	}
 	g.routes = routeTable(g.proxy, own, svc)
 	return g, nil
