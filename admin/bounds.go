@@ -73,7 +73,7 @@ func newBodyBounds(maxDepth int) bodyBounds {
 // character, or whose body nests deeper than the bound, with a 422 naming
 // the place. It scans the body's bytes once; only a body that fails is
 // decoded, to name the field.
-func (b bodyBounds) check(rc *fasthttp.RequestCtx, p pathParams) *apiError {
+func (b bodyBounds) check(rc *fasthttp.RequestCtx, p pathParams, ownBody bool) *apiError {
 	var v validation
 	for _, f := range [...]struct{ name, value string }{
 		{"entity", p.entity}, {"project", p.project}, {"id", p.id},
@@ -86,14 +86,21 @@ func (b bodyBounds) check(rc *fasthttp.RequestCtx, p pathParams) *apiError {
 		return v.err()
 	}
 	// A multipart body (/file/create) carries a file's bytes, not JSON:
-	// traces.max_file_bytes bounds it.
-	if bytes.HasPrefix(rc.Request.Header.ContentType(), []byte("multipart/")) {
+	// traces.max_file_bytes bounds it. A route that decodes its body
+	// itself (/otel/v1/traces: protobuf, gzip) checks what it decoded.
+	if ownBody || bytes.HasPrefix(rc.Request.Header.ContentType(), []byte("multipart/")) {
 		return nil
 	}
-	body := rc.PostBody()
-	if !jsonTooDeep(body, b.maxDepth) && !hasEscapedNUL(body) {
+	return b.checkJSON(rc.PostBody())
+}
+
+// checkJSON refuses a JSON body holding a NUL character, or nesting deeper
+// than the bound, with a 422 naming the place.
+func (b bodyBounds) checkJSON(body []byte) *apiError {
+	if !b.refuses(body) {
 		return nil
 	}
+	var v validation
 	doc, e := decodeBody(body, false)
 	if e != nil {
 		return e
@@ -106,6 +113,12 @@ func (b bodyBounds) check(rc *fasthttp.RequestCtx, p pathParams) *apiError {
 			map[string]any{"max_depth": b.maxDepth})
 	}
 	return v.err()
+}
+
+// refuses reports whether the JSON text doc holds a NUL character or
+// nests deeper than the bound: it scans the bytes, decoding nothing.
+func (b bodyBounds) refuses(doc []byte) bool {
+	return jsonTooDeep(doc, b.maxDepth) || hasEscapedNUL(doc)
 }
 
 // walk reports the first place doc nests deeper than the bound, and every

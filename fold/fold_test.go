@@ -68,7 +68,7 @@ func TestAttributes(t *testing.T) {
 	if string(got) != want {
 		t.Fatalf("Attributes = %s\nwant %s", got, want)
 	}
-	if !IsSDKCall(got) || IsSDKCall([]byte(gw)) {
-		t.Fatal("IsSDKCall misreads weave.source")
+	if !IsClientCall(got) || IsClientCall([]byte(gw)) {
+		t.Fatal("IsClientCall misreads weave.source")
 	}
 }
