@@ -77,13 +77,10 @@ func newBodyBounds(maxDepth int) bodyBounds {
 
 // check refuses, with a 422 naming the place, a request whose path
 // parameters are not short, NUL-free UTF-8, whose multipart form has a
-// field that is not NUL-free UTF-8, or whose body is JSON that nests
-// deeper than the bound or holds a string with a NUL character, a byte
-// that is not UTF-8 or a lone UTF-16 surrogate escape. The decoder would
-// read the last two as U+FFFD, so that distinct values would be stored,
-// and digested, as one. It scans the body's bytes once; only a body that
-// fails is decoded, to name the field.
-func (b bodyBounds) check(rc *fasthttp.RequestCtx, p pathParams) *apiError {
+// field that is not NUL-free UTF-8, or whose JSON body checkJSON refuses.
+// A route that decodes its body itself (ownBody: /otel/v1/traces,
+// protobuf or gzip) checks what it decoded.
+func (b bodyBounds) check(rc *fasthttp.RequestCtx, p pathParams, ownBody bool) *apiError {
 	var v validation
 	for _, f := range [...]struct{ name, value string }{
 		{"entity", p.entity}, {"project", p.project}, {"id", p.id},
@@ -94,6 +91,9 @@ func (b bodyBounds) check(rc *fasthttp.RequestCtx, p pathParams) *apiError {
 	}
 	if v.failed() {
 		return v.err()
+	}
+	if ownBody {
+		return nil
 	}
 	// A multipart form (/file/create) carries a file's bytes, which
 	// traces.max_file_bytes bounds, and fields, checked here. Any other
@@ -106,17 +106,26 @@ func (b bodyBounds) check(rc *fasthttp.RequestCtx, p pathParams) *apiError {
 		}
 		return nil
 	}
-	body := rc.PostBody()
-	badText := !utf8.Valid(body) || hasLoneSurrogate(body)
-	if !badText && !jsonTooDeep(body, b.maxDepth) && !hasEscapedNUL(body) {
+	return b.checkJSON(rc.PostBody())
+}
+
+// checkJSON refuses, with a 422 naming the place, a JSON body that nests
+// deeper than the bound or holds a string with a NUL character, a byte
+// that is not UTF-8 or a lone UTF-16 surrogate escape. The decoder would
+// read the last two as U+FFFD, so that distinct values would be stored,
+// and digested, as one. It scans the body's bytes once; only a body that
+// fails is decoded, to name the field.
+func (b bodyBounds) checkJSON(body []byte) *apiError {
+	if !b.refuses(body) {
 		return nil
 	}
+	var v validation
 	doc, e := decodeBody(body, false)
 	if e != nil {
 		return e
 	}
 	b.walk(&v, doc, at(bodyLoc), 1)
-	if badText && len(v.errs) < maxReported {
+	if badText(body) && len(v.errs) < maxReported {
 		walkRawStrings(&v, body)
 	}
 	if !v.failed() {
@@ -169,6 +178,18 @@ func (v *validation) plainString(loc []any, s string) {
 	case !utf8.ValidString(s):
 		v.notUnicode(loc, truncateInput(strings.ToValidUTF8(s, "\uFFFD")))
 	}
+}
+
+// refuses reports whether checkJSON refuses doc: it scans the bytes,
+// decoding nothing.
+func (b bodyBounds) refuses(doc []byte) bool {
+	return badText(doc) || jsonTooDeep(doc, b.maxDepth) || hasEscapedNUL(doc)
+}
+
+// badText reports whether doc holds bytes that are not UTF-8 or a lone
+// UTF-16 surrogate escape.
+func badText(doc []byte) bool {
+	return !utf8.Valid(doc) || hasLoneSurrogate(doc)
 }
 
 // walk reports the first place doc nests deeper than the bound, and every

@@ -182,7 +182,7 @@ func FuzzBodyBounds(f *testing.F) {
 		var rc fasthttp.RequestCtx
 		rc.Request.Header.SetContentType("application/json")
 		rc.Request.SetBody(body)
-		if e := bounds.check(&rc, pathParams{}); e != nil {
+		if e := bounds.check(&rc, pathParams{}, false); e != nil {
 			checkValidationError(t, e, bodyLoc)
 			return
 		}

@@ -43,6 +43,10 @@ type Options struct {
 	// MaxFileBytes bounds a file of /file/create, as
 	// traces.max_file_bytes does; zero means 32 MiB.
 	MaxFileBytes int64
+	// MaxBodyBytes bounds a request body once decompressed (a gzip body
+	// of /otel/v1/traces), as server.max_body_bytes bounds it on the
+	// wire; zero means 4 MiB.
+	MaxBodyBytes int
 }
 
 // Service serves the service API.
@@ -57,6 +61,8 @@ type Service struct {
 	// and prices routes.
 	weave        weave.Store
 	maxFileBytes int64
+	// maxBodyBytes bounds a body once decompressed (otel.go).
+	maxBodyBytes int
 
 	// table is the routing table (see routes), built once.
 	table []routeEntry
@@ -76,12 +82,16 @@ func New(opts Options) *Service {
 	if maxFile <= 0 {
 		maxFile = defaultMaxFileBytes
 	}
+	maxBody := opts.MaxBodyBytes
+	if maxBody <= 0 {
+		maxBody = defaultMaxBodyBytes
+	}
 	pricing := opts.CurrentPricing
 	if pricing == nil {
 		pricing = func() map[string]config.Pricing { return opts.Pricing }
 	}
 	s := &Service{keys: opts.Keys, store: opts.Store, pricing: pricing, log: log,
-		bounds: newBodyBounds(opts.MaxJSONDepth), weave: ws, maxFileBytes: maxFile}
+		bounds: newBodyBounds(opts.MaxJSONDepth), weave: ws, maxFileBytes: maxFile, maxBodyBytes: maxBody}
 	s.table = s.routes()
 	return s
 }
@@ -100,6 +110,9 @@ type pathParams struct {
 // handlers are the handlers of one path by method.
 type handlers struct {
 	get, post, del handler
+	// ownBody is set for a route whose handler decodes its body itself
+	// (protobuf, gzip) and checks the bounds of what it decoded.
+	ownBody bool
 }
 
 func (r handlers) handler(method []byte) (handler, bool) {
@@ -155,7 +168,7 @@ func (s *Service) Handle(rc *fasthttp.RequestCtx) bool {
 		s.writeError(rc, forbidden(p.entity))
 		return true
 	}
-	if e := s.bounds.check(rc, p); e != nil {
+	if e := s.bounds.check(rc, p, r.ownBody); e != nil {
 		s.writeError(rc, e)
 		return true
 	}
@@ -209,6 +222,7 @@ func (s *Service) routes() []routeEntry {
 		{"/calls/query_stats", handlers{post: s.callsQueryStats}},
 		{"/calls/usage", handlers{post: s.serveCallsUsage}},
 		{"/trace/usage", handlers{post: s.serveTraceUsage}},
+		{"/otel/v1/traces", handlers{post: s.otelTraces, ownBody: true}},
 		{"/v2/{entity}/{project}/ops", handlers{get: s.listOps, post: s.createOp}},
 		{"/v2/{entity}/{project}/ops/{id}", handlers{del: s.deleteOp}},
 		{"/v2/{entity}/{project}/evaluation_runs", handlers{get: s.listEvaluationRuns, post: s.createEvaluationRun, del: s.deleteEvaluationRuns}},

@@ -23,6 +23,7 @@ package fold
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -87,13 +88,43 @@ func OnGatewayRecord(h Holder) Action {
 	return Link
 }
 
+// OTelSource is the attributes.weave.source of a call ingested from an
+// OpenTelemetry span (POST /otel/v1/traces).
+const OTelSource = "otel"
+
 // IsSDKSource reports whether an attributes.weave.source value names a
-// Weave SDK, whose calls are the ones a gateway call folds into.
+// Weave SDK.
 func IsSDKSource(source string) bool { return source == "js-sdk" || source == "python-sdk" }
 
-// IsSDKCall reports whether a call's attributes say a Weave SDK logged it.
-func IsSDKCall(attributes []byte) bool {
-	return IsSDKSource(gjson.GetBytes(attributes, "weave.source").Str)
+// IsClientSource reports whether an attributes.weave.source value names a
+// client's tracer, a Weave SDK or an OpenTelemetry exporter: its calls are
+// the ones a gateway call folds into, and their summaries are cumulative
+// (see SummaryHoldsChild).
+func IsClientSource(source string) bool { return IsSDKSource(source) || source == OTelSource }
+
+// IsClientCall reports whether a call's attributes say a client's tracer
+// logged it (IsClientSource).
+func IsClientCall(attributes []byte) bool {
+	return IsClientSource(gjson.GetBytes(attributes, "weave.source").Str)
+}
+
+// SummaryHoldsChild reports whether the summary.usage of a call of source
+// parent already holds that of its child of source child, so that the
+// roll-up takes the parent's own usage to be its summary minus those
+// children's. A Weave SDK adds each SDK child's summary into its parent's.
+// OpenTelemetry instrumentations repeat the usage of the spans below on the
+// span above (the AI SDK's ai.generateText over ai.generateText.doGenerate,
+// invoke_agent over chat): an ingested span's usage is taken to hold all
+// its children's, whatever logged them (a gateway completion that names the
+// span as its parent is the span's request).
+func SummaryHoldsChild(parent, child string) bool {
+	switch {
+	case parent == OTelSource:
+		return true
+	case IsSDKSource(parent):
+		return IsSDKSource(child)
+	}
+	return false
 }
 
 // CompletionOf returns the completion a traced OpenAI call's output stands
@@ -151,4 +182,32 @@ func Attributes(sdk, gateway []byte, gatewayCallID string) ([]byte, error) {
 		return nil, fmt.Errorf("fold gateway call: %w", err)
 	}
 	return merged, nil
+}
+
+// Span dates: an OpenTelemetry span names its completion by
+// gen_ai.response.id, but rarely by its date, which the link's key holds
+// (the AI SDK's ai.response.timestamp is the one that does). The backend
+// dates a completion while the span is open, most often in the second the
+// span started or the next few.
+const (
+	// spanClaimSeconds is how many seconds from the span's start an
+	// ingested span claims the completion for, when it does not know the
+	// date: a gateway record that comes later, dated one of them, folds in.
+	spanClaimSeconds = 4
+)
+
+// SpanDates returns where the link of the completion an ingested span
+// reports may be: a link the gateway made already is looked for dated
+// from first to last (unix seconds), and otherwise the span claims the
+// completion at each of the dates claim. created is the completion's own
+// date when the span carries it (0 otherwise), start and end the span's.
+func SpanDates(created int64, start, end time.Time) (first, last int64, claim []int64) {
+	if created > 0 {
+		return created, created, []int64{created}
+	}
+	first, last = start.Unix(), max(end.Unix(), start.Unix())
+	for d := first; d <= last && d < first+spanClaimSeconds; d++ {
+		claim = append(claim, d)
+	}
+	return first, last, claim
 }

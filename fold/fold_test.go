@@ -1,6 +1,10 @@
 package fold
 
-import "testing"
+import (
+	"slices"
+	"testing"
+	"time"
+)
 
 func TestCompletionOf(t *testing.T) {
 	tests := []struct {
@@ -68,7 +72,49 @@ func TestAttributes(t *testing.T) {
 	if string(got) != want {
 		t.Fatalf("Attributes = %s\nwant %s", got, want)
 	}
-	if !IsSDKCall(got) || IsSDKCall([]byte(gw)) {
-		t.Fatal("IsSDKCall misreads weave.source")
+	if !IsClientCall(got) || IsClientCall([]byte(gw)) {
+		t.Fatal("IsClientCall misreads weave.source")
+	}
+}
+
+func TestSpanDates(t *testing.T) {
+	t0 := time.Unix(1795255200, 400_000_000)
+	for _, tt := range []struct {
+		name        string
+		created     int64
+		start, end  time.Time
+		first, last int64
+		claim       []int64
+	}{
+		{"date known", 1795255201, t0, t0.Add(time.Second), 1795255201, 1795255201, []int64{1795255201}},
+		{"short span", 0, t0, t0.Add(time.Second), 1795255200, 1795255201, []int64{1795255200, 1795255201}},
+		{"long span claims its first seconds", 0, t0, t0.Add(time.Minute), 1795255200, 1795255260,
+			[]int64{1795255200, 1795255201, 1795255202, 1795255203}},
+		{"end before start", 0, t0, t0.Add(-time.Minute), 1795255200, 1795255200, []int64{1795255200}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			first, last, claim := SpanDates(tt.created, tt.start, tt.end)
+			if first != tt.first || last != tt.last || !slices.Equal(claim, tt.claim) {
+				t.Fatalf("SpanDates = %d %d %v, want %d %d %v", first, last, claim, tt.first, tt.last, tt.claim)
+			}
+		})
+	}
+}
+
+func TestSummaryHoldsChild(t *testing.T) {
+	for _, tt := range []struct {
+		parent, child string
+		want          bool
+	}{
+		{"js-sdk", "python-sdk", true},
+		{"js-sdk", "", false},
+		{"js-sdk", OTelSource, false},
+		{OTelSource, OTelSource, true},
+		{OTelSource, "", true},
+		{"", OTelSource, false},
+	} {
+		if got := SummaryHoldsChild(tt.parent, tt.child); got != tt.want {
+			t.Errorf("SummaryHoldsChild(%q, %q) = %v, want %v", tt.parent, tt.child, got, tt.want)
+		}
 	}
 }

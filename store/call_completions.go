@@ -9,12 +9,14 @@ import (
 	"math/bits"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/tidwall/gjson"
 
 	"github.com/tollgate-dev/tollgate/accounting"
 	"github.com/tollgate-dev/tollgate/fold"
+	"github.com/tollgate-dev/tollgate/trace"
 )
 
 // The links of package fold's rule, one completion, one call: this file
@@ -57,7 +59,7 @@ func linkSDKCompletion(ctx context.Context, c conn, projectID int64, callID stri
 	if err != nil {
 		return fmt.Errorf("link completion: %w", err)
 	}
-	if !fold.IsSDKCall(attrs) {
+	if !fold.IsClientCall(attrs) {
 		return nil
 	}
 	res, err := c.exec(ctx, linkCompletionSQL, entity, created, completion, projectID, callID, true)
@@ -116,6 +118,32 @@ func linkSDKCompletion(ctx context.Context, c conn, projectID int64, callID stri
 		WHERE entity = ? AND created = ? AND completion_id = ?`,
 		projectID, callID, true, false, entity, created, completion); err != nil {
 		return fmt.Errorf("link completion: %w", err)
+	}
+	return nil
+}
+
+// linkSpanCompletion links the call projectID/callID, ingested from an
+// OpenTelemetry span that reports completion span, to that completion as
+// linkSDKCompletion does for an SDK call. The span rarely knows the
+// completion's date, which the link's key holds: fold.SpanDates says where
+// a link the gateway made may be, and which dates the span claims
+// otherwise.
+func linkSpanCompletion(ctx context.Context, c conn, projectID int64, callID string, span *trace.SpanCompletion, ended time.Time) error {
+	first, last, claim := fold.SpanDates(span.Created, span.StartedAt, ended)
+	var created int64
+	err := c.queryRow(ctx, `SELECT k.created FROM call_completions k JOIN projects p ON p.entity = k.entity
+		WHERE p.id = ? AND k.completion_id = ? AND k.created BETWEEN ? AND ? ORDER BY k.created LIMIT 1`,
+		projectID, span.ID, first, last).Scan(&created)
+	switch {
+	case err == nil:
+		claim = []int64{created}
+	case !errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("link span completion: %w", err)
+	}
+	for _, d := range claim {
+		if err := linkSDKCompletion(ctx, c, projectID, callID, fold.Completion{ID: span.ID, Created: d}); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -522,3 +522,63 @@ func TestCompletionFoldBatch(t *testing.T) {
 		}
 	})
 }
+
+// TestSpanCompletionFold: a call ingested from an OpenTelemetry span that
+// reports a completion (gen_ai.response.id) but not its date folds the
+// gateway's call of it, stored before or after, when the backend dated
+// the completion in the span's first seconds; a span of another team
+// does not.
+func TestSpanCompletionFold(t *testing.T) {
+	forEachStore(t, func(t *testing.T, db *store.DB) {
+		ctx := context.Background()
+		app, inference := acmeProjects(t, db)
+		other, err := db.EnsureProject(ctx, "rival", "app")
+		if err != nil {
+			t.Fatal(err)
+		}
+		span := func(projectID int64, id, completion string) []trace.CallWrite {
+			s, e := sdkCallOutput(projectID, id, "otel", `null`)
+			e.Completion = &trace.SpanCompletion{ID: completion, StartedAt: callT0.Add(-500 * time.Millisecond)}
+			return []trace.CallWrite{{Start: &s}, {End: &e}}
+		}
+		for _, tt := range []struct {
+			name         string
+			gatewayFirst bool
+			projectID    int64
+			folds        bool
+		}{
+			{"gateway first", true, app.ID, true},
+			{"span first", false, app.ID, true},
+			{"another team's span", true, other.ID, false},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				completion := "chatcmpl-span-" + strconv.Itoa(len(tt.name))
+				gw := "gw-" + completion
+				if tt.gatewayFirst {
+					if err := db.InsertRecords(ctx, []accounting.Record{gatewayRecord(gw, completion)}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if _, err := db.WriteCalls(ctx, span(tt.projectID, "span-"+completion, completion)); err != nil {
+					t.Fatal(err)
+				}
+				if !tt.gatewayFirst {
+					if err := db.InsertRecords(ctx, []accounting.Record{gatewayRecord(gw, completion)}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				_, err := db.ReadCall(ctx, inference.ID, gw)
+				if folded := errors.Is(err, trace.ErrNotFound); folded != tt.folds {
+					t.Fatalf("gateway call folded %v, want %v (err %v)", folded, tt.folds, err)
+				}
+				c, err := db.ReadCall(ctx, tt.projectID, "span-"+completion)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := gjson.GetBytes(c.Attributes, "gateway.call_id").Str; (got == gw) != tt.folds {
+					t.Fatalf("span attributes %s", c.Attributes)
+				}
+			})
+		}
+	})
+}

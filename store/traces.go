@@ -431,6 +431,9 @@ func writeEnd(ctx context.Context, c conn, stmt *sql.Stmt, e *trace.CallEnd, now
 		}
 		return true, nil
 	}
+	if e.Completion != nil {
+		return false, linkSpanCompletion(ctx, c, e.ProjectID, e.ID, e.Completion, e.EndedAt)
+	}
 	if done, ok := fold.CompletionOf(e.Output); ok {
 		return false, linkSDKCompletion(ctx, c, e.ProjectID, e.ID, done)
 	}
@@ -696,7 +699,7 @@ func (d *DB) usageCalls(ctx context.Context, projectID int64, where sqlFrag, lim
 	}
 	defer rows.Close()
 	out := make([]trace.UsageCall, 0, min(max(limit, 0), 1024))
-	sdk := make(map[string]int)
+	sdk := make(map[string]cumulativeCall)
 	for rows.Next() {
 		var c trace.UsageCall
 		var parent, usage, source, costs sql.NullString
@@ -704,8 +707,8 @@ func (d *DB) usageCalls(ctx context.Context, projectID int64, where sqlFrag, lim
 			return nil, fmt.Errorf("select usage calls: %w", err)
 		}
 		c.ParentID, c.Usage, c.Costs = parent.String, usage.String, costs.String
-		if c.SDK = fold.IsSDKSource(source.String); c.SDK {
-			sdk[c.ID] = len(out)
+		if c.SDK = fold.IsClientSource(source.String); c.SDK {
+			sdk[c.ID] = cumulativeCall{index: len(out), source: source.String}
 		}
 		out = append(out, c)
 	}
@@ -722,10 +725,18 @@ func (d *DB) usageCalls(ctx context.Context, projectID int64, where sqlFrag, lim
 // childUsageBatch is how many parent ids one query of sdkChildUsage names.
 const childUsageBatch = 500
 
-// sdkChildUsage fills ChildUsage of the SDK calls (out[sdk[id]]) with the
-// summary.usage of each of their children that an SDK logged too, selected
-// or not: those are the summaries the SDK folded into the parent's.
-func (d *DB) sdkChildUsage(ctx context.Context, projectID int64, out []trace.UsageCall, sdk map[string]int) error {
+// cumulativeCall is a call whose summary holds children's usage
+// (fold.IsClientSource): its index in the roll-up's calls and its source.
+type cumulativeCall struct {
+	index  int
+	source string
+}
+
+// sdkChildUsage fills ChildUsage of the calls whose summaries are
+// cumulative (out[sdk[id].index]) with the summary.usage of each of their
+// children, selected or not, that fold.SummaryHoldsChild says the parent's
+// summary holds.
+func (d *DB) sdkChildUsage(ctx context.Context, projectID int64, out []trace.UsageCall, sdk map[string]cumulativeCall) error {
 	if len(sdk) == 0 {
 		return nil
 	}
@@ -748,8 +759,8 @@ func (d *DB) sdkChildUsage(ctx context.Context, projectID int64, out []trace.Usa
 				rows.Close()
 				return fmt.Errorf("select child usage: %w", err)
 			}
-			if i, ok := sdk[parent]; ok && usage.Valid && fold.IsSDKSource(source.String) {
-				out[i].ChildUsage = append(out[i].ChildUsage, usage.String)
+			if p, ok := sdk[parent]; ok && usage.Valid && fold.SummaryHoldsChild(p.source, source.String) {
+				out[p.index].ChildUsage = append(out[p.index].ChildUsage, usage.String)
 			}
 		}
 		rows.Close()

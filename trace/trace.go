@@ -91,6 +91,21 @@ type CallEnd struct {
 	// DisplayName, when not nil, renames the call (the TypeScript SDK
 	// sends the name a call ended with).
 	DisplayName *string
+	// Completion, for a call ingested from an OpenTelemetry span that
+	// reports a completion (gen_ai.response.id), names it, so that the
+	// gateway's call of that completion folds into this one; nil for
+	// other calls, whose completion is read from Output.
+	Completion *SpanCompletion
+}
+
+// SpanCompletion is the completion an ingested span reports.
+type SpanCompletion struct {
+	ID string
+	// Created is the completion's own date (unix seconds) when the span
+	// carries it, 0 otherwise.
+	Created int64
+	// StartedAt is the span's start; the end is the CallEnd's EndedAt.
+	StartedAt time.Time
 }
 
 // CallWrite is one item of an ingest batch: exactly one of Start and End.
@@ -128,9 +143,10 @@ type UsageCall struct {
 	Unfinished bool
 	// Usage is the call's summary.usage as JSON text; empty when absent.
 	Usage string
-	// SDK is true for a call a Weave SDK logged (attributes.weave.source),
-	// whose summary.usage already holds its SDK children's; ChildUsage is
-	// then the summary.usage of each of those children, selected or not.
+	// SDK is true for a call a client's tracer logged (a Weave SDK or an
+	// OpenTelemetry exporter, by attributes.weave.source), whose
+	// summary.usage already holds children's; ChildUsage is then the
+	// summary.usage of each of those children, selected or not.
 	SDK        bool
 	ChildUsage []string
 	// Costs is the call's summary.weave.costs as JSON text, empty when

@@ -192,7 +192,8 @@ func build(ctx context.Context, cfg *config.Config, stderr io.Writer) (*gateway,
 			defer g.mu.Unlock()
 			return g.gen.pricing
 		},
-		MaxJSONDepth: cfg.Server.MaxJSONDepth, MaxFileBytes: cfg.Traces.MaxFileBytes})
+		MaxJSONDepth: cfg.Server.MaxJSONDepth, MaxFileBytes: cfg.Traces.MaxFileBytes,
+		MaxBodyBytes: cfg.Server.MaxBodyBytes})
 	usageAPI := admin.NewUsageAPI(g.store, keys)
 	budgetAPI := admin.NewBudgetAPI(g.store, keys, func() []config.Limit {
 		g.mu.Lock()
