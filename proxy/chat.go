@@ -644,7 +644,8 @@ func parseRetryAfter(v []byte) time.Duration {
 
 // promptPrefix is what prefix affinity keys on: the first two messages
 // (typically the system prompt and the first user turn), where prompts
-// that share a KV-cache prefix agree.
+// that share a KV-cache prefix agree. Result.Get already adds the array's
+// own offset, so the elements' Index values are offsets into body.
 func promptPrefix(body []byte) []byte {
 	msgs := gjson.Get(b2s(body), "messages")
 	first, second := msgs.Get("0"), msgs.Get("1")
@@ -655,10 +656,10 @@ func promptPrefix(body []byte) []byte {
 	if second.Exists() {
 		end = second.Index + len(second.Raw)
 	}
-	if first.Index <= 0 || end > len(body) || msgs.Index <= 0 {
+	if msgs.Index <= 0 || first.Index <= 0 || end > len(body) {
 		return nil
 	}
-	return body[msgs.Index+first.Index : msgs.Index+end]
+	return body[first.Index:end]
 }
 
 // buildUpstreamBody appends the body sent upstream: the client's body with
