@@ -90,11 +90,7 @@ func (s *Server) serveStoredResponse(suffix string) func(*fasthttp.RequestCtx, [
 		st := s.acquire()
 		defer st.release()
 		started := time.Now()
-		requestID := string(ctx.Request.Header.Peek(headerRequestID))
-		if !validID([]byte(requestID)) {
-			requestID = s.callIDs.next(started)
-		}
-		ctx.Response.Header.Set(headerRequestID, requestID)
+		requestID := s.replyRequestID(ctx, started)
 		backend, e := s.storedResponse(ctx, st, rawID, suffix, requestID)
 		if e != nil {
 			writeError(ctx, e)

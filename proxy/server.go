@@ -320,6 +320,7 @@ func (s *Server) routes() []routeEntry {
 // it takes; any other path under /v1/ gets an OpenAI-shaped 404, since
 // OpenAI clients parse nothing else; every other path goes to Next.
 func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
+	defer s.ensureRequestID(ctx) // after recoverHandler, whose 500 starts the reply afresh
 	defer s.recoverHandler(ctx)
 	if refuseFraming(ctx) {
 		return
@@ -418,6 +419,7 @@ func (s *Server) serveTransportError(ctx *fasthttp.RequestCtx, err error) {
 		e.Message = "The request headers exceed the gateway's limit of " + strconv.Itoa(s.srv.ReadBufferSize) + " bytes."
 	}
 	writeError(ctx, e)
+	s.ensureRequestID(ctx)
 }
 
 func (s *Server) serveModels(ctx *fasthttp.RequestCtx) {

@@ -90,6 +90,13 @@ func (r *running) stop(t *testing.T) {
 
 func (r *running) do(t *testing.T, method, path, key, body string, headers ...string) (int, string) {
 	t.Helper()
+	status, _, reply := r.doHeader(t, method, path, key, body, headers...)
+	return status, reply
+}
+
+// doHeader is do that also returns the reply's headers.
+func (r *running) doHeader(t *testing.T, method, path, key, body string, headers ...string) (int, http.Header, string) {
+	t.Helper()
 	req, err := http.NewRequest(method, r.base+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -109,7 +116,7 @@ func (r *running) do(t *testing.T, method, path, key, body string, headers ...st
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp.StatusCode, string(b)
+	return resp.StatusCode, resp.Header, string(b)
 }
 
 // usageByProject reads the stored usage totals per team/project.
