@@ -115,6 +115,7 @@ func (c *Config) Provision() {
 	setDefault(&s.MaxLogitBias, defaultMaxLogitBias)
 	setDefault(&s.MaxResponseBytes, defaultMaxResponseBytes)
 	setDefault(&s.MaxEventBytes, defaultMaxEventBytes)
+	setDefault(&s.MetricsAuth, MetricsAuthKey)
 
 	for i := range c.Backends {
 		b := &c.Backends[i]

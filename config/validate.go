@@ -226,6 +226,16 @@ func (v *validator) server(s *Server) {
 	v.positive("server.max_logit_bias", int64(s.MaxLogitBias))
 	v.positive("server.max_response_bytes", int64(s.MaxResponseBytes))
 	v.positive("server.max_event_bytes", int64(s.MaxEventBytes))
+	v.oneOf("server.metrics_auth", s.MetricsAuth, MetricsAuthKey, MetricsAuthPublic)
+	switch {
+	case s.MetricsAuth == MetricsAuthPublic && s.MetricsRequireAdmin:
+		v.addf("server.metrics_require_admin", "a public /metrics (metrics_auth: public) cannot require an admin key")
+	case s.MetricsAuth == MetricsAuthPublic && s.MetricsToken != "":
+		v.addf("server.metrics_token", "a public /metrics (metrics_auth: public) takes no token")
+	case s.MetricsToken != "" && utf8.RuneCountInString(s.MetricsToken) < minKeyLength:
+		// The secret is not echoed: error messages end up in logs.
+		v.addf("server.metrics_token", "must be at least %d characters", minKeyLength)
+	}
 }
 
 // backends checks the backends and returns their names.
