@@ -526,7 +526,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *completion, route *backend
 	}
 	rbody := resp.Body()
 	if status < 200 || status > 299 {
-		e := normalizeUpstreamError(status, rbody, b.Name)
+		e := normalizeUpstreamError(status, rbody, b.Name, c.gen.secrets)
 		if status == fasthttp.StatusNotFound && c.previousResponse != "" {
 			// The backend holding the conversation does not know it (any
 			// more): the client's id is wrong, not the configuration.
@@ -802,6 +802,7 @@ func (s *Server) settle(c *completion) {
 		if c.limiter != nil {
 			c.limiter.Settle(c.res, c.rec.TotalTokens)
 		}
+		c.gen.secrets.record(&c.rec)
 		s.recorder.Record(c.rec)
 	}
 	s.metrics.countRequest(c.rec.Model, c.rec.Backend, c.rec.Status, c.ep.name, c.rec.Ended.Sub(c.rec.Started))

@@ -233,7 +233,7 @@ func (s *Server) storedResponseAttempt(ctx *fasthttp.RequestCtx, st *state, b *b
 			Message: "Backend " + b.Name + " answered with a body over the gateway's limit of " + strconv.Itoa(st.cfg.Server.MaxResponseBytes) + " bytes."}
 	}
 	if status < 200 || status > 299 {
-		e := normalizeUpstreamError(status, body, b.Name)
+		e := normalizeUpstreamError(status, body, b.Name, st.secrets)
 		if status == fasthttp.StatusNotFound {
 			e = responseNotFound(id, e)
 		}
