@@ -109,9 +109,20 @@ type Server struct {
 	// MaxStreams caps concurrent streamed completions; past it a stream
 	// request gets a 503 with Retry-After. Zero means 10000.
 	MaxStreams int `yaml:"max_streams"`
-	// MetricsRequireAdmin makes /metrics answer only requests with an
-	// admin key. Zero means /metrics is open (put it on admin_listen, or
-	// set this, where the listener is reachable by clients).
+	// MetricsAuth says who may read /metrics, whose series name every
+	// team's token counts: "key" answers an admin key or MetricsToken,
+	// anything else gets a 401 (no key) or 403 (another key); "public"
+	// answers anyone who reaches the listener, for a private scrape network
+	// or admin_listen on a private address. Zero means "key".
+	MetricsAuth string `yaml:"metrics_auth"`
+	// MetricsToken is a bearer token that reads /metrics and nothing else,
+	// so that Prometheus needs no admin key (authorization.credentials_file
+	// in its scrape config); usually "${TOLLGATE_METRICS_TOKEN}", at least 8
+	// characters. Zero means only admin keys read /metrics.
+	MetricsToken string `yaml:"metrics_token"`
+	// MetricsRequireAdmin is what /metrics now does by default (see
+	// MetricsAuth); it is kept so that files naming it still load, and may
+	// not be true beside metrics_auth: public. Zero changes nothing.
 	MetricsRequireAdmin bool `yaml:"metrics_require_admin"`
 	// ShutdownTimeout is how long in-flight requests and streams may run
 	// after SIGINT/SIGTERM. Zero means 30s.
@@ -142,6 +153,12 @@ type Server struct {
 	// Zero means 25; 100 lets one team take every slot.
 	BackgroundTeamShare int `yaml:"background_team_share"`
 }
+
+// The values of server.metrics_auth.
+const (
+	MetricsAuthKey    = "key"
+	MetricsAuthPublic = "public"
+)
 
 // Backend is one OpenAI-compatible upstream, or the in-process simulator.
 // Exactly one of URL and Simulated is set.

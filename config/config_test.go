@@ -140,6 +140,7 @@ func TestLoadFullConfig(t *testing.T) {
 			MaxResponseBytes:    64 << 20,
 			MaxEventBytes:       1 << 20,
 			BackgroundTeamShare: 25,
+			MetricsAuth:         "key",
 		},
 		Backends: []Backend{
 			{
@@ -716,6 +717,7 @@ func TestProvisionDefaults(t *testing.T) {
 			MaxResponseBytes:    64 << 20,
 			MaxEventBytes:       1 << 20,
 			BackgroundTeamShare: 25,
+			MetricsAuth:         "key",
 		},
 		Backends: []Backend{
 			{Name: "u", URL: "http://u", Weight: 1, MaxConns: 1024, Timeouts: timeouts, Health: wantHealth},
@@ -959,6 +961,14 @@ func TestValidate(t *testing.T) {
 		{"shutdown timeout", func(c *Config) { c.Server.ShutdownTimeout = -time.Second }, "server.shutdown_timeout", "must be positive, got -1s"},
 		{"max stop strings", func(c *Config) { c.Server.MaxStopStrings = -1 }, "server.max_stop_strings", "must be positive, got -1"},
 		{"max logit bias", func(c *Config) { c.Server.MaxLogitBias = 0 }, "server.max_logit_bias", "must be positive, got 0"},
+		{"metrics auth", func(c *Config) { c.Server.MetricsAuth = "none" }, "server.metrics_auth", `want one of "key", "public", got "none"`},
+		{"short metrics token", func(c *Config) { c.Server.MetricsToken = "short" }, "server.metrics_token", "must be at least 8 characters"},
+		{"public metrics with a token", func(c *Config) {
+			c.Server.MetricsAuth, c.Server.MetricsToken = "public", "metrics-token-1"
+		}, "server.metrics_token", "takes no token"},
+		{"public metrics requiring admin", func(c *Config) {
+			c.Server.MetricsAuth, c.Server.MetricsRequireAdmin = "public", true
+		}, "server.metrics_require_admin", "cannot require an admin key"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -992,6 +1002,9 @@ func TestValidateAccepts(t *testing.T) {
 		{"postgres", func(c *Config) { c.Store = Store{Driver: "postgres", DSN: "postgres://localhost/tollgate"} }},
 		{"zero max concurrency", func(c *Config) { c.Backends[0].MaxConcurrency = 0 }},
 		{"free model", func(c *Config) { c.Models[0].Pricing = Pricing{} }},
+		{"public metrics", func(c *Config) { c.Server.MetricsAuth = "public" }},
+		{"metrics token", func(c *Config) { c.Server.MetricsToken = "metrics-token-1" }},
+		{"metrics_require_admin as before", func(c *Config) { c.Server.MetricsRequireAdmin = true }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -125,6 +125,7 @@ func (c *Config) Provision() {
 	setDefault(&s.MaxResponseBytes, defaultMaxResponseBytes)
 	setDefault(&s.MaxEventBytes, defaultMaxEventBytes)
 	setDefault(&s.BackgroundTeamShare, defaultBackgroundTeamShare)
+	setDefault(&s.MetricsAuth, MetricsAuthKey)
 
 	for i := range c.Backends {
 		b := &c.Backends[i]

@@ -9,8 +9,8 @@ import (
 // RestartOnlySettings are the settings that something built once at start
 // holds: the listeners and fasthttp's server (sizes, timeouts, the
 // connection cap, the shutdown timeout), the admin module (max_json_depth
-// and max_file_bytes bound trace ingest, metrics_require_admin guards
-// /metrics), the log, the store, the usage queue, the limiter's backend
+// and max_file_bytes bound trace ingest, metrics_auth and metrics_token
+// guard /metrics), the log, the store, the usage queue, the limiter's backend
 // and the reload watcher. A reload leaves them at the values the process
 // started with, everywhere, until a restart. Each is a path as the YAML
 // file writes it, "[]" standing for any entry of a list.
@@ -21,7 +21,7 @@ func RestartOnlySettings() []string {
 		"server.max_body_bytes", "server.max_header_bytes", "server.max_json_depth",
 		"server.read_timeout", "server.idle_timeout", "server.write_timeout",
 		"server.max_connections", "server.admin_max_connections",
-		"server.metrics_require_admin", "server.shutdown_timeout",
+		"server.metrics_auth", "server.metrics_token", "server.metrics_require_admin", "server.shutdown_timeout",
 		"store.driver", "store.path", "store.dsn",
 		"usage.queue_size", "usage.batch_size", "usage.flush_interval",
 		"limits_backend.driver", "limits_backend.addr", "limits_backend.password",

@@ -231,6 +231,16 @@ func (v *validator) server(s *Server) {
 	if s.BackgroundTeamShare < 1 || s.BackgroundTeamShare > 100 {
 		v.addf("server.background_team_share", "must be a percentage from 1 to 100, got %d", s.BackgroundTeamShare)
 	}
+	v.oneOf("server.metrics_auth", s.MetricsAuth, MetricsAuthKey, MetricsAuthPublic)
+	switch {
+	case s.MetricsAuth == MetricsAuthPublic && s.MetricsRequireAdmin:
+		v.addf("server.metrics_require_admin", "a public /metrics (metrics_auth: public) cannot require an admin key")
+	case s.MetricsAuth == MetricsAuthPublic && s.MetricsToken != "":
+		v.addf("server.metrics_token", "a public /metrics (metrics_auth: public) takes no token")
+	case s.MetricsToken != "" && utf8.RuneCountInString(s.MetricsToken) < minKeyLength:
+		// The secret is not echoed: error messages end up in logs.
+		v.addf("server.metrics_token", "must be at least %d characters", minKeyLength)
+	}
 }
 
 // backends checks the backends and returns their names.

@@ -233,6 +233,7 @@ func (s *Server) endBackground(p *pendingResponse, reply gjson.Result, problem s
 	}
 	setRecordUsage(&p.rec, &u, u.completion)
 	p.rec.Error = problem
+	s.state.Load().secrets.record(&p.rec)
 	p.rec.Ended = time.Now()
 	if p.limiter != nil {
 		p.limiter.Settle(p.res, p.rec.TotalTokens)

@@ -530,7 +530,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *completion, route *backend
 	}
 	rbody := resp.Body()
 	if status < 200 || status > 299 {
-		e := normalizeUpstreamError(status, rbody, b.Name)
+		e := normalizeUpstreamError(status, rbody, b.Name, c.gen.secrets)
 		if status == fasthttp.StatusNotFound && c.previousResponse != "" {
 			// The backend holding the conversation does not know it (any
 			// more): the client's id is wrong, not the configuration.
@@ -652,7 +652,8 @@ func parseRetryAfter(v []byte) time.Duration {
 
 // promptPrefix is what prefix affinity keys on: the first two messages
 // (typically the system prompt and the first user turn), where prompts
-// that share a KV-cache prefix agree.
+// that share a KV-cache prefix agree. Result.Get already adds the array's
+// own offset, so the elements' Index values are offsets into body.
 func promptPrefix(body []byte) []byte {
 	msgs := gjson.Get(b2s(body), "messages")
 	first, second := msgs.Get("0"), msgs.Get("1")
@@ -663,10 +664,10 @@ func promptPrefix(body []byte) []byte {
 	if second.Exists() {
 		end = second.Index + len(second.Raw)
 	}
-	if first.Index <= 0 || end > len(body) || msgs.Index <= 0 {
+	if msgs.Index <= 0 || first.Index <= 0 || end > len(body) {
 		return nil
 	}
-	return body[msgs.Index+first.Index : msgs.Index+end]
+	return body[first.Index:end]
 }
 
 // buildUpstreamBody appends the body sent upstream: the client's body with
@@ -809,6 +810,7 @@ func (s *Server) settle(c *completion) {
 		if c.limiter != nil {
 			c.limiter.Settle(c.res, c.rec.TotalTokens)
 		}
+		c.gen.secrets.record(&c.rec)
 		s.recorder.Record(c.rec)
 	}
 	s.metrics.countRequest(c.rec.Model, c.rec.Backend, c.rec.Status, c.ep.name, c.rec.Ended.Sub(c.rec.Started))

@@ -15,11 +15,22 @@ import (
 // Authorization value is the header most likely to be quoted, key and all,
 // whatever SecureErrorLogMessage says. Its messages are the serving
 // connection's errors, so they are warnings.
-type fasthttpLogger struct{ log *zap.Logger }
+// The proxy's own server also redacts its configuration's secrets by value
+// (see secretValues).
+type fasthttpLogger struct {
+	log *zap.Logger
+	// server is the proxy whose secrets are redacted; nil for other
+	// servers, which redact by shape only.
+	server *Server
+}
 
 func (l fasthttpLogger) Printf(format string, args ...any) {
 	if ce := l.log.Check(zap.WarnLevel, "http server"); ce != nil {
-		ce.Write(zap.String("error", redactSecrets(fmt.Sprintf(format, args...))))
+		msg := fmt.Sprintf(format, args...)
+		if l.server != nil {
+			msg = l.server.state.Load().secrets.redact(msg)
+		}
+		ce.Write(zap.String("error", redactSecrets(msg)))
 	}
 }
 

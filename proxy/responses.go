@@ -123,11 +123,7 @@ func (s *Server) serveStoredResponse(suffix string) func(*fasthttp.RequestCtx, [
 		st := s.acquire()
 		defer st.release()
 		started := time.Now()
-		requestID := string(ctx.Request.Header.Peek(headerRequestID))
-		if !validID([]byte(requestID)) {
-			requestID = s.callIDs.next(started)
-		}
-		ctx.Response.Header.Set(headerRequestID, requestID)
+		requestID := s.replyRequestID(ctx, started)
 		backend, e := s.storedResponse(ctx, st, rawID, suffix, requestID)
 		if e != nil {
 			writeError(ctx, e)
@@ -270,7 +266,7 @@ func (s *Server) storedResponseAttempt(ctx *fasthttp.RequestCtx, st *state, b *b
 			Message: "Backend " + b.Name + " answered with a body over the gateway's limit of " + strconv.Itoa(st.cfg.Server.MaxResponseBytes) + " bytes."}
 	}
 	if status < 200 || status > 299 {
-		e := normalizeUpstreamError(status, body, b.Name)
+		e := normalizeUpstreamError(status, body, b.Name, st.secrets)
 		if status == fasthttp.StatusNotFound {
 			e = responseNotFound(id, paramResponseID)
 		}

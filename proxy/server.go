@@ -67,6 +67,8 @@ type state struct {
 	keys    *auth.Keyring
 	limiter Limiter
 	models  []byte // the /v1/models reply, built once
+	// secrets redacts this configuration's keys from error text.
+	secrets *secretValues
 	// active counts chat completions using this generation, so that a
 	// retired generation is closed only once they are all done.
 	active atomic.Int64
@@ -190,7 +192,7 @@ func New(opts Options) (*Server, error) {
 		SecureErrorLogMessage: true,
 		// fasthttp quotes some of them regardless; its log lines go
 		// through the gateway's logger, redacted.
-		Logger: fasthttpLogger{log: s.log},
+		Logger: fasthttpLogger{log: s.log, server: s},
 		// Release a connection's buffers while it waits for its next
 		// request, so idle keep-alive connections cost little memory. It
 		// also makes fasthttp wait for a new connection's first byte while
@@ -232,7 +234,8 @@ type Generation struct {
 func (s *Server) Swap(g Generation) (Generation, func(ctx context.Context) error) {
 	cfg := config.Reloaded(s.boot, g.Config)
 	s.retryBudget.Configure(cfg.Retries)
-	st := &state{cfg: cfg, reg: g.Registry, keys: s.keys, limiter: g.Limiter, models: buildModelList(g.Registry, s.started)}
+	st := &state{cfg: cfg, reg: g.Registry, keys: s.keys, limiter: g.Limiter, models: buildModelList(g.Registry, s.started),
+		secrets: newSecretValues(cfg)}
 	old := s.state.Swap(st)
 	if old == nil {
 		return Generation{}, func(context.Context) error { return nil }
@@ -361,6 +364,7 @@ func (s *Server) routes() []routeEntry {
 // it takes; any other path under /v1/ gets an OpenAI-shaped 404, since
 // OpenAI clients parse nothing else; every other path goes to Next.
 func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
+	defer s.ensureRequestID(ctx) // after recoverHandler, whose 500 starts the reply afresh
 	defer s.recoverHandler(ctx)
 	if refuseFraming(ctx) {
 		return
@@ -453,6 +457,7 @@ func (s *Server) serveTransportError(ctx *fasthttp.RequestCtx, err error) {
 		msg = "The request headers exceed the gateway's limit of " + strconv.Itoa(s.srv.ReadBufferSize) + " bytes."
 	}
 	writeError(ctx, &apiError{Status: status, Type: "invalid_request_error", Message: msg})
+	s.ensureRequestID(ctx)
 }
 
 // transportError is the status and message of a request fasthttp refused

@@ -37,11 +37,14 @@ const maxUpstreamMessage = 1024
 //     refusing the gateway's credentials) and 404 (the configured model
 //     unknown upstream) are the gateway's fault and become 502, as does
 //     any 5xx; other 4xx keep their status.
-func normalizeUpstreamError(status int, body []byte, backend string) *apiError {
+//
+// Either way the text has the gateway's secrets (see secretValues) and
+// anything shaped like a credential replaced first.
+func normalizeUpstreamError(status int, body []byte, backend string, secrets *secretValues) *apiError {
 	// vLLM's own error types (BadRequestError) say no more than the status;
 	// the client gets the OpenAI vocabulary chosen below instead.
 	msg, param := parseUpstreamError(body)
-	msg = redactCredentials(msg)
+	msg = redactCredentials(secrets.redact(msg))
 	if msg == "" {
 		msg = fasthttp.StatusMessage(status)
 	}

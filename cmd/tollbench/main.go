@@ -506,6 +506,7 @@ auth:
 server:
   max_connections: 100000
   shutdown_timeout: 10s
+  metrics_auth: public # the soak reads /metrics without a key, on loopback
 backends:
 %s%s%smodels:
   - name: %s

@@ -285,23 +285,6 @@ func newLogger(cfg config.Log, out io.Writer) (*zap.Logger, *zapcore.BufferedWri
 // instructions a request either way.
 const logBufferSize = 64 << 10
 
-// requireAdmin reports whether the request carries an admin key, answering
-// 401 or 403 when it does not. /metrics names every team and project, so
-// where clients can reach it, it can be kept for admins.
-func requireAdmin(ctx *fasthttp.RequestCtx, keys *auth.Keyring) bool {
-	key := keys.Lookup(auth.Secret(nil, ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)))
-	switch {
-	case key == nil:
-		ctx.Error(`{"detail":"Not authenticated"}`, fasthttp.StatusUnauthorized)
-	case !key.Admin:
-		ctx.Error(`{"detail":"/metrics needs an admin key"}`, fasthttp.StatusForbidden)
-	default:
-		return true
-	}
-	ctx.SetContentType("application/json")
-	return false
-}
-
 // writerOnly hides every method of a writer but Write (notably an
 // *os.File's Sync).
 type writerOnly struct{ io.Writer }

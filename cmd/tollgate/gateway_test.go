@@ -90,6 +90,13 @@ func (r *running) stop(t *testing.T) {
 
 func (r *running) do(t *testing.T, method, path, key, body string, headers ...string) (int, string) {
 	t.Helper()
+	status, _, reply := r.doHeader(t, method, path, key, body, headers...)
+	return status, reply
+}
+
+// doHeader is do that also returns the reply's headers.
+func (r *running) doHeader(t *testing.T, method, path, key, body string, headers ...string) (int, http.Header, string) {
+	t.Helper()
 	req, err := http.NewRequest(method, r.base+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -109,7 +116,7 @@ func (r *running) do(t *testing.T, method, path, key, body string, headers ...st
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp.StatusCode, string(b)
+	return resp.StatusCode, resp.Header, string(b)
 }
 
 // usageByProject reads the stored usage totals per team/project.
@@ -471,19 +478,56 @@ func writeFile(t *testing.T, path, content string) {
 	}
 }
 
-func TestMetricsRequireAdmin(t *testing.T) {
-	g := start(t, gatewayConfig(t, t.TempDir(), "server: {metrics_require_admin: true}\n"))
+// TestMetricsAuth checks who may read /metrics, whose series name every
+// team's token counts: by default an admin key or server.metrics_token
+// (which reads nothing else), never no key or a team's key; metrics_auth:
+// public answers anyone, as /metrics did before; metrics_require_admin, the
+// old opt-in, still loads and means the default.
+func TestMetricsAuth(t *testing.T) {
+	const token = "metrics-scrape-token"
 	for _, tt := range []struct {
-		key  string
-		want int
+		name, extra string
+		want        map[string]int // key sent -> status
 	}{
-		{"", 401},
-		{"sk-acme-test-key", 403},
-		{adminKey, 200},
+		{"default", "", map[string]int{"": 401, "sk-not-a-key": 401, "sk-acme-test-key": 403, token: 401, adminKey: 200}},
+		{"metrics token", "server: {metrics_token: " + token + "}\n",
+			map[string]int{"": 401, "sk-not-a-key": 401, "sk-acme-test-key": 403, token: 200, adminKey: 200}},
+		{"metrics_require_admin", "server: {metrics_require_admin: true}\n",
+			map[string]int{"": 401, "sk-acme-test-key": 403, adminKey: 200}},
+		{"public", "server: {metrics_auth: public}\n",
+			map[string]int{"": 200, "sk-not-a-key": 200, "sk-acme-test-key": 200, adminKey: 200}},
 	} {
-		if code, body := g.do(t, "GET", "/metrics", tt.key, ""); code != tt.want {
-			t.Errorf("/metrics with key %q: %d, want %d: %.200s", tt.key, code, tt.want, body)
-		}
+		t.Run(tt.name, func(t *testing.T) {
+			g := start(t, gatewayConfig(t, t.TempDir(), tt.extra))
+			// A request, so that the metrics name a team.
+			if code, body := g.do(t, "POST", "/v1/chat/completions", "sk-acme-test-key", chatBody(3, "")); code != 200 {
+				t.Fatalf("chat: %d %.200s", code, body)
+			}
+			for key, want := range tt.want {
+				code, h, body := g.doHeader(t, "GET", "/metrics", key, "")
+				if code != want {
+					t.Errorf("/metrics with key %q: %d, want %d: %.200s", key, code, want, body)
+				}
+				shows := strings.Contains(body, "tollgate_requests_total")
+				switch {
+				case code == 200 && !shows:
+					t.Errorf("/metrics with key %q: 200 without the gateway's series: %.200s", key, body)
+				case code != 200 && shows:
+					t.Errorf("/metrics refused key %q but shows metrics: %.200s", key, body)
+				case code == 401 && !strings.HasPrefix(h.Get("WWW-Authenticate"), "Bearer"):
+					t.Errorf("/metrics 401 without a Bearer challenge: %q", h.Get("WWW-Authenticate"))
+				}
+			}
+			if tt.name == "metrics token" {
+				// The token reads /metrics and nothing else.
+				if code, body := g.do(t, "GET", "/v1/models", token, ""); code != 401 {
+					t.Errorf("/v1/models with the metrics token: %d %.200s, want 401", code, body)
+				}
+				if code, body := g.do(t, "GET", "/v1/organization/usage/completions?start_time=0", token, ""); code != 401 {
+					t.Errorf("the usage API with the metrics token: %d %.200s, want 401", code, body)
+				}
+			}
+		})
 	}
 }
 

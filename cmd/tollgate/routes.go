@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/sha256"
+	"crypto/subtle"
 	"sync"
 
 	"github.com/valyala/fasthttp"
@@ -25,18 +27,11 @@ type servedRoute struct {
 }
 
 // ownRoutes are the routes served beside the proxy's and the trace
-// service's. metrics is kept for admin keys when
-// server.metrics_require_admin is set.
+// service's. metrics is guarded as server.metrics_auth says (see
+// guardMetrics).
 func ownRoutes(cfg *config.Config, keys *auth.Keyring, usageAPI *admin.UsageAPI, budgetAPI *admin.BudgetAPI,
 	metrics fasthttp.RequestHandler) []servedRoute {
-	if cfg.Server.MetricsRequireAdmin {
-		all := metrics
-		metrics = func(ctx *fasthttp.RequestCtx) {
-			if requireAdmin(ctx, keys) {
-				all(ctx)
-			}
-		}
-	}
+	metrics = guardMetrics(cfg.Server, keys, metrics)
 	// The dashboard's files (about 290 KB) are read into the heap on its
 	// first request rather than here: a gateway whose dashboard nobody
 	// opens would otherwise hold them for its life, and at GOGC=100 the
@@ -50,6 +45,38 @@ func ownRoutes(cfg *config.Config, keys *auth.Keyring, usageAPI *admin.UsageAPI,
 		{route.Route{Pattern: "/ui", Module: "dashboard"}, dashboard},
 		{route.Route{Pattern: ui.Prefix, Module: "dashboard"}, dashboard},
 		{route.Route{Pattern: ui.Prefix + "{path...}", Module: "dashboard"}, dashboard},
+	}
+}
+
+// guardMetrics returns the /metrics handler server.metrics_auth asks for.
+// Its series name every team and project, so by default it answers only an
+// admin key or the metrics token, sent as "Bearer <secret>" (or Basic, as
+// every key may be); metrics_auth: public answers anyone.
+func guardMetrics(s config.Server, keys *auth.Keyring, metrics fasthttp.RequestHandler) fasthttp.RequestHandler {
+	if s.MetricsAuth == config.MetricsAuthPublic {
+		return metrics
+	}
+	// The token is compared by digest in constant time, as keys are.
+	token := sha256.Sum256([]byte(s.MetricsToken))
+	return func(ctx *fasthttp.RequestCtx) {
+		secret := auth.Secret(nil, ctx.Request.Header.Peek(fasthttp.HeaderAuthorization))
+		if len(secret) > 0 && s.MetricsToken != "" {
+			if d := sha256.Sum256(secret); subtle.ConstantTimeCompare(d[:], token[:]) == 1 {
+				metrics(ctx)
+				return
+			}
+		}
+		switch key := keys.Lookup(secret); {
+		case key == nil:
+			ctx.Error(`{"detail":"Not authenticated: /metrics needs an admin key or server.metrics_token"}`, fasthttp.StatusUnauthorized)
+			ctx.Response.Header.Set(fasthttp.HeaderWWWAuthenticate, `Bearer realm="tollgate metrics"`)
+		case !key.Admin:
+			ctx.Error(`{"detail":"/metrics needs an admin key or server.metrics_token"}`, fasthttp.StatusForbidden)
+		default:
+			metrics(ctx)
+			return
+		}
+		ctx.SetContentType("application/json")
 	}
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -89,6 +90,47 @@ func TestEveryRouteAnswers(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestEveryReplyHasRequestID checks that every route of the binary's table,
+// the router's 404s and 405, and a refused key answer with X-Request-Id:
+// the client's when it sent a valid one, a generated one otherwise.
+func TestEveryReplyHasRequestID(t *testing.T) {
+	cfg := gatewayConfig(t, t.TempDir(), "")
+	routes := gatewayRoutes(t, cfg)
+	gw := start(t, cfg)
+	type request struct{ method, path, key, what string }
+	var requests []request
+	for _, r := range routes {
+		method := r.Method
+		if method == "" {
+			method = http.MethodGet
+		}
+		requests = append(requests, request{method, samplePath(r.Pattern), adminKey, r.Module})
+	}
+	requests = append(requests,
+		request{http.MethodGet, "/v1/nope", adminKey, "a /v1/ 404"},
+		request{http.MethodGet, "/nope", adminKey, "a 404"},
+		request{http.MethodGet, "/v2/acme/routes/nope", adminKey, "a trace service 404"},
+		request{http.MethodGet, "/v1/chat/completions", adminKey, "a 405"},
+		request{http.MethodDelete, "/v1/models", adminKey, "a 405"},
+		request{http.MethodGet, "/v1/models", "sk-wrong", "a 401"},
+		request{http.MethodGet, "/v1/organization/usage/completions", "sk-wrong", "a 401"},
+	)
+	for i, r := range requests {
+		t.Run(r.method+" "+r.path+" ("+r.what+")", func(t *testing.T) {
+			status, h, body := gw.doHeader(t, r.method, r.path, r.key, "{}")
+			if got := h.Get("X-Request-Id"); got == "" {
+				t.Errorf("%d %.200s: no X-Request-Id", status, body)
+			}
+			sent := fmt.Sprintf("rid-%d-%s", i, r.what)
+			sent = strings.ReplaceAll(sent, " ", "-")
+			status, h, body = gw.doHeader(t, r.method, r.path, r.key, "{}", "X-Request-Id: "+sent)
+			if got := h.Get("X-Request-Id"); got != sent {
+				t.Errorf("%d %.200s: X-Request-Id %q, want the client's %q", status, body, got, sent)
+			}
+		})
+	}
 }
 
 // readmeEndpointPath is a path in the first column of the README's

@@ -783,7 +783,7 @@ func checkBackends(ctx context.Context, t *testing.T, g *running, p *page) {
 // here from /metrics, as PromQL's histogram_quantile computes them.
 func checkMetrics(ctx context.Context, t *testing.T, g *running, p *page) {
 	t.Helper()
-	_, text := g.do(t, "GET", "/metrics", "", "")
+	_, text := g.do(t, "GET", "/metrics", adminKey, "")
 	samples := parseExposition(text)
 	byModel := map[string]float64{}
 	for _, s := range samples["tollgate_requests_total"] {
