@@ -167,6 +167,9 @@ const (
 	// tableBatchBytes is about what one such batch of rows may hold: the
 	// batch ends after the row that reaches it.
 	tableBatchBytes = 1 << 20
+	// tableFirstRead is how many rows the first read of a table query
+	// asks for, before the size of its rows is known.
+	tableFirstRead = 8
 	// sortedRowOverhead is what one row held for a sort takes besides its
 	// sort keys, for the read budget.
 	sortedRowOverhead = 64
@@ -241,53 +244,95 @@ func (s *Service) tableQueryStream(ctx context.Context, rc *fasthttp.RequestCtx,
 }
 
 // tableRows reads the values of the rows a table query selected, in its
-// order, a batch at a time: at most tableReadRows rows, ending after the
-// row that makes tableBatchBytes. A row the store does not hold is null.
+// order, a batch at a time: at most tableReadRows rows, and no more than
+// tableBatchBytes held besides the row that reaches it. The store hands
+// rows over in its own order, so values read ahead of their turn are kept
+// for the batches after, within that bound. A row the store does not hold
+// is null.
 type tableRows struct {
 	ws        weave.Store
 	projectID int64
-	sel       []selectedRow // the rows not read yet
+	sel       []selectedRow              // the rows not answered yet
+	ahead     map[string]json.RawMessage // values read, not answered yet
+	held      int                        // the bytes of ahead
+	// readRows and readBytes are what was read so far, to size the
+	// next read.
+	readRows, readBytes int
 }
 
 // next returns the next batch of rows; none at the end.
 func (r *tableRows) next(ctx context.Context) ([]tableRowJSON, error) {
-	for n := min(len(r.sel), tableReadRows); n > 0; n = 1 {
-		want := make([]string, n)
-		for i := range want {
-			want[i] = r.sel[i].digest
+	n := min(len(r.sel), tableReadRows)
+	if n == 0 {
+		return nil, nil
+	}
+	if r.ahead == nil {
+		r.ahead = make(map[string]json.RawMessage, n)
+	}
+	for {
+		if out := r.answer(n); len(out) > 0 {
+			return out, nil
 		}
-		vals := make(map[string]json.RawMessage, n)
-		held := 0
+		// The batch's first row is not read yet: read the rows of the
+		// batch not held, as many as the rows read so far say fit in
+		// the bound (a statement cut short still sends the rest), and
+		// at least that row.
+		fit := tableFirstRead
+		if r.readRows > 0 {
+			fit = (tableBatchBytes - r.held) / max(1, r.readBytes/r.readRows)
+		}
+		var want []string
+		for _, row := range r.sel[:n] {
+			if _, ok := r.ahead[row.digest]; !ok && (len(want) == 0 || len(want) < fit) {
+				want = append(want, row.digest)
+			}
+		}
 		err := r.ws.EachTableRow(ctx, r.projectID, want, func(digest string, val json.RawMessage) error {
-			vals[digest] = val
-			if held += len(val); held >= tableBatchBytes {
+			r.readRows++
+			r.readBytes += len(val)
+			if _, ok := r.ahead[digest]; !ok {
+				r.ahead[digest] = val
+				r.held += len(val)
+			}
+			if r.held >= tableBatchBytes {
 				return errBatchFull
 			}
 			return nil
 		})
-		cut := errors.Is(err, errBatchFull)
-		if err != nil && !cut {
+		switch {
+		case errors.Is(err, errBatchFull):
+		case err != nil:
 			return nil, err
-		}
-		out := make([]tableRowJSON, 0, n)
-		for _, row := range r.sel[:n] {
-			v, ok := vals[row.digest]
-			if !ok {
-				if cut {
-					break // not read yet: the next batch starts with it
+		default:
+			// Read whole: what did not come is not held.
+			for _, d := range want {
+				if _, ok := r.ahead[d]; !ok {
+					r.ahead[d] = json.RawMessage("null")
 				}
-				v = json.RawMessage("null")
 			}
-			out = append(out, tableRowJSON{Digest: row.digest, Val: v, OriginalIndex: row.index})
 		}
-		if len(out) > 0 {
-			r.sel = r.sel[len(out):]
-			return out, nil
-		}
-		// The batch was full before its first row was read: that row
-		// is read alone, which cannot be cut short.
 	}
-	return nil, nil
+}
+
+// answer takes, from the first n rows, those whose values are read, up to
+// the first that is not.
+func (r *tableRows) answer(n int) []tableRowJSON {
+	var out []tableRowJSON
+	for _, row := range r.sel[:n] {
+		v, ok := r.ahead[row.digest]
+		if !ok {
+			break
+		}
+		out = append(out, tableRowJSON{Digest: row.digest, Val: v, OriginalIndex: row.index})
+	}
+	for _, row := range out {
+		if v, ok := r.ahead[row.Digest]; ok {
+			r.held -= len(v)
+			delete(r.ahead, row.Digest)
+		}
+	}
+	r.sel = r.sel[len(out):]
+	return out
 }
 
 // queryTable validates a TableQueryReq and selects its rows, sorted and
