@@ -236,6 +236,20 @@ func TestTablesFilesFeedbackCosts(t *testing.T) {
 		if _, err := db.TableRowDigests(ctx, q.ID, "T"); !errors.Is(err, weave.ErrNotFound) {
 			t.Fatalf("another project's table: %v, want ErrNotFound", err)
 		}
+		if n, err := db.TableRowCount(ctx, p.ID, "T"); err != nil || n != 3 {
+			t.Fatalf("row count = %d, %v; want 3", n, err)
+		}
+		if _, err := db.TableRowCount(ctx, q.ID, "T"); !errors.Is(err, weave.ErrNotFound) {
+			t.Fatalf("another project's row count: %v, want ErrNotFound", err)
+		}
+		stop := errors.New("stop")
+		seen := 0
+		if err := db.EachTableRow(ctx, p.ID, []string{"r1", "r2", "nope"}, func(string, json.RawMessage) error {
+			seen++
+			return stop
+		}); !errors.Is(err, stop) || seen != 1 {
+			t.Fatalf("EachTableRow ended by its callback: %v after %d rows, want stop after 1", err, seen)
+		}
 
 		content := []byte{0, 1, 2, 0xff, 'x'}
 		f := weave.File{Digest: weave.BytesDigest(content), Content: content}
