@@ -1,11 +1,9 @@
 package admin
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"math"
 	"strconv"
 	"strings"
@@ -13,7 +11,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/valyala/fasthttp"
-	"go.uber.org/zap"
 
 	"github.com/tollgate-dev/tollgate/auth"
 	"github.com/tollgate-dev/tollgate/config"
@@ -523,57 +520,23 @@ func (s *Service) callsStreamQuery(ctx context.Context, rc *fasthttp.RequestCtx,
 		cancel()
 		return internalError(err)
 	}
-	cs := &callStream{cur: cur, cancel: cancel, log: s.log, render: func(c *trace.Call) callJSON {
-		out := renderCall(p, c)
+	var c trace.Call
+	streamLines(rc, s.log, "calls", func(enc *json.Encoder) (bool, error) {
+		ok, err := cur.Next(&c)
+		if err != nil || !ok {
+			return false, err
+		}
+		out := renderCall(p, &c)
 		if includeCosts {
 			out.Summary = summaryWithCosts(out.Summary, pricing)
 		}
-		return out
-	}}
-	cs.enc = json.NewEncoder(&cs.buf)
-	cs.enc.SetEscapeHTML(false)
-	rc.SetBodyStream(cs, -1)
+		return true, enc.Encode(out)
+	}, func() error {
+		err := cur.Close()
+		cancel()
+		return err
+	})
 	return nil
-}
-
-// callStream is the body of /calls/stream_query, as Weave streams it: a
-// call is read from the cursor only when the client has taken the lines
-// before it, so memory holds one call however many the query selects, and
-// each line is flushed as it is read. fasthttp closes the stream when the
-// answer ends or the client leaves. A store failure midway ends the
-// chunked answer without its last chunk, so the client sees it cut short
-// rather than complete.
-type callStream struct {
-	cur    trace.CallCursor
-	cancel context.CancelFunc
-	log    *zap.Logger
-	render func(*trace.Call) callJSON
-	buf    bytes.Buffer
-	enc    *json.Encoder
-	call   trace.Call
-}
-
-func (cs *callStream) Read(p []byte) (int, error) {
-	for cs.buf.Len() == 0 {
-		ok, err := cs.cur.Next(&cs.call)
-		if err == nil && ok {
-			err = cs.enc.Encode(cs.render(&cs.call))
-		}
-		if err != nil {
-			cs.log.Error("calls stream failed midway", zap.Error(err))
-			return 0, err
-		}
-		if !ok {
-			return 0, io.EOF
-		}
-	}
-	return cs.buf.Read(p)
-}
-
-func (cs *callStream) Close() error {
-	err := cs.cur.Close()
-	cs.cancel()
-	return err
 }
 
 // maxDeleteCalls bounds one /calls/delete, as Weave does.

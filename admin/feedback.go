@@ -239,13 +239,10 @@ func (q *docQuery) apply(docs []map[string]any) []map[string]any {
 	return kept
 }
 
-// Bounds of /feedback/query: the rows one answer holds (a larger limit is
-// refused, no limit means this many), and the refs a query may name for
-// the store to select by before it is matched here.
-const (
-	maxFeedbackPage = 10000
-	maxFeedbackRefs = 500
-)
+// maxFeedbackRefs bounds the refs a /feedback/query may name for the store
+// to select by before it is matched here; its page is bounded by
+// maxQueryPage.
+const maxFeedbackRefs = 500
 
 // errPageFull ends a feedback query once its page is full.
 var errPageFull = errors.New("page full")
@@ -262,13 +259,7 @@ func (s *Service) feedbackQuery(ctx context.Context, rc *fasthttp.RequestCtx, ke
 	}
 	var v validation
 	q := parseDocQuery(&v, body)
-	if q.limit > maxFeedbackPage {
-		v.addCtx(at(bodyLoc, "limit"), "less_than_equal", "Input should be less than or equal to "+itoa(maxFeedbackPage),
-			body["limit"], map[string]any{"le": maxFeedbackPage})
-	}
-	if q.limit < 0 {
-		q.limit = maxFeedbackPage
-	}
+	q.limit = v.pageLimit(body, q.limit)
 	raw, proj, found, e := s.projectOf(ctx, &v, key, body, bodyLoc, forRead)
 	if e != nil {
 		return e

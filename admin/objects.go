@@ -185,8 +185,13 @@ func (s *Service) objRead(ctx context.Context, rc *fasthttp.RequestCtx, key *aut
 	return nil
 }
 
+// objectOverhead is what an object's answer takes besides its value, for
+// the read budget.
+const objectOverhead = 256
+
 // objsQuery serves POST /objs/query {project_id, filter, limit, offset,
-// sort_by, metadata_only}.
+// sort_by, metadata_only}: at most maxQueryPage objects (a larger limit is
+// a 422) within maxReadBytes (a 413 past it), read one at a time.
 func (s *Service) objsQuery(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, _ pathParams) *apiError {
 	body, e := bodyObject(rc.PostBody(), true)
 	if e != nil {
@@ -221,9 +226,7 @@ func (s *Service) objsQuery(ctx context.Context, rc *fasthttp.RequestCtx, key *a
 			q.LatestOnly = v.optBool(f, "latest_only", floc, false)
 		}
 	}
-	if _, ok := body["limit"]; ok && body["limit"] != nil {
-		q.Limit = v.optNonNegInt(body, "limit", bodyLoc, -1)
-	}
+	q.Limit = v.pageLimit(body, v.optNonNegInt(body, "limit", bodyLoc, -1))
 	q.Offset = v.optNonNegInt(body, "offset", bodyLoc, 0)
 	q.MetadataOnly = v.optBool(body, "metadata_only", bodyLoc, false)
 	for _, srt := range parseDocSort(&v, body["sort_by"], at(bodyLoc, "sort_by")) {
@@ -240,15 +243,23 @@ func (s *Service) objsQuery(ctx context.Context, rc *fasthttp.RequestCtx, key *a
 	}
 	out := []objJSON{}
 	if found {
-		objs, err := s.weave.QueryObjects(ctx, proj.ID, q)
-		if err != nil {
-			return internalError(err)
-		}
-		for i := range objs {
+		budget := readBudget{what: "lower the limit, or list with metadata_only and read each object with /obj/read"}
+		err := s.weave.QueryObjects(ctx, proj.ID, q, func(o *weave.Object) error {
 			if q.MetadataOnly {
-				objs[i].Val = json.RawMessage("{}")
+				o.Val = json.RawMessage("{}")
 			}
-			out = append(out, renderObject(raw, &objs[i]))
+			if e := budget.take(len(o.Val) + objectOverhead); e != nil {
+				return e
+			}
+			out = append(out, renderObject(raw, o))
+			return nil
+		})
+		var ae *apiError
+		switch {
+		case errors.As(err, &ae):
+			return ae
+		case err != nil:
+			return internalError(err)
 		}
 	}
 	writeJSON(rc, fasthttp.StatusOK, map[string][]objJSON{"objs": out})

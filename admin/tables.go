@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sort"
+	"strings"
 
+	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
 	"github.com/tollgate-dev/tollgate/auth"
@@ -156,39 +159,186 @@ func parseTableUpdate(v *validation, raw any, loc []any) (weave.TableUpdate, boo
 	return u, !v.failed()
 }
 
+// Bounds of the table reads, besides maxReadBytes.
+const (
+	// tableReadRows is how many rows a table read asks the store for at
+	// once.
+	tableReadRows = 100
+	// tableBatchBytes is about what one such batch of rows may hold: the
+	// batch ends after the row that reaches it.
+	tableBatchBytes = 1 << 20
+	// tableFirstRead is how many rows the first read of a table query
+	// asks for, before the size of its rows is known.
+	tableFirstRead = 8
+	// sortedRowOverhead is what one row held for a sort takes besides its
+	// sort keys, for the read budget.
+	sortedRowOverhead = 64
+	// tableRowOverhead is what one answered row takes besides its digest
+	// and value, for the read budget.
+	tableRowOverhead = 48
+)
+
+// errBatchFull ends a batch of table rows that holds tableBatchBytes.
+var errBatchFull = errors.New("batch full")
+
+// selectedRow is a row a table query selects: its digest and its index in
+// the table.
+type selectedRow struct {
+	digest string
+	index  int
+}
+
 // tableQuery serves POST /table/query {project_id, digest, filter:
 // {row_digests}, limit, offset, sort_by} → {"rows": [...]}: rows in table
-// order unless sorted by fields of their values.
+// order unless sorted by fields of their values. The answer is held
+// whole, so it is refused past maxReadBytes (a 413 naming the pages and
+// the stream to read instead).
 func (s *Service) tableQuery(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, _ pathParams) *apiError {
 	rows, e := s.queryTable(ctx, rc, key)
 	if e != nil {
 		return e
 	}
-	writeJSON(rc, fasthttp.StatusOK, map[string][]tableRowJSON{"rows": rows})
+	budget := readBudget{what: "read the table in pages with limit and offset, or stream it with /table/query_stream"}
+	out := make([]tableRowJSON, 0, min(len(rows.sel), tableReadRows))
+	for {
+		batch, err := rows.next(ctx)
+		if err != nil {
+			return internalError(err)
+		}
+		if len(batch) == 0 {
+			break
+		}
+		for i := range batch {
+			if e := budget.take(len(batch[i].Val) + len(batch[i].Digest) + tableRowOverhead); e != nil {
+				return e
+			}
+		}
+		out = append(out, batch...)
+	}
+	writeJSON(rc, fasthttp.StatusOK, map[string][]tableRowJSON{"rows": out})
 	return nil
 }
 
 // tableQueryStream serves POST /table/query_stream: the rows of
-// /table/query as JSON Lines, as the Python SDK reads them.
+// /table/query as JSON Lines, as the Python SDK reads them, streamed a
+// batch of rows at a time as the client takes them.
 func (s *Service) tableQueryStream(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, _ pathParams) *apiError {
 	rows, e := s.queryTable(ctx, rc, key)
 	if e != nil {
 		return e
 	}
-	rc.SetStatusCode(fasthttp.StatusOK)
-	rc.SetContentType("application/jsonl")
-	enc := json.NewEncoder(rc)
-	enc.SetEscapeHTML(false)
-	for i := range rows {
-		if err := enc.Encode(&rows[i]); err != nil {
-			return nil
+	// The rows are read after the handler returns, in a context of
+	// their own.
+	sctx, cancel := context.WithCancel(context.Background())
+	streamLines(rc, s.log, "table rows", func(enc *json.Encoder) (bool, error) {
+		batch, err := rows.next(sctx)
+		for i := 0; err == nil && i < len(batch); i++ {
+			err = enc.Encode(&batch[i])
 		}
-	}
+		return len(batch) > 0, err
+	}, func() error {
+		cancel()
+		return nil
+	})
 	return nil
 }
 
-// queryTable validates a TableQueryReq and selects its rows.
-func (s *Service) queryTable(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key) ([]tableRowJSON, *apiError) {
+// tableRows reads the values of the rows a table query selected, in its
+// order, a batch at a time: at most tableReadRows rows, and no more than
+// tableBatchBytes held besides the row that reaches it. The store hands
+// rows over in its own order, so values read ahead of their turn are kept
+// for the batches after, within that bound. A row the store does not hold
+// is null.
+type tableRows struct {
+	ws        weave.Store
+	projectID int64
+	sel       []selectedRow              // the rows not answered yet
+	ahead     map[string]json.RawMessage // values read, not answered yet
+	held      int                        // the bytes of ahead
+	// readRows and readBytes are what was read so far, to size the
+	// next read.
+	readRows, readBytes int
+}
+
+// next returns the next batch of rows; none at the end.
+func (r *tableRows) next(ctx context.Context) ([]tableRowJSON, error) {
+	n := min(len(r.sel), tableReadRows)
+	if n == 0 {
+		return nil, nil
+	}
+	if r.ahead == nil {
+		r.ahead = make(map[string]json.RawMessage, n)
+	}
+	for {
+		if out := r.answer(n); len(out) > 0 {
+			return out, nil
+		}
+		// The batch's first row is not read yet: read the rows of the
+		// batch not held, as many as the rows read so far say fit in
+		// the bound (a statement cut short still sends the rest), and
+		// at least that row.
+		fit := tableFirstRead
+		if r.readRows > 0 {
+			fit = (tableBatchBytes - r.held) / max(1, r.readBytes/r.readRows)
+		}
+		var want []string
+		for _, row := range r.sel[:n] {
+			if _, ok := r.ahead[row.digest]; !ok && (len(want) == 0 || len(want) < fit) {
+				want = append(want, row.digest)
+			}
+		}
+		err := r.ws.EachTableRow(ctx, r.projectID, want, func(digest string, val json.RawMessage) error {
+			r.readRows++
+			r.readBytes += len(val)
+			if _, ok := r.ahead[digest]; !ok {
+				r.ahead[digest] = val
+				r.held += len(val)
+			}
+			if r.held >= tableBatchBytes {
+				return errBatchFull
+			}
+			return nil
+		})
+		switch {
+		case errors.Is(err, errBatchFull):
+		case err != nil:
+			return nil, err
+		default:
+			// Read whole: what did not come is not held.
+			for _, d := range want {
+				if _, ok := r.ahead[d]; !ok {
+					r.ahead[d] = json.RawMessage("null")
+				}
+			}
+		}
+	}
+}
+
+// answer takes, from the first n rows, those whose values are read, up to
+// the first that is not.
+func (r *tableRows) answer(n int) []tableRowJSON {
+	var out []tableRowJSON
+	for _, row := range r.sel[:n] {
+		v, ok := r.ahead[row.digest]
+		if !ok {
+			break
+		}
+		out = append(out, tableRowJSON{Digest: row.digest, Val: v, OriginalIndex: row.index})
+	}
+	for _, row := range out {
+		if v, ok := r.ahead[row.Digest]; ok {
+			r.held -= len(v)
+			delete(r.ahead, row.Digest)
+		}
+	}
+	r.sel = r.sel[len(out):]
+	return out
+}
+
+// queryTable validates a TableQueryReq and selects its rows, sorted and
+// paged, for reading. A sort reads every row the filter selects, a batch
+// at a time, and holds only their sort keys, within maxReadBytes.
+func (s *Service) queryTable(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key) (*tableRows, *apiError) {
 	body, e := bodyObject(rc.PostBody(), true)
 	if e != nil {
 		return nil, e
@@ -225,81 +375,125 @@ func (s *Service) queryTable(ctx context.Context, rc *fasthttp.RequestCtx, key *
 	if e := lookupError(err, "Table "+digest); e != nil {
 		return nil, e
 	}
-	type indexed struct {
-		digest string
-		index  int
-	}
-	sel := make([]indexed, 0, len(digests))
+	sel := make([]selectedRow, 0, len(digests))
 	for i, d := range digests {
 		if only == nil || only[d] {
-			sel = append(sel, indexed{d, i})
+			sel = append(sel, selectedRow{d, i})
 		}
-	}
-	page := func(n int) (lo, hi int) {
-		lo = min(offset, n)
-		hi = n
-		if limit >= 0 {
-			hi = min(lo+limit, n)
-		}
-		return lo, hi
-	}
-	if len(sortBy) == 0 {
-		lo, hi := page(len(sel))
-		sel = sel[lo:hi]
-	}
-	want := make([]string, len(sel))
-	for i, r := range sel {
-		want[i] = r.digest
-	}
-	vals, err := s.weave.TableRows(ctx, proj.ID, want)
-	if err != nil {
-		return nil, internalError(err)
-	}
-	out := make([]tableRowJSON, 0, len(sel))
-	for _, r := range sel {
-		out = append(out, tableRowJSON{Digest: r.digest, Val: vals[r.digest], OriginalIndex: r.index})
 	}
 	if len(sortBy) > 0 {
-		docs := make([]map[string]any, len(out))
-		for i := range out {
-			var m map[string]any
-			dec := json.NewDecoder(bytesReader(out[i].Val))
-			dec.UseNumber()
-			_ = dec.Decode(&m) // a stored row is always an object
-			docs[i] = map[string]any{"val": m, "i": json.Number(itoa(i))}
+		if sel, err = s.sortTableRows(ctx, proj.ID, sel, sortBy); err != nil {
+			var ae *apiError
+			if errors.As(err, &ae) {
+				return nil, ae
+			}
+			return nil, internalError(err)
 		}
-		keys := make([]weave.DocSort, len(sortBy))
-		for i, k := range sortBy {
-			keys[i] = weave.DocSort{Field: append([]string{"val"}, k.Field...), Desc: k.Desc}
-		}
-		weave.SortDocs(docs, keys)
-		sorted := make([]tableRowJSON, len(out))
-		for i, d := range docs {
-			j, _ := d["i"].(json.Number).Int64()
-			sorted[i] = out[j]
-		}
-		lo, hi := page(len(sorted))
-		out = sorted[lo:hi]
 	}
-	for i := range out {
-		if out[i].Val == nil {
-			out[i].Val = json.RawMessage("null")
+	lo := min(offset, len(sel))
+	hi := len(sel)
+	if limit >= 0 {
+		hi = min(lo+limit, hi)
+	}
+	return &tableRows{ws: s.weave, projectID: proj.ID, sel: sel[lo:hi]}, nil
+}
+
+// sortTableRows orders sel stably by the values of sortBy's fields in its
+// rows (absent ones first ascending, as weave.SortDocs orders them). The
+// rows are read tableReadRows at a time and only their keys are kept, all
+// within maxReadBytes.
+func (s *Service) sortTableRows(ctx context.Context, projectID int64, sel []selectedRow, sortBy []weave.DocSort) ([]selectedRow, error) {
+	type keyed struct {
+		selectedRow
+		keys []any
+	}
+	budget := readBudget{what: "a sort holds the sorted fields of every row it selects: sort fewer rows (filter.row_digests) or by smaller fields"}
+	rows := make([]keyed, len(sel))
+	for start := 0; start < len(sel); start += tableReadRows {
+		batch := sel[start:min(start+tableReadRows, len(sel))]
+		places := make(map[string][]int, len(batch)) // digest → its places in rows
+		want := make([]string, 0, len(batch))
+		for i, row := range batch {
+			rows[start+i].selectedRow = row
+			if places[row.digest] == nil {
+				want = append(want, row.digest)
+			}
+			places[row.digest] = append(places[row.digest], start+i)
 		}
+		err := s.weave.EachTableRow(ctx, projectID, want, func(digest string, val json.RawMessage) error {
+			keys, size := sortKeys(val, sortBy)
+			if e := budget.take(size + sortedRowOverhead*len(places[digest])); e != nil {
+				return e
+			}
+			for _, i := range places[digest] {
+				rows[i].keys = keys
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	sort.SliceStable(rows, func(i, j int) bool {
+		for k, by := range sortBy {
+			var a, b any
+			if rows[i].keys != nil {
+				a = rows[i].keys[k]
+			}
+			if rows[j].keys != nil {
+				b = rows[j].keys[k]
+			}
+			if r := weave.CompareValues(a, b); r != 0 {
+				return (r < 0) != by.Desc
+			}
+		}
+		return false
+	})
+	out := sel[:0]
+	for _, r := range rows {
+		out = append(out, r.selectedRow)
 	}
 	return out, nil
 }
 
-// tableQueryStats serves POST /table/query_stats {project_id, digest}.
+// sortKeys reads the values of sortBy's fields in a row, found through
+// objects only, as weave.Lookup finds them; absent ones are nil. size is
+// the bytes of their JSON.
+func sortKeys(row json.RawMessage, sortBy []weave.DocSort) (keys []any, size int) {
+	keys = make([]any, len(sortBy))
+	doc := gjson.ParseBytes(row)
+	for i, by := range sortBy {
+		cur := doc
+		for _, f := range by.Field {
+			if !cur.IsObject() {
+				cur = gjson.Result{}
+				break
+			}
+			cur = cur.Get(gjson.Escape(f))
+		}
+		if !cur.Exists() {
+			continue
+		}
+		size += len(cur.Raw)
+		dec := json.NewDecoder(strings.NewReader(cur.Raw))
+		dec.UseNumber()
+		_ = dec.Decode(&keys[i]) // gjson found a whole JSON value
+	}
+	return keys, size
+}
+
+// tableQueryStats serves POST /table/query_stats {project_id, digest},
+// counting from the row count stored with the table.
 func (s *Service) tableQueryStats(ctx context.Context, rc *fasthttp.RequestCtx, key *auth.Key, _ pathParams) *apiError {
 	digest, projectID, e := s.digestRequest(ctx, rc, key, "Table")
 	if e != nil {
 		return e
 	}
-	digests, err := s.weave.TableRowDigests(ctx, projectID, digest)
+	n, err := s.weave.TableRowCount(ctx, projectID, digest)
 	if e := lookupError(err, "Table "+digest); e != nil {
 		return e
 	}
-	writeJSON(rc, fasthttp.StatusOK, map[string]int{"count": len(digests)})
+	writeJSON(rc, fasthttp.StatusOK, map[string]int{"count": n})
 	return nil
 }
 
@@ -328,14 +522,14 @@ func (s *Service) tableQueryStatsBatch(ctx context.Context, rc *fasthttp.Request
 		if !found {
 			break
 		}
-		rows, err := s.weave.TableRowDigests(ctx, proj.ID, d)
+		n, err := s.weave.TableRowCount(ctx, proj.ID, d)
 		switch {
 		case errors.Is(err, weave.ErrNotFound):
 			continue
 		case err != nil:
 			return internalError(err)
 		}
-		out = append(out, stat{Digest: d, Count: len(rows)})
+		out = append(out, stat{Digest: d, Count: n})
 	}
 	writeJSON(rc, fasthttp.StatusOK, map[string][]stat{"tables": out})
 	return nil

@@ -150,8 +150,9 @@ func scanObject(sc rowScanner, projectID int64, withVal bool) (weave.Object, err
 	return o, nil
 }
 
-// QueryObjects lists live object versions.
-func (d *DB) QueryObjects(ctx context.Context, projectID int64, q weave.ObjectQuery) ([]weave.Object, error) {
+// QueryObjects calls fn for each live object version q selects, reading
+// them as fn takes them: a version after fn's error is never read.
+func (d *DB) QueryObjects(ctx context.Context, projectID int64, q weave.ObjectQuery, fn func(*weave.Object) error) error {
 	where := []sqlFrag{{sql: `o.project_id = ? AND o.deleted_at IS NULL`, args: []any{projectID}}}
 	if len(q.ObjectIDs) > 0 {
 		where = append(where, inStrings("o.object_id", q.ObjectIDs))
@@ -201,21 +202,22 @@ func (d *DB) QueryObjects(ctx context.Context, projectID int64, q weave.ObjectQu
 	rows, err := d.conn().query(ctx, `SELECT `+cols+` FROM weave_objects o WHERE `+w.sql+
 		` ORDER BY `+strings.Join(order, ", ")+` LIMIT ? OFFSET ?`, args...)
 	if err != nil {
-		return nil, fmt.Errorf("query objects: %w", err)
+		return fmt.Errorf("query objects: %w", err)
 	}
 	defer rows.Close()
-	var out []weave.Object
 	for rows.Next() {
 		o, err := scanObject(rows, projectID, !q.MetadataOnly)
 		if err != nil {
-			return nil, fmt.Errorf("query objects: %w", err)
+			return fmt.Errorf("query objects: %w", err)
 		}
-		out = append(out, o)
+		if err := fn(&o); err != nil {
+			return err
+		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("query objects: %w", err)
+		return fmt.Errorf("query objects: %w", err)
 	}
-	return out, nil
+	return nil
 }
 
 // DeleteObjects marks versions deleted, all or none: when one version

@@ -294,31 +294,70 @@ func (d *DB) TableRowDigests(ctx context.Context, projectID int64, digest string
 	return list, nil
 }
 
+// TableRowCount returns how many rows a table has, as stored beside its
+// digests, without reading them.
+func (d *DB) TableRowCount(ctx context.Context, projectID int64, digest string) (int, error) {
+	var n int
+	err := d.conn().queryRow(ctx, `SELECT row_count FROM weave_tables WHERE project_id = ? AND digest = ?`,
+		projectID, digest).Scan(&n)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("table %s: %w", digest, weave.ErrNotFound)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read table: %w", err)
+	}
+	return n, nil
+}
+
 // TableRows returns the values of the rows with the given digests; digests
 // the project does not hold are absent from the map.
 func (d *DB) TableRows(ctx context.Context, projectID int64, rowDigests []string) (map[string]json.RawMessage, error) {
 	out := make(map[string]json.RawMessage, len(rowDigests))
+	err := d.EachTableRow(ctx, projectID, rowDigests, func(digest string, val json.RawMessage) error {
+		out[digest] = val
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// EachTableRow calls fn with each row of rowDigests the project holds, as
+// the statement reads it, a bounded number of digests per statement, so
+// that a caller that keeps little of each row holds one at a time. Rows
+// come in no particular order; a digest named twice in one statement's
+// share comes once.
+func (d *DB) EachTableRow(ctx context.Context, projectID int64, rowDigests []string, fn func(digest string, val json.RawMessage) error) error {
 	for len(rowDigests) > 0 {
 		n := min(len(rowDigests), maxRowsPerStatement)
-		f := inStrings("digest", rowDigests[:n])
-		rows, err := d.conn().query(ctx, `SELECT digest, val FROM weave_table_rows WHERE project_id = ? AND `+f.sql,
-			append([]any{projectID}, f.args...)...)
-		if err != nil {
-			return nil, fmt.Errorf("read table rows: %w", err)
-		}
-		for rows.Next() {
-			var dg, val string
-			if err := rows.Scan(&dg, &val); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("read table rows: %w", err)
-			}
-			out[dg] = json.RawMessage(val)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, fmt.Errorf("read table rows: %w", err)
+		if err := d.eachTableRow(ctx, projectID, rowDigests[:n], fn); err != nil {
+			return err
 		}
 		rowDigests = rowDigests[n:]
 	}
-	return out, nil
+	return nil
+}
+
+func (d *DB) eachTableRow(ctx context.Context, projectID int64, rowDigests []string, fn func(digest string, val json.RawMessage) error) error {
+	f := inStrings("digest", rowDigests)
+	rows, err := d.conn().query(ctx, `SELECT digest, val FROM weave_table_rows WHERE project_id = ? AND `+f.sql,
+		append([]any{projectID}, f.args...)...)
+	if err != nil {
+		return fmt.Errorf("read table rows: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var dg, val string
+		if err := rows.Scan(&dg, &val); err != nil {
+			return fmt.Errorf("read table rows: %w", err)
+		}
+		if err := fn(dg, json.RawMessage(val)); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read table rows: %w", err)
+	}
+	return nil
 }

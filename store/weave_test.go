@@ -65,7 +65,7 @@ func TestObjectVersions(t *testing.T) {
 		if o, err := db.ReadObject(ctx, p.ID, "cfg", weave.Latest); err != nil || o.Digest != v0.Digest {
 			t.Fatalf("latest after delete = %+v, %v", o, err)
 		}
-		objs, err := db.QueryObjects(ctx, p.ID, weave.ObjectQuery{Limit: -1})
+		objs, err := queryObjects(ctx, db, p.ID, weave.ObjectQuery{Limit: -1})
 		if err != nil || len(objs) != 1 || objs[0].Digest != v0.Digest || !objs[0].IsLatest {
 			t.Fatalf("query after delete = %+v, %v", objs, err)
 		}
@@ -120,7 +120,7 @@ func TestQueryObjects(t *testing.T) {
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
-				objs, err := db.QueryObjects(ctx, p.ID, tt.q)
+				objs, err := queryObjects(ctx, db, p.ID, tt.q)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -236,6 +236,20 @@ func TestTablesFilesFeedbackCosts(t *testing.T) {
 		if _, err := db.TableRowDigests(ctx, q.ID, "T"); !errors.Is(err, weave.ErrNotFound) {
 			t.Fatalf("another project's table: %v, want ErrNotFound", err)
 		}
+		if n, err := db.TableRowCount(ctx, p.ID, "T"); err != nil || n != 3 {
+			t.Fatalf("row count = %d, %v; want 3", n, err)
+		}
+		if _, err := db.TableRowCount(ctx, q.ID, "T"); !errors.Is(err, weave.ErrNotFound) {
+			t.Fatalf("another project's row count: %v, want ErrNotFound", err)
+		}
+		stop := errors.New("stop")
+		seen := 0
+		if err := db.EachTableRow(ctx, p.ID, []string{"r1", "r2", "nope"}, func(string, json.RawMessage) error {
+			seen++
+			return stop
+		}); !errors.Is(err, stop) || seen != 1 {
+			t.Fatalf("EachTableRow ended by its callback: %v after %d rows, want stop after 1", err, seen)
+		}
 
 		content := []byte{0, 1, 2, 0xff, 'x'}
 		f := weave.File{Digest: weave.BytesDigest(content), Content: content}
@@ -323,6 +337,16 @@ func listFeedback(ctx context.Context, db *store.DB, projectID int64, refs []str
 	var out []weave.Feedback
 	err := db.QueryFeedback(ctx, projectID, weave.FeedbackQuery{Refs: refs, Limit: -1}, func(f *weave.Feedback) error {
 		out = append(out, *f)
+		return nil
+	})
+	return out, err
+}
+
+// queryObjects reads all the object versions q selects.
+func queryObjects(ctx context.Context, db *store.DB, projectID int64, q weave.ObjectQuery) ([]weave.Object, error) {
+	var out []weave.Object
+	err := db.QueryObjects(ctx, projectID, q, func(o *weave.Object) error {
+		out = append(out, *o)
 		return nil
 	})
 	return out, err

@@ -383,6 +383,10 @@ type DocSort struct {
 	Desc  bool
 }
 
+// CompareValues orders two values as SortDocs does, for a caller that
+// sorts values it holds outside documents.
+func CompareValues(a, b any) int { return compareAny(a, b) }
+
 // SortDocs sorts docs stably by keys; absent values sort first ascending.
 func SortDocs(docs []map[string]any, keys []DocSort) {
 	sort.SliceStable(docs, func(i, j int) bool {

@@ -183,8 +183,10 @@ type Store interface {
 	// ReadObject reads one version: version is a digest, Latest, or
 	// "v<index>". A deleted version is ErrDeleted.
 	ReadObject(ctx context.Context, projectID int64, objectID, version string) (Object, error)
-	// QueryObjects lists live object versions.
-	QueryObjects(ctx context.Context, projectID int64, q ObjectQuery) ([]Object, error)
+	// QueryObjects calls fn for each live object version q selects, in
+	// its order, reading them as fn takes them; fn's error ends the query
+	// and is returned.
+	QueryObjects(ctx context.Context, projectID int64, q ObjectQuery, fn func(*Object) error) error
 	// DeleteObjects marks versions deleted (every live one when versions
 	// is empty; each element as in ReadObject) and returns how many.
 	// ErrNotFound when a version named is not a live one.
@@ -196,8 +198,15 @@ type Store interface {
 	PutTable(ctx context.Context, projectID int64, digest string, rowDigests []string, rows []TableRow) error
 	// TableRowDigests returns a table's row digests in order.
 	TableRowDigests(ctx context.Context, projectID int64, digest string) ([]string, error)
+	// TableRowCount returns how many rows a table has, without reading
+	// its row digests.
+	TableRowCount(ctx context.Context, projectID int64, digest string) (int, error)
 	// TableRows returns the values of the rows with the given digests.
 	TableRows(ctx context.Context, projectID int64, rowDigests []string) (map[string]json.RawMessage, error)
+	// EachTableRow calls fn with the digest and value of each row of
+	// rowDigests the store holds, in no particular order, one row at a
+	// time; fn's error ends the read and is returned.
+	EachTableRow(ctx context.Context, projectID int64, rowDigests []string, fn func(digest string, val json.RawMessage) error) error
 
 	// PutFile stores a file under its digest; storing it again is a no-op.
 	PutFile(ctx context.Context, projectID int64, f File) error
