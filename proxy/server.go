@@ -349,6 +349,9 @@ func (s *Server) routes() []routeEntry {
 		{"", "/v1/organization/usage/embeddings", nil},
 		{"", "/v1/organization/usage/embeddings", nil},
 		{"", "/v1/tollgate/budgets", nil},
+		{"", "/v1/organization/projects", nil},
+		{"", "/v1/organization/projects/{path...}", nil},
+		{"", "/v1/organization/audit_logs", nil},
 		{"", "/healthz", func(ctx *fasthttp.RequestCtx, _ []byte) {
 			ctx.SetContentType("application/json")
 			ctx.SetBodyString(`{"status":"ok"}`)

@@ -17,7 +17,7 @@ type Route struct {
 	// stands for the rest of the path, slashes included.
 	Pattern string
 	// Module names what serves the route: "proxy", "trace service",
-	// "usage API", "budgets", "metrics" or "dashboard".
+	// "usage API", "budgets", "admin API", "metrics" or "dashboard".
 	Module string
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/tollgate-dev/tollgate/backends"
 	"github.com/tollgate-dev/tollgate/config"
 	"github.com/tollgate-dev/tollgate/logline"
+	"github.com/tollgate-dev/tollgate/org"
 	"github.com/tollgate-dev/tollgate/proxy"
 	"github.com/tollgate-dev/tollgate/route"
 	"github.com/tollgate-dev/tollgate/store"
@@ -201,7 +202,16 @@ func build(ctx context.Context, cfg *config.Config, stderr io.Writer) (*gateway,
 		return g.gen.cfg.Limits
 	})
 	metrics := fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	own := ownRoutes(cfg, keys, usageAPI, budgetAPI, metrics)
+	orgAPI := admin.NewOrgAPI(org.NewService(g.store), keys, func() []string {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		ids := make([]string, 0, len(g.gen.cfg.Models))
+		for _, m := range g.gen.cfg.Models {
+			ids = append(ids, m.Name)
+		}
+		return ids
+	})
+	own := ownRoutes(cfg, keys, usageAPI, budgetAPI, orgAPI, metrics)
 	adminRoutes := serveOwnAndTraces(own, svc)
 	next := adminRoutes
 	if cfg.AdminListen != "" {

@@ -30,7 +30,7 @@ type servedRoute struct {
 // service's. metrics is guarded as server.metrics_auth says (see
 // guardMetrics).
 func ownRoutes(cfg *config.Config, keys *auth.Keyring, usageAPI *admin.UsageAPI, budgetAPI *admin.BudgetAPI,
-	metrics fasthttp.RequestHandler) []servedRoute {
+	orgAPI *admin.OrgAPI, metrics fasthttp.RequestHandler) []servedRoute {
 	metrics = guardMetrics(cfg.Server, keys, metrics)
 	// The dashboard's files (about 290 KB) are read into the heap on its
 	// first request rather than here: a gateway whose dashboard nobody
@@ -41,6 +41,9 @@ func ownRoutes(cfg *config.Config, keys *auth.Keyring, usageAPI *admin.UsageAPI,
 		{route.Route{Pattern: "/v1/organization/usage/completions", Module: "usage API"}, usageAPI.ServeUsage},
 		{route.Route{Pattern: "/v1/organization/usage/embeddings", Module: "usage API"}, usageAPI.ServeEmbeddingsUsage},
 		{route.Route{Pattern: "/v1/tollgate/budgets", Module: "budgets"}, budgetAPI.ServeBudgets},
+		{route.Route{Pattern: admin.OrgProjectsPath, Module: "admin API"}, orgAPI.Serve},
+		{route.Route{Pattern: admin.OrgProjectsPath + "/{path...}", Module: "admin API"}, orgAPI.Serve},
+		{route.Route{Pattern: admin.OrgAuditLogsPath, Module: "admin API"}, orgAPI.Serve},
 		{route.Route{Pattern: "/metrics", Module: "metrics"}, metrics},
 		{route.Route{Pattern: "/ui", Module: "dashboard"}, dashboard},
 		{route.Route{Pattern: ui.Prefix, Module: "dashboard"}, dashboard},
