@@ -158,3 +158,32 @@ func TestChatRequestReasoning(t *testing.T) {
 		})
 	}
 }
+
+// FuzzChatRequest checks that every body the validator accepts translates
+// into valid JSON, or into a refusal naming a field.
+func FuzzChatRequest(f *testing.F) {
+	files, _ := filepath.Glob(filepath.Join("..", "anthropic", "testdata", "*.json"))
+	for _, name := range files {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var req anthropic.Request
+		if anthropic.Validate(body, &req, anthropic.Limits{}) != nil {
+			return
+		}
+		out, err := ChatRequest(nil, body, &req, ChatOptions{Model: "m", Reasoning: ReasoningEffort, MaxOutputTokens: 1 << 20})
+		if err != nil {
+			if err.Param == "" || err.Message == "" {
+				t.Fatalf("refusal without a field: %+v", err)
+			}
+			return
+		}
+		if !json.Valid(out) {
+			t.Fatalf("translation is not JSON:\n%s\nfrom\n%s", out, body)
+		}
+	})
+}
