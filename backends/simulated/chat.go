@@ -27,14 +27,8 @@ func (s *Server) chat(ctx *fasthttp.RequestCtx) {
 		// With no limit from the request the simulated model "decides" to stop on its own.
 		tokens, finish = s.opts.Tokens, "stop"
 	}
-	if req.prompt+tokens > maxModelLen {
-		writeError(ctx, fasthttp.StatusBadRequest, shapeNested, apiError{
-			typ: "BadRequestError",
-			msg: "This model's maximum context length is " + strconv.Itoa(maxModelLen) +
-				" tokens. However, you requested " + strconv.Itoa(req.prompt+tokens) + " tokens (" +
-				strconv.Itoa(req.prompt) + " in the messages, " + strconv.Itoa(tokens) +
-				" in the completion). Please reduce the length of the messages or completion.",
-		})
+	if e, long := contextTooLong(req.prompt, tokens); long {
+		writeError(ctx, fasthttp.StatusBadRequest, shapeNested, e)
 		s.completed.Add(1)
 		return
 	}
@@ -65,6 +59,20 @@ func (s *Server) chat(ctx *fasthttp.RequestCtx) {
 	st := s.streams.Get().(*stream)
 	st.start(s, id, created, &req, tokens, finish, failAfter, breakAfter)
 	startStream(ctx, st, breakAfter)
+}
+
+// contextTooLong reports vLLM's 400 for a prompt and completion beyond the context length.
+func contextTooLong(prompt, tokens int) (apiError, bool) {
+	if prompt+tokens <= maxModelLen {
+		return apiError{}, false
+	}
+	return apiError{
+		status: fasthttp.StatusBadRequest, typ: "BadRequestError",
+		msg: "This model's maximum context length is " + strconv.Itoa(maxModelLen) +
+			" tokens. However, you requested " + strconv.Itoa(prompt+tokens) + " tokens (" +
+			strconv.Itoa(prompt) + " in the messages, " + strconv.Itoa(tokens) +
+			" in the completion). Please reduce the length of the messages or completion.",
+	}, true
 }
 
 // streamInjections reads X-Mock-Fail-After and X-Mock-Break-After (-1 when absent). When one is

@@ -32,6 +32,11 @@ func (s *Server) chatRich(ctx *fasthttp.RequestCtx, req *chatRequest, id, create
 	if !ok {
 		return
 	}
+	startStream(ctx, newEventStream(s, newChatEvents(req, choices, id, created), failAfter, breakAfter), breakAfter)
+}
+
+// newChatEvents returns the event source of a rich chat stream of choices.
+func newChatEvents(req *chatRequest, choices []chatChoice, id, created int64) *chatEvents {
 	src := &chatEvents{
 		chunkFrame: chunkFrame{prompt: req.prompt, cached: req.cached},
 		choices:    choices, n: len(choices),
@@ -45,7 +50,7 @@ func (s *Server) chatRich(ctx *fasthttp.RequestCtx, req *chatRequest, id, create
 	// The request body is gone once the handler returns: the events keep only copies.
 	src.logprobs, src.top = req.logprobs, req.topLogprobs
 	src.includeUsage, src.continuous = req.includeUsage, req.continuous
-	startStream(ctx, newEventStream(s, src, failAfter, breakAfter), breakAfter)
+	return src
 }
 
 // chatChoices generates the request's choices.

@@ -380,6 +380,14 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		if postOnly(ctx) {
 			s.createResponse(ctx)
 		}
+	case "/v1/messages", "/messages", "/v1/messages/", "/messages/":
+		if postOnly(ctx) {
+			s.messages(ctx)
+		}
+	case "/v1/messages/count_tokens", "/messages/count_tokens":
+		if postOnly(ctx) {
+			s.countTokens(ctx)
+		}
 	case "/v1/models", "/models":
 		if !getOnly(ctx) || s.inject(ctx) {
 			return
