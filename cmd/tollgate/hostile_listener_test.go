@@ -34,7 +34,7 @@ log: {level: info}
 admin_listen: %q
 auth:
   keys:
-    - {name: hostile, key: %q, teams: ["*"], default_team: acme}
+    - {name: hostile, key: %q, teams: ["*"], default_team: acme, admin: true}
 backends:
   - name: sim
     simulated: {tokens: 4}
@@ -79,7 +79,7 @@ func startListenerGateway(t *testing.T, bin string, nofile int, server string) *
 			t.Fatalf("the gateway's limits lack %q:\n%s", want, limits)
 		}
 	}
-	g.waitServing(t, adminAddr, "/metrics", "")
+	g.waitServing(t, adminAddr, "/metrics", hostileKey)
 	return g
 }
 
@@ -164,7 +164,7 @@ func (g *listenerGateway) chat(t *testing.T) {
 // scrape of the admin listener's /metrics; zero when absent.
 func (g *listenerGateway) metric(t *testing.T, series string) float64 {
 	t.Helper()
-	body := g.waitServing(t, g.adminAddr, "/metrics", "")
+	body := g.waitServing(t, g.adminAddr, "/metrics", hostileKey)
 	for _, line := range strings.Split(body, "\n") {
 		if v, ok := strings.CutPrefix(line, series+" "); ok {
 			f, err := strconv.ParseFloat(v, 64)
