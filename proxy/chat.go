@@ -350,9 +350,10 @@ const maxAttempts = 8
 func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *completion, body []byte) {
 	retries := st.cfg.Retries
 	s.retryBudget.Request()
-	var affinity uint64
-	if c.route.Affinity {
-		affinity = backends.AffinityKey(promptPrefix(body))
+	var blockArr [backends.MaxPrefixBlocks]uint64
+	blocks := blockArr[:0]
+	if c.route.WantsBlocks() {
+		blocks = backends.AppendBlockChain(blocks, promptMessages(body))
 	}
 	c.watch = s.clients.watch(ctx, c.rec.Started)
 	defer c.watch.stop()
@@ -385,7 +386,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *completion, bod
 			pinned = b != nil
 		}
 		if b == nil {
-			b = route.Pick(tried, affinity)
+			b = route.Pick(tried, blocks)
 		}
 		if b == nil {
 			if route.Full(tried) {
