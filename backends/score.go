@@ -1,6 +1,7 @@
 package backends
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 
@@ -47,9 +48,11 @@ const (
 // across backends of different weights.
 const assumedRunning = 16
 
-// scoreTie is how close two scores must be to count as equal: equal
-// backends are drawn by weight, so that at idle traffic follows the
-// weights.
+// candidateSlots is how many requests fewer a backend may need to score as
+// well as the best one and still be drawn.
+const candidateSlots = 2
+
+// scoreTie absorbs rounding when scores are compared.
 const scoreTie = 1e-9
 
 // assessment is what the scheduler knows of one backend for one request.
@@ -59,8 +62,9 @@ type assessment struct {
 	// ahead is how many requests must leave the backend before this one
 	// runs: zero when it has a free sequence slot.
 	ahead int64
-	// runShare is the share of its sequence slots in use.
-	runShare float64
+	// runShare is the share of its sequence slots in use, and slot the
+	// share of one slot.
+	runShare, slot float64
 	// kvUsage is the share of its KV cache in use (zero when unknown or
 	// the signal is off).
 	kvUsage float64
@@ -106,6 +110,7 @@ func (r *Route) assess(b *Backend, blocks []uint64) assessment {
 		a.ahead = load - capacity + 1
 	}
 	a.runShare = float64(load) / float64(capacity)
+	a.slot = 1 / float64(capacity)
 	return a
 }
 
@@ -128,18 +133,23 @@ func (a *assessment) score(n int) float64 {
 // The rule: a backend where the request would queue is never chosen over
 // one with a free sequence slot, unless the prefix it holds beyond the
 // free one's pays for the wait: more than routing.queue_cost_tokens tokens
-// per request ahead of it. Among backends with free slots, the best score
-// wins (prefix held, slots and KV cache in use, LoRA adapter loaded), and
-// equal scores are drawn by weight. Among queueing backends, the one with
-// the least wait net of its prefix wins.
+// per request ahead of it. Among backends with free slots the score decides
+// (prefix held, slots and KV cache in use, LoRA adapter loaded), and among
+// queueing ones the least wait net of its prefix.
+//
+// The best score does not win outright: every free backend that would
+// score as well with candidateSlots requests fewer is a candidate, and one
+// is drawn by weight. So backends that differ by a request or two share the traffic in
+// proportion to their weights (at idle, exactly), rather than each request
+// piling onto whichever looked least loaded, which also keeps gateway
+// replicas from herding onto one backend.
 func (r *Route) schedule(tried Tried, blocks []uint64) *Backend {
 	if !r.signals.prefix {
 		blocks = nil
 	}
-	var free, queued *Backend
-	var freeScore float64
-	var tiedWeight int64
-	var freeHeld, queuedHeld int
+	var queued, best *Backend
+	bestScore := math.Inf(-1)
+	var queuedHeld int
 	var queuedAhead, queuedCost int64
 	for _, b := range r.backends {
 		if !usable(b, tried) {
@@ -153,20 +163,33 @@ func (r *Route) schedule(tried Tried, blocks []uint64) *Backend {
 			}
 			continue
 		}
-		switch s := a.score(len(blocks)); {
-		case free == nil || s > freeScore+scoreTie:
-			free, freeScore, tiedWeight, freeHeld = b, s, b.weight, a.held
-		case s >= freeScore-scoreTie:
-			// A tie: keep each tied backend with probability
-			// proportional to its weight (weighted reservoir sampling).
-			tiedWeight += b.weight
-			if rand.Int64N(tiedWeight) < b.weight {
-				free, freeHeld = b, a.held
-			}
+		if s := a.score(len(blocks)); s > bestScore {
+			best, bestScore = b, s
+		}
+	}
+	if best == nil {
+		return queued
+	}
+	// The draw among the candidates (weighted reservoir sampling).
+	var free *Backend
+	var freeHeld int
+	var drawn int64
+	for _, b := range r.backends {
+		if !usable(b, tried) {
+			continue
+		}
+		a := r.assess(b, blocks)
+		if a.ahead > 0 || a.score(len(blocks))+weightRunning*candidateSlots*a.slot < bestScore-scoreTie {
+			continue
+		}
+		drawn += b.weight
+		if rand.Int64N(drawn) < b.weight {
+			free, freeHeld = b, a.held
 		}
 	}
 	if free == nil {
-		return queued
+		// The loads moved between the two passes.
+		free, freeHeld = best, r.assess(best, blocks).held
 	}
 	if queued != nil && heldTokens(queuedHeld)-heldTokens(freeHeld) > queuedAhead*r.signals.queueCostTokens {
 		return queued

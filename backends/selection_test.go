@@ -159,7 +159,7 @@ func TestPickLoad(t *testing.T) {
 		want         string
 	}{
 		{"fewer in flight wins", 1, 1, 5, 0, "idle"},
-		{"in flight counts per unit of weight", 4, 1, 3, 1, "busy"},
+		{"in flight counts per unit of weight", 4, 1, 3, 3, "busy"},
 		{"a heavier backend with more in flight still loses past its share", 2, 1, 5, 1, "idle"},
 	}
 	for _, tt := range tests {
