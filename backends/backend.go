@@ -48,16 +48,19 @@ type Backend struct {
 
 	// continuousUsage says the backend honours continuous_usage_stats.
 	continuousUsage bool
-	// seed places the backend in rendezvous hashing. It derives from the
-	// name, so every gateway replica, and every reload, agrees on which
-	// backend a prompt prefix belongs to.
-	seed uint64
 	// slots is signalled when a request ends, for requests queued for a
 	// free slot.
 	slots *slotSignal
 
 	inflight atomic.Int64
 	health   health
+	// server is the backend's load from its last fresh metrics reading;
+	// nil when none is fresh (or its metrics are not read), and then the
+	// scheduler counts the gateway's own requests in flight.
+	server atomic.Pointer[serverLoad]
+	// index is what prompt blocks the backend was sent recently; nil when
+	// no route of the backend uses the prefix signal.
+	index *prefixIndex
 	// nextProbe is when the health checker probes next (unix ns); only
 	// the checker's goroutine touches it.
 	nextProbe int64
@@ -76,7 +79,6 @@ func newBackend(cfg config.Backend) (*Backend, error) {
 		timeouts:       cfg.Timeouts,
 		// The simulator implements continuous_usage_stats.
 		continuousUsage: cfg.ContinuousUsage || cfg.Simulated != nil,
-		seed:            nameSeed(cfg.Name),
 	}
 	b.health.init(cfg.Health)
 	if cfg.APIKey != "" {
@@ -306,11 +308,8 @@ func (b *Backend) close() error {
 	return nil
 }
 
-// nameSeed is the FNV-1a hash of a backend name.
-func nameSeed(name string) uint64 { return fnv1a([]byte(name)) }
-
 // fnv1a is the 64-bit FNV-1a hash: fixed across processes, and fast enough
-// for the few kilobytes of a prompt prefix.
+// for the short names it hashes (LoRA adapters).
 func fnv1a(b []byte) uint64 {
 	h := uint64(14695981039346656037)
 	for _, c := range b {

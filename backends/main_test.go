@@ -23,7 +23,7 @@ var testHealth = config.Health{FailuresToEject: 3, Cooldown: time.Second, MaxCoo
 // newTestBackend returns a backend with no connection to anything, enough for the selection,
 // health and queue logic, which never send a request.
 func newTestBackend(name string, weight, maxConcurrency int) *Backend {
-	b := &Backend{Name: name, weight: int64(max(weight, 1)), maxConcurrency: int64(maxConcurrency), seed: nameSeed(name)}
+	b := &Backend{Name: name, weight: int64(max(weight, 1)), maxConcurrency: int64(maxConcurrency)}
 	b.health.init(testHealth)
 	return b
 }
@@ -31,13 +31,17 @@ func newTestBackend(name string, weight, maxConcurrency int) *Backend {
 // newTestRoute puts backends in a route that shares one slot signal with them, as NewRegistry
 // wires them.
 func newTestRoute(q config.Queue, bs ...*Backend) *Route {
-	r := &Route{Name: "m", Upstream: "m", backends: bs, queue: q, slots: newSlotSignal()}
+	r := &Route{Name: "m", Upstream: "m", backends: bs, queue: q, slots: newSlotSignal(),
+		signals: signalsOf(&config.Model{Routing: config.Routing{QueueCostTokens: testQueueCostTokens}})}
 	for _, b := range bs {
 		r.totalWeight += b.weight
 		b.slots = r.slots
 	}
 	return r
 }
+
+// testQueueCostTokens is the routing.queue_cost_tokens of newTestRoute's routes.
+const testQueueCostTokens = 2048
 
 // eject takes b out as passive ejection does, with enough failures.
 func eject(b *Backend) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,8 +39,11 @@ type Route struct {
 	// FallbackKeepsModel makes replies served by a fallback name this
 	// route's model.
 	FallbackKeepsModel bool
-	// Affinity is true for prefix affinity.
-	Affinity bool
+	// signals are the scheduler's signals the model uses.
+	signals signals
+	// adapter is the FNV-1a hash of Upstream, which names a LoRA adapter
+	// when the backends serve one under it.
+	adapter uint64
 	// serves has bit e set for each Endpoint e the model serves.
 	serves uint8
 
@@ -79,6 +83,12 @@ type Registry struct {
 	ordered  []*Route
 	// slots wakes requests queued for a free slot on any backend.
 	slots *slotSignal
+	// pollers read the metrics of the backends the scheduler scores on
+	// them, one goroutine each, from NewRegistry until Close.
+	pollers   []*metricsPoller
+	stopPolls chan struct{}
+	polling   sync.WaitGroup
+	closeOnce sync.Once
 }
 
 // NewRegistry builds backends and routes from a validated configuration.
@@ -100,10 +110,11 @@ func NewRegistry(cfg *config.Config) (*Registry, error) {
 	for i, mc := range cfg.Models {
 		rt := &Route{Name: mc.Name, Upstream: mc.Name, PriorityScheduling: mc.PriorityScheduling,
 			ToolCalling:        mc.ToolCalling,
-			FallbackKeepsModel: mc.FallbackKeepsModel, Affinity: mc.Affinity == "prefix", queue: mc.Queue, slots: r.slots}
+			FallbackKeepsModel: mc.FallbackKeepsModel, signals: signalsOf(&mc), queue: mc.Queue, slots: r.slots}
 		if mc.UpstreamModel != "" {
 			rt.Upstream = mc.UpstreamModel
 		}
+		rt.adapter = fnv1a([]byte(rt.Upstream))
 		rt.serves = endpointSet(mc.Endpoints)
 		rt.NameJSON = quoteJSON(rt.Name)
 		rt.UpstreamJSON = quoteJSON(rt.Upstream)
@@ -118,6 +129,10 @@ func NewRegistry(cfg *config.Config) (*Registry, error) {
 		}
 		r.routes[mc.Name] = rt
 		r.ordered = append(r.ordered, rt)
+	}
+	if err := r.startPolling(cfg); err != nil {
+		r.Close()
+		return nil, err
 	}
 	for i, mc := range cfg.Models {
 		for j, f := range mc.Fallbacks {
@@ -161,8 +176,15 @@ func (r *Registry) Ready() bool {
 	return true
 }
 
-// Close closes idle upstream connections and stops simulated backends.
+// Close stops the metrics pollers, closes idle upstream connections and
+// stops simulated backends.
 func (r *Registry) Close() error {
+	r.closeOnce.Do(func() {
+		if r.stopPolls != nil {
+			close(r.stopPolls)
+		}
+	})
+	r.polling.Wait()
 	var errs []error
 	for _, b := range r.backends {
 		if err := b.close(); err != nil {

@@ -1,7 +1,6 @@
 package backends
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
@@ -11,11 +10,11 @@ import (
 // pickCounts picks n times and counts the picks by backend name ("" for
 // nil). Each pick's slot is released at once, as by a finished request, so
 // the picks do not load the backends.
-func pickCounts(r *Route, n int, tried Tried, key uint64) map[string]int {
+func pickCounts(r *Route, n int, tried Tried, blocks []uint64) map[string]int {
 	counts := make(map[string]int)
 	for range n {
 		name := ""
-		if b := r.Pick(tried, key); b != nil {
+		if b := r.Pick(tried, blocks); b != nil {
 			name = b.Name
 			b.Release()
 		}
@@ -84,7 +83,7 @@ func TestPick(t *testing.T) {
 			for _, i := range tt.tried {
 				tried = append(tried, r.backends[i])
 			}
-			counts := pickCounts(r, 300, tried, 0)
+			counts := pickCounts(r, 300, tried, nil)
 			for name := range counts {
 				if !contains(tt.allow, name) {
 					t.Errorf("picked %q (%v), want only %q", name, counts, tt.allow)
@@ -116,144 +115,62 @@ func contains(list []string, s string) bool {
 func TestPickSingleBackend(t *testing.T) {
 	a := newTestBackend("a", 1, 1)
 	r := newTestRoute(config.Queue{}, a)
-	for _, key := range []uint64{0, 42} {
-		if r.Pick(nil, key) != a {
+	for _, blocks := range [][]uint64{nil, {42, 43}} {
+		if r.Pick(nil, blocks) != a {
 			t.Fatal("the only backend was not picked")
 		}
 		a.Release()
 	}
-	if r.Pick(Tried{a}, 0) != nil {
+	if r.Pick(Tried{a}, nil) != nil {
 		t.Error("a tried backend was picked")
 	}
 	a.inflight.Add(1)
-	if r.Pick(nil, 0) != nil || !r.Full(nil) {
+	if r.Pick(nil, nil) != nil || !r.Full(nil) {
 		t.Error("a full backend was picked, or the route is not full")
 	}
 	a.Release()
 	eject(a)
-	if r.Pick(nil, 0) != nil || r.PickEjected(nil) != a {
+	if r.Pick(nil, nil) != nil || r.PickEjected(nil) != a {
 		t.Error("an ejected backend was picked, or not offered as the last resort")
 	}
-	if r := newTestRoute(config.Queue{}); r.Pick(nil, 0) != nil || r.PickEjected(nil) != nil || r.Full(nil) {
+	if r := newTestRoute(config.Queue{}); r.Pick(nil, nil) != nil || r.PickEjected(nil) != nil || r.Full(nil) {
 		t.Error("an empty route picked something or is full")
 	}
 }
 
-// TestPickDraws checks the two halves of weighted P2C in isolation: draws follow the weights, and
-// of two equally weighted backends the less loaded one wins three times in four (it loses only
-// when it is not drawn at all).
-func TestPickDraws(t *testing.T) {
+// TestPickLoad checks the scheduler without metrics: at idle every score ties and picks follow
+// the weights; under load the backend with fewer requests in flight, per unit of weight, wins.
+func TestPickLoad(t *testing.T) {
 	a, b, c := newTestBackend("a", 1, 0), newTestBackend("b", 2, 0), newTestBackend("c", 3, 0)
 	r := newTestRoute(config.Queue{}, a, b, c)
 	const n = 60000
-	counts := map[string]int{}
-	for range n {
-		counts[r.draw().Name]++
-	}
+	counts := pickCounts(r, n, nil, nil)
 	for _, x := range []*Backend{a, b, c} {
 		want := float64(x.weight) / 6
 		if got := float64(counts[x.Name]) / n; got < want-0.02 || got > want+0.02 {
-			t.Errorf("draw share of %s = %.3f, want %.3f", x.Name, got, want)
+			t.Errorf("idle share of %s = %.3f, want %.3f", x.Name, got, want)
 		}
 	}
 
-	busy, idle := newTestBackend("busy", 1, 0), newTestBackend("idle", 1, 0)
-	r = newTestRoute(config.Queue{}, busy, idle)
-	for range 5 {
-		busy.inflight.Add(1)
+	tests := []struct {
+		name         string
+		busy, idle   int // weights
+		busyN, idleN int // requests in flight
+		want         string
+	}{
+		{"fewer in flight wins", 1, 1, 5, 0, "idle"},
+		{"in flight counts per unit of weight", 4, 1, 3, 3, "busy"},
+		{"a heavier backend with more in flight still loses past its share", 2, 1, 5, 1, "idle"},
 	}
-	got := float64(pickCounts(r, n, nil, 0)["idle"]) / n
-	if got < 0.73 || got > 0.77 {
-		t.Errorf("the idle backend won %.3f of the picks, want 0.75", got)
-	}
-	// A backend that answers slowly counts as loaded even with nothing in flight.
-	for range 5 {
-		busy.Release()
-	}
-	busy.ReportSuccess(500 * time.Millisecond)
-	idle.ReportSuccess(50 * time.Millisecond)
-	if got := float64(pickCounts(r, n, nil, 0)["idle"]) / n; got < 0.73 || got > 0.77 {
-		t.Errorf("the fast backend won %.3f of the picks, want 0.75", got)
-	}
-}
-
-func TestAffinity(t *testing.T) {
-	bs := make([]*Backend, 5)
-	for i := range bs {
-		bs[i] = newTestBackend(fmt.Sprintf("vllm-%d", i), 1, 0)
-	}
-	r := newTestRoute(config.Queue{}, bs...)
-	const keys = 5000
-	owner := make([]*Backend, keys)
-	perBackend := map[*Backend]int{}
-	for k := range keys {
-		key := AffinityKey(fmt.Appendf(nil, "prefix %d", k))
-		// Pick takes a slot; each is released at once, as a finished
-		// request would, so that load does not build up and move keys.
-		owner[k] = r.Pick(nil, key)
-		owner[k].Release()
-		perBackend[owner[k]]++
-		again := r.Pick(nil, key)
-		again.Release()
-		if again != owner[k] {
-			t.Fatalf("key %d moved from %s to %s with nothing changed", k, owner[k].Name, again.Name)
-		}
-	}
-	for _, b := range bs {
-		if share := float64(perBackend[b]) / keys; share < 0.15 || share > 0.25 {
-			t.Errorf("backend %s owns %.3f of the keys, want about 0.2", b.Name, share)
-		}
-	}
-
-	// Removing a backend moves only its own keys; the others stay where they were.
-	removed := bs[2]
-	r = newTestRoute(config.Queue{}, bs[0], bs[1], bs[3], bs[4])
-	moved := 0
-	for k := range keys {
-		now := r.Pick(nil, AffinityKey(fmt.Appendf(nil, "prefix %d", k)))
-		now.Release()
-		switch {
-		case owner[k] == removed:
-			moved++
-		case now != owner[k]:
-			t.Fatalf("key %d moved from %s to %s though its backend stayed", k, owner[k].Name, now.Name)
-		}
-	}
-	if moved != perBackend[removed] {
-		t.Errorf("%d keys moved, want the removed backend's %d", moved, perBackend[removed])
-	}
-
-	// An unhealthy owner moves its keys elsewhere, and they come back with it.
-	r = newTestRoute(config.Queue{}, bs...)
-	key := AffinityKey([]byte("prefix 7"))
-	first := r.Pick(nil, key)
-	first.health.probed(false, time.Now())
-	if b := r.Pick(nil, key); b == first || b == nil {
-		t.Errorf("an unhealthy owner was picked: %v", b)
-	}
-	first.health.probed(true, time.Now())
-	if b := r.Pick(nil, key); b != first {
-		t.Errorf("the key did not come back to %s", first.Name)
-	}
-
-	// An owner loaded well above the least loaded gives way to load balancing.
-	for range 3 {
-		first.inflight.Add(1)
-	}
-	counts := pickCounts(r, 400, nil, key)
-	if counts[first.Name] > 150 {
-		t.Errorf("an overloaded owner still took %d of 400 picks: %v", counts[first.Name], counts)
-	}
-	for range 3 {
-		first.Release()
-	}
-
-	if AffinityKey(nil) != 0 || AffinityKey([]byte{}) != 0 {
-		t.Error("an empty prefix must mean no affinity")
-	}
-	for i := range 1000 {
-		if AffinityKey(fmt.Appendf(nil, "%d", i)) == 0 {
-			t.Fatal("AffinityKey returned the no-affinity key for a prefix")
-		}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			busy, idle := newTestBackend("busy", tt.busy, 0), newTestBackend("idle", tt.idle, 0)
+			busy.inflight.Add(int64(tt.busyN))
+			idle.inflight.Add(int64(tt.idleN))
+			r := newTestRoute(config.Queue{}, busy, idle)
+			if got := pickCounts(r, 200, nil, nil); got[tt.want] != 200 {
+				t.Errorf("picks = %v, want all on %s", got, tt.want)
+			}
+		})
 	}
 }

@@ -193,6 +193,32 @@ type Backend struct {
 
 	Timeouts BackendTimeouts `yaml:"timeouts"`
 	Health   Health          `yaml:"health"`
+	// Metrics is how the gateway reads the backend's own Prometheus
+	// metrics (vLLM's queues, KV cache and LoRA adapters), which the
+	// scheduler scores backends on.
+	Metrics BackendMetrics `yaml:"metrics"`
+}
+
+// BackendMetrics configures reading a backend's vLLM metrics. A backend
+// whose reading fails, or is older than StaleAfter, is scored on the
+// gateway's own counts of its requests in flight.
+type BackendMetrics struct {
+	// Path is read with GET at the origin of the backend's URL (its scheme
+	// and host, without a path such as /v1, since vLLM serves its metrics
+	// at the root). Zero means "/metrics"; "off" means the backend's
+	// metrics are not read and it is always scored on the gateway's own
+	// counts (for servers that are not vLLM).
+	Path string `yaml:"path"`
+	// Interval between two reads. Zero means 250ms: a few times a second
+	// is what a queue that fills in a fraction of a second needs, while a
+	// read costs vLLM's API server a few milliseconds. Between reads, the
+	// requests the gateway sent since are added to the reading.
+	Interval time.Duration `yaml:"interval"`
+	// Timeout bounds one read. Zero means 1s.
+	Timeout time.Duration `yaml:"timeout"`
+	// StaleAfter is the age past which a reading no longer counts. Zero
+	// means four intervals.
+	StaleAfter time.Duration `yaml:"stale_after"`
 }
 
 // Health configures how a backend's health is judged: actively, by
@@ -277,10 +303,15 @@ type Model struct {
 	// model. Zero means the reply names the model that served it; the
 	// Compat-Served-Model header always does.
 	FallbackKeepsModel bool `yaml:"fallback_keeps_model"`
-	// Affinity "prefix" sends requests whose first messages are the same to
-	// the same backend while it is healthy and not overloaded, so its
-	// prefix cache hits. Zero means no affinity.
+	// Affinity "prefix" is the older spelling of routing.prefix on, kept
+	// so that existing configurations load: requests sharing a prompt
+	// prefix go where its KV cache is warm. The prefix signal is now on by
+	// default, so zero means the same unless routing.prefix is off (both
+	// together are refused).
 	Affinity string `yaml:"affinity"`
+	// Routing turns the scheduler's signals on and off for a model with
+	// several backends.
+	Routing Routing `yaml:"routing"`
 	// Queue bounds how requests wait when every backend is at its
 	// max_concurrency.
 	Queue Queue `yaml:"queue"`
@@ -289,6 +320,54 @@ type Model struct {
 	// another endpoint gets a 400. Zero means all of them.
 	Endpoints []string `yaml:"endpoints"`
 }
+
+// Signal turns one of the scheduler's signals on or off: "on", "off", or
+// empty, which means on.
+type Signal string
+
+// The values of a Signal.
+const (
+	SignalOn  Signal = "on"
+	SignalOff Signal = "off"
+)
+
+// On reports whether the signal is on; the zero value is.
+func (s Signal) On() bool { return s != SignalOff }
+
+// Routing is how the scheduler chooses among a model's backends: each
+// signal scores them, and the best score wins (docs/scheduler.md).
+type Routing struct {
+	// Prefix scores a backend by how many leading blocks of the request's
+	// prompt it was recently sent, so its prefix cache is likely to hold
+	// them. Zero means on.
+	Prefix Signal `yaml:"prefix"`
+	// Queue scores a backend by the requests it runs and queues, read
+	// from its metrics (vllm:num_requests_running and
+	// vllm:num_requests_waiting) and brought up to date with the requests
+	// sent since. Off, the gateway's own in-flight counts stand in. Zero
+	// means on.
+	Queue Signal `yaml:"queue"`
+	// KV scores a backend by the share of its KV cache in use
+	// (vllm:kv_cache_usage_perc), so a backend near preemption is
+	// avoided. Zero means on.
+	KV Signal `yaml:"kv"`
+	// LoRA prefers, for a model whose upstream id is a LoRA adapter, the
+	// backends that have it loaded (vllm:lora_requests_info), then those
+	// with room to load it. Zero means on.
+	LoRA Signal `yaml:"lora"`
+	// QueueCostTokens is how many prompt tokens of cached prefix, beyond
+	// what the best backend with free capacity holds, pay for each request
+	// waiting ahead on a queueing backend: a backend where the request
+	// would queue is chosen over one with free capacity only when its
+	// extra cached prefix exceeds this many tokens per request ahead.
+	// Zero means 2048.
+	QueueCostTokens int `yaml:"queue_cost_tokens"`
+}
+
+// PrefixSignal reports whether the model's scheduler uses the prefix
+// signal: routing.prefix is not off. affinity: prefix, its older spelling,
+// cannot turn it off (Validate refuses it beside routing.prefix: off).
+func (m *Model) PrefixSignal() bool { return m.Routing.Prefix.On() || m.Affinity == "prefix" }
 
 // ModelEndpoints returns the names models[].endpoints accepts, in the
 // order of the OpenAI API reference.

@@ -150,6 +150,7 @@ func TestLoadFullConfig(t *testing.T) {
 				MaxConns: 1024,
 				Timeouts: BackendTimeouts{Connect: 2 * time.Second, FirstByte: 30 * time.Second, Idle: 30 * time.Second, Total: 5 * time.Minute},
 				Health:   wantHealth,
+				Metrics:  wantMetrics,
 			},
 			{
 				Name:      "demo",
@@ -158,11 +159,12 @@ func TestLoadFullConfig(t *testing.T) {
 				MaxConns:  1024,
 				Timeouts:  BackendTimeouts{Connect: 5 * time.Second, FirstByte: 60 * time.Second, Idle: 60 * time.Second, Total: 10 * time.Minute},
 				Health:    wantHealth,
+				Metrics:   wantMetrics,
 			},
 		},
 		Models: []Model{
-			{Name: "llama-3.1-8b", UpstreamModel: "meta-llama/Llama-3.1-8B-Instruct", Backends: []string{"vllm-a"}, Queue: wantQueue},
-			{Name: "demo", Backends: []string{"demo"}, ToolCalling: true, Queue: wantQueue},
+			{Name: "llama-3.1-8b", UpstreamModel: "meta-llama/Llama-3.1-8B-Instruct", Backends: []string{"vllm-a"}, Queue: wantQueue, Routing: wantRouting},
+			{Name: "demo", Backends: []string{"demo"}, ToolCalling: true, Queue: wantQueue, Routing: wantRouting},
 		},
 		Retries:       wantRetries,
 		Reload:        Reload{Interval: 2 * time.Second},
@@ -720,10 +722,10 @@ func TestProvisionDefaults(t *testing.T) {
 			MetricsAuth:         "key",
 		},
 		Backends: []Backend{
-			{Name: "u", URL: "http://u", Weight: 1, MaxConns: 1024, Timeouts: timeouts, Health: wantHealth},
-			{Name: "s", Simulated: &Simulated{Tokens: 16}, Weight: 1, MaxConns: 1024, Timeouts: timeouts, Health: wantHealth},
+			{Name: "u", URL: "http://u", Weight: 1, MaxConns: 1024, Timeouts: timeouts, Health: wantHealth, Metrics: wantMetrics},
+			{Name: "s", Simulated: &Simulated{Tokens: 16}, Weight: 1, MaxConns: 1024, Timeouts: timeouts, Health: wantHealth, Metrics: wantMetrics},
 		},
-		Models:        []Model{{Name: "m", Backends: []string{"u"}, Queue: wantQueue}},
+		Models:        []Model{{Name: "m", Backends: []string{"u"}, Queue: wantQueue, Routing: wantRouting}},
 		Retries:       wantRetries,
 		Reload:        Reload{Interval: 2 * time.Second},
 		Store:         Store{Driver: "sqlite", Path: "tollgate.db"},
@@ -1089,6 +1091,8 @@ var (
 	wantHealth = Health{Path: "/models", Interval: 10 * time.Second, Timeout: 3 * time.Second,
 		FailuresToEject: 3, Cooldown: 5 * time.Second, MaxCooldown: 2 * time.Minute}
 	wantQueue   = Queue{Depth: 128, Wait: 5 * time.Second}
+	wantMetrics = BackendMetrics{Path: "/metrics", Interval: 250 * time.Millisecond, Timeout: time.Second, StaleAfter: time.Second}
+	wantRouting = Routing{QueueCostTokens: 2048}
 	wantRetries = Retries{Attempts: 3, Backoff: 25 * time.Millisecond, MaxBackoff: time.Second, BudgetRatio: 0.2, BudgetMin: 10}
 )
 

@@ -60,6 +60,11 @@ const (
 	defaultCooldown            = 5 * time.Second
 	defaultMaxCooldown         = 2 * time.Minute
 	defaultQueueDepth          = 128
+	defaultMetricsPath         = "/metrics"
+	defaultMetricsInterval     = 250 * time.Millisecond
+	defaultMetricsTimeout      = time.Second
+	defaultStaleIntervals      = 4
+	defaultQueueCostTokens     = 2048
 	defaultQueueWait           = 5 * time.Second
 	defaultRetryAttempts       = 3
 	defaultRetryBackoff        = 25 * time.Millisecond
@@ -144,12 +149,18 @@ func (c *Config) Provision() {
 		if b.Simulated != nil {
 			setDefault(&b.Simulated.Tokens, defaultSimulatedTokens)
 		}
+		m := &b.Metrics
+		setDefault(&m.Path, defaultMetricsPath)
+		setDefault(&m.Interval, defaultMetricsInterval)
+		setDefault(&m.Timeout, defaultMetricsTimeout)
+		setDefault(&m.StaleAfter, defaultStaleIntervals*m.Interval)
 	}
 
 	for i := range c.Models {
 		q := &c.Models[i].Queue
 		setDefault(&q.Depth, defaultQueueDepth)
 		setDefault(&q.Wait, defaultQueueWait)
+		setDefault(&c.Models[i].Routing.QueueCostTokens, defaultQueueCostTokens)
 	}
 
 	r := &c.Retries

@@ -279,6 +279,16 @@ func (v *validator) backends(backends []Backend) map[string]int {
 		if h.MaxCooldown < h.Cooldown {
 			v.addf(p+".health.max_cooldown", "must be at least cooldown (%v), got %v", h.Cooldown, h.MaxCooldown)
 		}
+		if m := b.Metrics; m.Path != string(SignalOff) {
+			if !strings.HasPrefix(m.Path, "/") {
+				v.addf(p+".metrics.path", "want a path starting with /, or off, got %q", m.Path)
+			}
+			v.positiveDuration(p+".metrics.interval", m.Interval)
+			v.positiveDuration(p+".metrics.timeout", m.Timeout)
+			if m.StaleAfter < m.Interval {
+				v.addf(p+".metrics.stale_after", "must be at least interval (%v), got %v", m.Interval, m.StaleAfter)
+			}
+		}
 		if s := b.Simulated; s != nil {
 			v.nonNegativeDuration(p+".simulated.ttft", s.TimeToFirstToken)
 			v.nonNegativeDuration(p+".simulated.inter_token", s.InterTokenDelay)
@@ -287,6 +297,19 @@ func (v *validator) backends(backends []Backend) map[string]int {
 		}
 	}
 	return names
+}
+
+// routing checks a model's scheduler settings.
+func (v *validator) routing(path string, r Routing) {
+	for _, s := range []struct {
+		name string
+		sig  Signal
+	}{{"prefix", r.Prefix}, {"queue", r.Queue}, {"kv", r.KV}, {"lora", r.LoRA}} {
+		if s.sig != "" && s.sig != SignalOn && s.sig != SignalOff {
+			v.addf(path+"."+s.name, "want on or off, got %q", s.sig)
+		}
+	}
+	v.positive(path+".queue_cost_tokens", int64(r.QueueCostTokens))
 }
 
 // backendURL checks an OpenAI base URL. Its path is kept, since servers
@@ -340,6 +363,10 @@ func (v *validator) models(models []Model, backendNames map[string]int) {
 		v.price(p+".pricing.cached_prompt_per_mtok", m.Pricing.CachedPromptPerMTok)
 		if m.Affinity != "" && m.Affinity != "prefix" {
 			v.addf(p+".affinity", "want \"prefix\" or nothing, got %q", m.Affinity)
+		}
+		v.routing(p+".routing", m.Routing)
+		if m.Affinity == "prefix" && !m.Routing.Prefix.On() {
+			v.addf(p+".affinity", "affinity: prefix turns the prefix signal on, which routing.prefix: off turns off; keep one")
 		}
 		v.positive(p+".queue.depth", int64(m.Queue.Depth))
 		v.positiveDuration(p+".queue.wait", m.Queue.Wait)

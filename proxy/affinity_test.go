@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -12,7 +13,7 @@ import (
 
 // affinityMessages are a conversation's turns as the client sends them: the
 // first turn is the system prompt and the first user message; each later turn
-// repeats them, so all turns must share one affinity key.
+// repeats them, so all turns must share the first turn's prompt blocks.
 var affinityMessages = []string{
 	`[{"role":"system","content":"You are terse."},{"role":"user","content":"Name a prime."}]`,
 	`[{"role":"system","content":"You are terse."},{"role":"user","content":"Name a prime."},` +
@@ -21,9 +22,6 @@ var affinityMessages = []string{
 		`{"role":"assistant","content":"7"},{"role":"user","content":"Another."},` +
 		`{"role":"assistant","content":"11"},{"role":"user","content":"And one more."}]`,
 }
-
-// affinityPrefix is what every turn of affinityMessages must key on.
-const affinityPrefix = `{"role":"system","content":"You are terse."},{"role":"user","content":"Name a prime."}`
 
 // affinityBodies places messages everywhere in a chat body: first, in the
 // middle, last, after large fields (strings, and nested objects and arrays
@@ -43,75 +41,74 @@ func affinityBodies(messages string) map[string]string {
 	}
 }
 
-// TestPromptPrefixMessagesAnywhere checks that prefix affinity keys on the
-// first two messages wherever messages sits in the body, and that every turn
-// of one conversation gets the same key. promptPrefix once added the array's
-// offset twice: it hashed shifted bytes, and panicked when messages came late.
-func TestPromptPrefixMessagesAnywhere(t *testing.T) {
-	want := backends.AffinityKey([]byte(affinityPrefix))
+// TestPromptMessagesAnywhere checks that the prefix signal hashes the
+// messages as written wherever they sit in the body, and that a
+// conversation's later turns share every whole block of its first.
+// promptPrefix, which this replaced, once added the array's offset twice:
+// it hashed shifted bytes, and panicked when messages came late.
+func TestPromptMessagesAnywhere(t *testing.T) {
+	// The first turn's array without its closing bracket, which a later
+	// turn replaces by a comma: the blocks every later turn must share.
+	first := affinityMessages[0]
+	shared := chainOf([]byte(first[:len(first)-1]))
 	for turn, messages := range affinityMessages {
 		for place, body := range affinityBodies(messages) {
 			t.Run(fmt.Sprintf("turn %d/%s", turn+1, place), func(t *testing.T) {
-				got, err := safePromptPrefix([]byte(body))
+				got, err := safePromptMessages([]byte(body))
 				if err != nil {
 					t.Fatal(err)
 				}
-				if string(got) != affinityPrefix {
-					t.Fatalf("prefix = %.120q, want %q", got, affinityPrefix)
+				if string(got) != messages {
+					t.Fatalf("prompt = %.120q, want %.120q", got, messages)
 				}
-				if key := backends.AffinityKey(got); key != want {
-					t.Errorf("key = %#x, want %#x (the conversation's first turn in the first place)", key, want)
+				if chain := chainOf(got); len(chain) < len(shared) || !slices.Equal(chain[:len(shared)], shared) {
+					t.Errorf("chain %x does not start with the first turn's blocks %x", chain, shared)
 				}
 			})
 		}
 	}
-	t.Run("one message", func(t *testing.T) {
-		body := `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`
-		got, err := safePromptPrefix([]byte(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(got) != `{"role":"user","content":"hi"}` {
-			t.Errorf("prefix = %q, want the one message", got)
-		}
-	})
-	for _, body := range []string{`{"model":"m"}`, `{"model":"m","messages":[]}`, `{"model":"m","messages":"x"}`, ``, `{`} {
-		t.Run("no messages "+body, func(t *testing.T) {
-			got, err := safePromptPrefix([]byte(body))
+	for _, body := range []string{`{"model":"m"}`, ``, `{`, `[]`} {
+		t.Run("no prompt "+body, func(t *testing.T) {
+			got, err := safePromptMessages([]byte(body))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if got != nil {
-				t.Errorf("prefix = %q, want none", got)
+				t.Errorf("prompt = %q, want none", got)
 			}
 		})
 	}
 }
 
-// safePromptPrefix reports a panic in promptPrefix as an error.
-func safePromptPrefix(body []byte) (prefix []byte, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("promptPrefix panicked on a %d-byte body: %v", len(body), r)
-		}
-	}()
-	return promptPrefix(body), nil
+// chainOf is the block chain the scheduler keys a prompt on.
+func chainOf(prompt []byte) []uint64 {
+	var arr [backends.MaxPrefixBlocks]uint64
+	return slices.Clone(backends.AppendBlockChain(arr[:0], prompt))
 }
 
-// FuzzPromptPrefix checks that promptPrefix never panics on any bytes, and
-// that on a chat body whose messages sit anywhere among other fields, of any
-// JSON value, the affinity key depends only on the first two messages.
-func FuzzPromptPrefix(f *testing.F) {
+// safePromptMessages reports a panic in promptMessages as an error.
+func safePromptMessages(body []byte) (prompt []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("promptMessages panicked on a %d-byte body: %v", len(body), r)
+		}
+	}()
+	return promptMessages(body), nil
+}
+
+// FuzzPromptMessages checks that promptMessages never panics on any bytes,
+// and that on a chat body whose messages sit anywhere among other fields,
+// of any JSON value, the block chain depends only on the messages.
+func FuzzPromptMessages(f *testing.F) {
 	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`), "sys", "user", "later", `{"messages":[1]}`, `"x"`, uint8(0))
 	f.Add([]byte(`{"messages":[{},{}],"model":"m"}`), "", "", "", `[1,2,{"a":"messages"}]`, `null`, uint8(1))
 	f.Add([]byte(`{"model":"`+strings.Repeat("m", 300)+`","messages":[`), "é\u2028\"\\", "\x00", "", "not json", `{"b":[[[]]]}`, uint8(2))
 	f.Add([]byte(`[]`), "a", "b", "c", `12345`, `"\"messages\":[{}]"`, uint8(5))
 	f.Fuzz(func(t *testing.T, raw []byte, system, user, later, before, after string, shape uint8) {
-		if _, err := safePromptPrefix(raw); err != nil {
+		if _, err := safePromptMessages(raw); err != nil {
 			t.Fatal(err)
 		}
 		msgs := []map[string]string{{"role": "system", "content": system}, {"role": "user", "content": user}}
-		want := mustJSON(t, msgs[0]) + "," + mustJSON(t, msgs[1])
 		if shape&4 != 0 { // a later turn: more messages after the first two
 			msgs = append(msgs, map[string]string{"role": "assistant", "content": later})
 		}
@@ -124,15 +121,15 @@ func FuzzPromptPrefix(f *testing.F) {
 			fields[1], fields[2] = fields[2], fields[1]
 		}
 		body := []byte("{" + strings.Join(fields, ",") + "}")
-		got, err := safePromptPrefix(body)
+		got, err := safePromptMessages(body)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Equal(got, []byte(want)) {
-			t.Fatalf("prefix of %q = %q, want %q", body, got, want)
+		if !bytes.Equal(got, []byte(messages)) {
+			t.Fatalf("prompt of %q = %q, want %q", body, got, messages)
 		}
-		if key, alone := backends.AffinityKey(got), backends.AffinityKey(promptPrefix([]byte(`{"messages":`+messages+`}`))); key != alone {
-			t.Fatalf("key %#x differs from the key %#x of the messages alone", key, alone)
+		if chain, alone := chainOf(got), chainOf([]byte(messages)); !slices.Equal(chain, alone) {
+			t.Fatalf("chain %x differs from the chain %x of the messages alone", chain, alone)
 		}
 	})
 }

@@ -350,9 +350,10 @@ const maxAttempts = 8
 func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *completion, body []byte) {
 	retries := st.cfg.Retries
 	s.retryBudget.Request()
-	var affinity uint64
-	if c.route.Affinity {
-		affinity = backends.AffinityKey(promptPrefix(body))
+	var blockArr [backends.MaxPrefixBlocks]uint64
+	blocks := blockArr[:0]
+	if c.route.WantsBlocks() {
+		blocks = backends.AppendBlockChain(blocks, promptMessages(body))
 	}
 	c.watch = s.clients.watch(ctx, c.rec.Started)
 	defer c.watch.stop()
@@ -385,7 +386,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *completion, bod
 			pinned = b != nil
 		}
 		if b == nil {
-			b = route.Pick(tried, affinity)
+			b = route.Pick(tried, blocks)
 		}
 		if b == nil {
 			if route.Full(tried) {
@@ -648,26 +649,6 @@ func parseRetryAfter(v []byte) time.Duration {
 		return 0
 	}
 	return time.Duration(n) * time.Second
-}
-
-// promptPrefix is what prefix affinity keys on: the first two messages
-// (typically the system prompt and the first user turn), where prompts
-// that share a KV-cache prefix agree. Result.Get already adds the array's
-// own offset, so the elements' Index values are offsets into body.
-func promptPrefix(body []byte) []byte {
-	msgs := gjson.Get(b2s(body), "messages")
-	first, second := msgs.Get("0"), msgs.Get("1")
-	if !first.Exists() {
-		return nil
-	}
-	end := first.Index + len(first.Raw)
-	if second.Exists() {
-		end = second.Index + len(second.Raw)
-	}
-	if msgs.Index <= 0 || first.Index <= 0 || end > len(body) {
-		return nil
-	}
-	return body[first.Index:end]
 }
 
 // buildUpstreamBody appends the body sent upstream: the client's body with

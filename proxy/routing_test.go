@@ -586,6 +586,8 @@ func TestPrefixAffinityCacheHits(t *testing.T) {
 			model := "  - name: m\n    backends: [v1, v2, v3]\n"
 			if affinity {
 				model += "    affinity: prefix\n"
+			} else {
+				model += "    routing: {prefix: off}\n"
 			}
 			c := newHarness(t, harnessOptions{healthChecks: true, backends: sameSpecs("", nodes...), models: model})
 

@@ -1,0 +1,171 @@
+package backends
+
+import (
+	"sync/atomic"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// A prompt is cut into blocks at fixed offsets: fineBlocks blocks of
+// fineBlockBytes first (about 16 tokens each, vLLM's own block), so that
+// short prompts and the first messages of a conversation are told apart,
+// then blocks of PrefixBlockBytes (about 64 tokens), so that a long prompt
+// needs few hashes.
+const (
+	fineBlockBytes   = 64
+	fineBlocks       = 32
+	PrefixBlockBytes = 256
+)
+
+// MaxPrefixBlocks is how many leading blocks of a prompt the prefix signal
+// looks at: 32 fine blocks and 64 coarse ones, the first 18 KiB of the
+// prompt, enough for a long shared system prompt and the turns that tell
+// one conversation from another, while the chain fits in a small array on
+// the request's stack.
+const MaxPrefixBlocks = fineBlocks + 64
+
+// bytesPerToken converts prompt bytes to the tokens the settings speak in.
+const bytesPerToken = 4
+
+// blockEnd is the offset in the prompt where block i ends.
+func blockEnd(i int) int {
+	if i < fineBlocks {
+		return (i + 1) * fineBlockBytes
+	}
+	return fineBlocks*fineBlockBytes + (i-fineBlocks+1)*PrefixBlockBytes
+}
+
+// heldTokens is about how many prompt tokens the first k blocks hold.
+func heldTokens(k int) int64 {
+	if k == 0 {
+		return 0
+	}
+	return int64(blockEnd(k-1) / bytesPerToken)
+}
+
+// AppendBlockChain appends to dst the hash chain of prompt, the raw JSON
+// of a request's "messages" array (or its "prompt" or "input"): one hash
+// per whole block, the hash of block i covering blocks 0 to i. Two prompts
+// share their first k hashes exactly when they share their first k
+// blocks, so a conversation's later turns match its earlier ones, and
+// requests sharing a system prompt share its blocks. A partial last block
+// is left out, as vLLM caches only whole blocks. It stops at cap(dst) and
+// never grows dst, so a caller that passes an array of MaxPrefixBlocks
+// does not allocate. The hash is fixed (xxHash64, unseeded), so every
+// gateway process agrees on a chain.
+func AppendBlockChain(dst []uint64, prompt []byte) []uint64 {
+	var d xxhash.Digest
+	d.Reset()
+	start := 0
+	for i := 0; len(dst) < cap(dst); i++ {
+		end := blockEnd(i)
+		if end > len(prompt) {
+			break
+		}
+		_, _ = d.Write(prompt[start:end]) // never fails
+		dst = append(dst, d.Sum64())
+		start = end
+	}
+	return dst
+}
+
+// The prefix index's shape: a set-associative table of indexEntries
+// entries, indexWays per set. Each entry is one atomic word, a block hash's
+// tag and the tick it was last sent at, so that lookups and inserts on the
+// request path take no lock; two requests racing on one set may lose an
+// insert, which only makes the index forget a block early.
+const (
+	indexEntries = 1 << 14
+	indexWays    = 4
+	indexSets    = indexEntries / indexWays
+	tickBits     = 24
+	tickMask     = 1<<tickBits - 1
+	// indexBytes is the memory of one backend's index.
+	indexBytes = indexEntries * 8
+)
+
+// prefixIndex remembers which prompt blocks a backend was sent recently,
+// standing in for the server's prefix cache. It forgets a block when its
+// set needs room for a newer one (least recently sent first), or once more
+// blocks were sent after it than the server's KV cache holds (capacity):
+// by then the server has evicted it too, approximately.
+type prefixIndex struct {
+	// clock counts the new blocks inserted: a block's age is how many
+	// were inserted after it.
+	clock atomic.Uint64
+	// capacity is the server's KV cache in blocks, from its metrics; zero
+	// when unknown, and then only the table's bound applies.
+	capacity atomic.Int64
+	slots    [indexEntries]atomic.Uint64
+}
+
+// indexSlot splits a block hash into its set's first slot and the tag the
+// entry keeps (the hash's high bits; never zero, which marks an empty
+// entry).
+func indexSlot(h uint64) (base int, tag uint64) {
+	return int(h%indexSets) * indexWays, h>>tickBits | 1
+}
+
+// has reports whether block h was sent to the backend and is not yet
+// evicted.
+func (x *prefixIndex) has(h uint64) bool {
+	base, tag := indexSlot(h)
+	now := x.clock.Load()
+	limit := uint64(x.capacity.Load())
+	for w := range indexWays {
+		e := x.slots[base+w].Load()
+		if e>>tickBits != tag {
+			continue
+		}
+		return limit == 0 || (now-e)&tickMask < limit
+	}
+	return false
+}
+
+// held is how many leading blocks of chain the backend holds. A chain's
+// blocks are sent together, and the earlier ones by more requests, so a
+// backend holding block i almost always holds every block before it: a
+// binary search finds the longest run in a few lookups.
+func (x *prefixIndex) held(chain []uint64) int {
+	lo, hi := 0, len(chain)
+	for lo < hi {
+		mid := (lo + hi + 1) / 2
+		if x.has(chain[mid-1]) {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo
+}
+
+// insert records that chain was sent to the backend: each block is
+// refreshed where present, or takes the place of the least recently sent
+// block of its set.
+func (x *prefixIndex) insert(chain []uint64) {
+	for _, h := range chain {
+		base, tag := indexSlot(h)
+		now := x.clock.Load()
+		oldest, oldestAge := base, uint64(0)
+		found := false
+		for w := range indexWays {
+			e := x.slots[base+w].Load()
+			if e>>tickBits == tag {
+				x.slots[base+w].Store(tag<<tickBits | now&tickMask)
+				found = true
+				break
+			}
+			age := uint64(tickMask + 1) // an empty entry is the first to go
+			if e != 0 {
+				age = (now - e) & tickMask
+			}
+			if age > oldestAge {
+				oldest, oldestAge = base+w, age
+			}
+		}
+		if !found {
+			t := x.clock.Add(1)
+			x.slots[oldest].Store(tag<<tickBits | t&tickMask)
+		}
+	}
+}

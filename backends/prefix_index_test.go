@@ -1,0 +1,166 @@
+package backends
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"unsafe"
+)
+
+// chatMessages renders a messages array as a client sends it: the system prompt, then the turns.
+func chatMessages(system string, turns ...string) []byte {
+	var b strings.Builder
+	fmt.Fprintf(&b, `[{"role":"system","content":%q}`, system)
+	for i, t := range turns {
+		role := "user"
+		if i%2 == 1 {
+			role = "assistant"
+		}
+		fmt.Fprintf(&b, `,{"role":%q,"content":%q}`, role, t)
+	}
+	b.WriteString("]")
+	return []byte(b.String())
+}
+
+func chain(prompt []byte) []uint64 {
+	return AppendBlockChain(make([]uint64, 0, MaxPrefixBlocks), prompt)
+}
+
+// shared is how many leading hashes two chains have in common.
+func shared(x, y []uint64) int {
+	n := 0
+	for n < len(x) && n < len(y) && x[n] == y[n] {
+		n++
+	}
+	return n
+}
+
+// blocksWithin is how many whole blocks the first n bytes of a prompt hold.
+func blocksWithin(n int) int {
+	k := 0
+	for blockEnd(k) <= n {
+		k++
+	}
+	return k
+}
+
+func TestBlockChain(t *testing.T) {
+	system := strings.Repeat("You are the support assistant of a shop; answer in two sentences. ", 40)
+	otherSystem := strings.Repeat("You translate English into French and nothing else, ever. ", 40)
+	turn1 := chatMessages(system, "Where is my order 1234?")
+	turn2 := chatMessages(system, "Where is my order 1234?", "It ships tomorrow.", "Can it come sooner?")
+	otherConversation := chatMessages(system, "How do I return a lamp?")
+	otherApp := chatMessages(otherSystem, "Where is my order 1234?")
+	// The bytes before the first message's content ends are the system prompt's.
+	systemBytes := strings.Index(string(turn1), `"},{`)
+
+	tests := []struct {
+		name        string
+		x, y        []byte
+		wantAtLeast int
+		wantAtMost  int
+	}{
+		{"turn 2 holds all of turn 1's whole blocks", turn1, turn2, len(chain(turn1)), len(chain(turn1))},
+		{"two conversations of one app share the system prompt's blocks", turn1, otherConversation, blocksWithin(systemBytes), blocksWithin(systemBytes) + 1},
+		{"different system prompts share nothing", turn1, otherApp, 0, 0},
+		{"the same prompt is the same chain", turn2, turn2, len(chain(turn2)), len(chain(turn2))},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cx, cy := chain(tt.x), chain(tt.y)
+			if len(cx) == 0 || len(cy) == 0 {
+				t.Fatalf("empty chains: %d and %d blocks", len(cx), len(cy))
+			}
+			if got := shared(cx, cy); got < tt.wantAtLeast || got > tt.wantAtMost {
+				t.Errorf("shared blocks = %d, want %d to %d (chains of %d and %d)", got, tt.wantAtLeast, tt.wantAtMost, len(cx), len(cy))
+			}
+		})
+	}
+
+	t.Run("blocks are whole and the chain stops at cap", func(t *testing.T) {
+		if got := AppendBlockChain(nil, make([]byte, 1<<20)); len(got) != 0 {
+			t.Errorf("a nil dst grew to %d", len(got))
+		}
+		if got := chain(make([]byte, fineBlockBytes-1)); len(got) != 0 {
+			t.Errorf("a prompt shorter than a block has %d blocks", len(got))
+		}
+		if got := chain(make([]byte, 1<<20)); len(got) != MaxPrefixBlocks {
+			t.Errorf("a long prompt has %d blocks, want MaxPrefixBlocks %d", len(got), MaxPrefixBlocks)
+		}
+		if got := chain(make([]byte, blockEnd(fineBlocks))); len(got) != fineBlocks+1 {
+			t.Errorf("the first coarse block ends at %d: got %d blocks, want %d", blockEnd(fineBlocks), len(got), fineBlocks+1)
+		}
+	})
+
+	t.Run("no allocation", func(t *testing.T) {
+		var arr [MaxPrefixBlocks]uint64
+		if n := testing.AllocsPerRun(100, func() { _ = AppendBlockChain(arr[:0], turn2) }); n != 0 {
+			t.Errorf("AppendBlockChain allocates %v times", n)
+		}
+	})
+}
+
+// TestPrefixIndexBound checks that the index's memory is fixed whatever it is sent, that it
+// keeps what it was sent last, and that it forgets blocks once the server's KV cache has had
+// room for fewer blocks than were sent after them.
+func TestPrefixIndexBound(t *testing.T) {
+	if size := unsafe.Sizeof(prefixIndex{}); size > indexBytes+64 {
+		t.Fatalf("prefixIndex is %d bytes, want about indexBytes %d", size, indexBytes)
+	}
+	tests := []struct {
+		name      string
+		capacity  int64 // the server's KV cache, in blocks; 0 unknown
+		sent      int   // chains of 32 blocks sent after the first
+		wantFirst bool  // the first chain still held
+	}{
+		{"within the table and the cache", 0, 10, true},
+		{"far more than the table holds", 0, 20 * indexEntries / 32, false},
+		{"more than the server's cache holds", 200, 10, false},
+		{"less than the server's cache holds", 2000, 10, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			x := new(prefixIndex)
+			x.capacity.Store(tt.capacity)
+			// A conversation's chain of 32 blocks; the hashes stand in for
+			// AppendBlockChain's, which TestBlockChain checks.
+			conv := func(i int) []uint64 {
+				c := make([]uint64, 32)
+				for j := range c {
+					c[j] = mix(uint64(i+1)<<8 | uint64(j))
+				}
+				return c
+			}
+			first := conv(-1)
+			x.insert(first)
+			for i := range tt.sent {
+				x.insert(conv(i))
+			}
+			if got := x.held(first) == len(first); got != tt.wantFirst {
+				t.Errorf("first chain held = %v (%d of %d blocks), want %v", got, x.held(first), len(first), tt.wantFirst)
+			}
+			last := conv(tt.sent - 1)
+			if got := x.held(last); got != len(last) {
+				t.Errorf("last chain held %d of %d blocks", got, len(last))
+			}
+			live := 0
+			for i := range x.slots {
+				if x.slots[i].Load() != 0 {
+					live++
+				}
+			}
+			if live > indexEntries {
+				t.Errorf("%d live entries, more than the bound %d", live, indexEntries)
+			}
+		})
+	}
+}
+
+// mix is splitmix64's finalizer: distinct inputs give well spread hashes.
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}

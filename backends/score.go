@@ -1,0 +1,240 @@
+package backends
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+
+	"github.com/tollgate-dev/tollgate/config"
+)
+
+// signals are the scheduler's signals a route uses (models[].routing).
+type signals struct {
+	prefix, queue, kv, lora bool
+	// queueCostTokens is routing.queue_cost_tokens: the cached prefix, in
+	// tokens, that pays for each request ahead on a queueing backend.
+	queueCostTokens int64
+}
+
+func signalsOf(m *config.Model) signals {
+	return signals{
+		prefix:          m.PrefixSignal(),
+		queue:           m.Routing.Queue.On(),
+		kv:              m.Routing.KV.On(),
+		lora:            m.Routing.LoRA.On(),
+		queueCostTokens: int64(max(m.Routing.QueueCostTokens, 1)),
+	}
+}
+
+// readsServer reports whether a signal reads the backends' own metrics.
+func (s signals) readsServer() bool { return s.queue || s.kv || s.lora }
+
+// The weights of the score of a backend with free capacity. The prefix
+// term is the share of the request's blocks the backend holds, the running
+// term the share of its sequence slots in use, the KV term the share of its
+// KV cache in use, the LoRA term one when it has the request's adapter
+// loaded. A backend holding all of a prompt thus stays preferred until it
+// is about twice as busy, in slot shares, as one holding none of it.
+const (
+	weightPrefix  = 2
+	weightRunning = 1
+	weightKV      = 0.5
+	weightLoRA    = 1
+)
+
+// assumedRunning is the sequences per unit of weight a backend is taken to
+// run at once while neither its metrics (a queue seen) nor max_concurrency
+// say: it only scales the running term, so that in-flight counts compare
+// across backends of different weights.
+const assumedRunning = 16
+
+// candidateSlots is how many requests fewer a backend may need to score as
+// well as the best one and still be drawn.
+const candidateSlots = 2
+
+// scoreTie absorbs rounding when scores are compared.
+const scoreTie = 1e-9
+
+// assessment is what the scheduler knows of one backend for one request.
+type assessment struct {
+	// held is how many leading blocks of the request the backend holds.
+	held int
+	// ahead is how many requests must leave the backend before this one
+	// runs: zero when it has a free sequence slot.
+	ahead int64
+	// runShare is the share of its sequence slots in use, and slot the
+	// share of one slot.
+	runShare, slot float64
+	// kvUsage is the share of its KV cache in use (zero when unknown or
+	// the signal is off).
+	kvUsage float64
+	// adapter says it has the request's LoRA adapter loaded.
+	adapter bool
+}
+
+// assess reads a backend's load: its last fresh metrics reading, brought up
+// to date with the requests the gateway sent or finished since (so that
+// requests between two readings do not all pile onto the backend that
+// looked idle), or, without one, the gateway's own in-flight count.
+// It reads atomics only.
+func (r *Route) assess(b *Backend, blocks []uint64) assessment {
+	var a assessment
+	if len(blocks) > 0 && b.index != nil {
+		a.held = b.index.held(blocks)
+	}
+	inflight := b.InFlight()
+	load, capacity := inflight, b.maxConcurrency
+	if s := b.server.Load(); s != nil {
+		if r.signals.queue {
+			since := inflight - s.inflightAtRead
+			load = max(s.running+s.waiting+since, 0)
+			switch {
+			case s.maxRunning > 0:
+				capacity = s.maxRunning
+			case s.waiting > 0:
+				// Queueing, though how many it runs at once is not known
+				// yet: the reading's queue and what was sent since are ahead.
+				a.ahead = s.waiting + max(since, 0)
+			}
+		}
+		if r.signals.kv && s.kvUsage > 0 {
+			a.kvUsage = s.kvUsage
+		}
+		if r.signals.lora {
+			a.adapter = s.hasAdapter(r.adapter)
+		}
+	}
+	if capacity <= 0 {
+		capacity = assumedRunning * b.weight
+	} else if a.ahead == 0 && load >= capacity {
+		a.ahead = load - capacity + 1
+	}
+	a.runShare = float64(load) / float64(capacity)
+	a.slot = 1 / float64(capacity)
+	return a
+}
+
+// score ranks a backend with free capacity for a request of n blocks;
+// higher is better.
+func (a *assessment) score(n int) float64 {
+	s := -weightRunning*a.runShare - weightKV*a.kvUsage
+	if n > 0 {
+		s += weightPrefix * float64(a.held) / float64(n)
+	}
+	if a.adapter {
+		s += weightLoRA
+	}
+	return s
+}
+
+// schedule chooses among the route's usable backends for a request whose
+// prompt is the block chain blocks (nil without the prefix signal).
+//
+// The rule: a backend where the request would queue is never chosen over
+// one with a free sequence slot, unless the prefix it holds beyond the
+// free one's pays for the wait: more than routing.queue_cost_tokens tokens
+// per request ahead of it. Among backends with free slots the score decides
+// (prefix held, slots and KV cache in use, LoRA adapter loaded), and among
+// queueing ones the least wait net of its prefix.
+//
+// The best score does not win outright: every free backend that would
+// score as well with candidateSlots requests fewer is a candidate, and one
+// is drawn by weight. So backends that differ by a request or two share the traffic in
+// proportion to their weights (at idle, exactly), rather than each request
+// piling onto whichever looked least loaded, which also keeps gateway
+// replicas from herding onto one backend.
+func (r *Route) schedule(tried Tried, blocks []uint64) *Backend {
+	if !r.signals.prefix {
+		blocks = nil
+	}
+	var queued, best *Backend
+	bestScore := math.Inf(-1)
+	var queuedHeld int
+	var queuedAhead, queuedCost int64
+	for _, b := range r.backends {
+		if !usable(b, tried) {
+			continue
+		}
+		a := r.assess(b, blocks)
+		if a.ahead > 0 {
+			cost := a.ahead*r.signals.queueCostTokens - heldTokens(a.held)
+			if queued == nil || cost < queuedCost {
+				queued, queuedCost, queuedAhead, queuedHeld = b, cost, a.ahead, a.held
+			}
+			continue
+		}
+		if s := a.score(len(blocks)); s > bestScore {
+			best, bestScore = b, s
+		}
+	}
+	if best == nil {
+		return queued
+	}
+	// The draw among the candidates (weighted reservoir sampling).
+	var free *Backend
+	var freeHeld int
+	var drawn int64
+	for _, b := range r.backends {
+		if !usable(b, tried) {
+			continue
+		}
+		a := r.assess(b, blocks)
+		if a.ahead > 0 || a.score(len(blocks))+weightRunning*candidateSlots*a.slot < bestScore-scoreTie {
+			continue
+		}
+		drawn += b.weight
+		if rand.Int64N(drawn) < b.weight {
+			free, freeHeld = b, a.held
+		}
+	}
+	if free == nil {
+		// The loads moved between the two passes.
+		free, freeHeld = best, r.assess(best, blocks).held
+	}
+	if queued != nil && heldTokens(queuedHeld)-heldTokens(freeHeld) > queuedAhead*r.signals.queueCostTokens {
+		return queued
+	}
+	return free
+}
+
+// startPolling gives every backend of a model with several backends what
+// the model's signals need: a prefix index, and a metrics poller unless
+// its metrics are off. The pollers run until Close.
+func (r *Registry) startPolling(cfg *config.Config) error {
+	polled := make([]bool, len(r.backends))
+	for _, rt := range r.ordered {
+		if len(rt.backends) < 2 {
+			continue
+		}
+		for _, b := range rt.backends {
+			if rt.signals.prefix && b.index == nil {
+				b.index = new(prefixIndex)
+			}
+			if rt.signals.readsServer() {
+				polled[slices.Index(r.backends, b)] = true
+			}
+		}
+	}
+	for i, b := range r.backends {
+		mc := cfg.Backends[i].Metrics
+		// An interval of zero is a configuration that was not provisioned
+		// (a test's): it reads no metrics rather than spin.
+		if !polled[i] || mc.Path == string(config.SignalOff) || mc.Interval <= 0 {
+			continue
+		}
+		p, err := newMetricsPoller(b, mc)
+		if err != nil {
+			return err
+		}
+		r.pollers = append(r.pollers, p)
+	}
+	if len(r.pollers) == 0 {
+		return nil
+	}
+	r.stopPolls = make(chan struct{})
+	r.polling.Add(len(r.pollers))
+	for _, p := range r.pollers {
+		go p.run(r.stopPolls, &r.polling)
+	}
+	return nil
+}

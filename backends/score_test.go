@@ -1,0 +1,261 @@
+package backends
+
+import (
+	"testing"
+
+	"github.com/tollgate-dev/tollgate/config"
+)
+
+// reading publishes a metrics reading on b, as the poller does.
+func reading(b *Backend, running, waiting, maxRunning int64, kv float64, adapters ...string) {
+	s := &serverLoad{running: running, waiting: waiting, maxRunning: maxRunning, kvUsage: kv, prefixHitRate: -1,
+		inflightAtRead: b.InFlight()}
+	s.lora.running = adapterHashesOf(adapters)
+	s.lora.maxLoRA = 4
+	b.server.Store(s)
+}
+
+func adapterHashesOf(names []string) []uint64 {
+	var hs []uint64
+	for _, n := range names {
+		hs = append(hs, fnv1a([]byte(n)))
+	}
+	return hs
+}
+
+// testChain is a prompt's chain of n blocks.
+func testChain(n int) []uint64 {
+	c := make([]uint64, n, MaxPrefixBlocks)
+	for i := range c {
+		c[i] = mix(uint64(7000 + i))
+	}
+	return c
+}
+
+// TestScheduleQueueRule checks the rule: a backend where the request would queue is avoided
+// while another has a free slot, unless the prefix it holds beyond the free one's exceeds
+// queue_cost_tokens per request ahead of it.
+func TestScheduleQueueRule(t *testing.T) {
+	const n = MaxPrefixBlocks
+	tests := []struct {
+		name      string
+		costTok   int
+		heldQueue int // leading blocks the queueing backend holds
+		heldFree  int // leading blocks the free backend holds
+		waiting   int64
+		prefixOff bool
+		want      string
+	}{
+		{name: "no prefix anywhere: the free backend", heldQueue: 0, waiting: 1, want: "free"},
+		{name: "a prefix gain under the cost: the free backend", heldQueue: 40, waiting: 1, want: "free"},
+		{name: "a prefix gain over the cost of one request ahead: the queueing backend", heldQueue: n, waiting: 0, want: "queued"},
+		{name: "the same gain with more requests ahead: the free backend", heldQueue: n, waiting: 3, want: "free"},
+		{name: "a lower configured cost lets a smaller gain pay", costTok: 200, heldQueue: 40, waiting: 1, want: "queued"},
+		{name: "the gain is over the free backend's prefix", costTok: 200, heldQueue: 40, heldFree: 36, waiting: 1, want: "free"},
+		{name: "prefix off: the free backend", heldQueue: n, waiting: 0, prefixOff: true, want: "free"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			queued, free := newTestBackend("queued", 1, 0), newTestBackend("free", 1, 0)
+			r := newTestRoute(config.Queue{}, queued, free)
+			m := config.Model{Routing: config.Routing{QueueCostTokens: testQueueCostTokens}}
+			if tt.costTok != 0 {
+				m.Routing.QueueCostTokens = tt.costTok
+			}
+			if tt.prefixOff {
+				m.Routing.Prefix = config.SignalOff
+			}
+			r.signals = signalsOf(&m)
+			for _, b := range r.backends {
+				b.index = new(prefixIndex)
+			}
+			c := testChain(n)
+			queued.index.insert(c[:tt.heldQueue])
+			free.index.insert(c[:tt.heldFree])
+			// Eight running of eight: a new request waits behind the queue.
+			reading(queued, 8, tt.waiting, 8, 0.5)
+			reading(free, 3, 0, 8, 0.5)
+			got := r.schedule(nil, c)
+			if got == nil || got.Name != tt.want {
+				t.Fatalf("chose %v, want %s", got, tt.want)
+			}
+			ahead := r.assess(queued, nil).ahead
+			gain := heldTokens(tt.heldQueue) - heldTokens(tt.heldFree)
+			if pays := !tt.prefixOff && gain > ahead*int64(m.Routing.QueueCostTokens); pays != (tt.want == "queued") {
+				t.Errorf("the case is mislabelled: gain %d tokens, %d ahead, cost %d", gain, ahead, m.Routing.QueueCostTokens)
+			}
+		})
+	}
+}
+
+// TestScheduleSignals checks each signal between two backends with free slots, and that turning
+// it off takes it out of the score.
+func TestScheduleSignals(t *testing.T) {
+	const adapter = "sql-lora"
+	tests := []struct {
+		name     string
+		routing  config.Routing
+		upstream string
+		setup    func(a, b *Backend, c []uint64)
+		want     string
+	}{
+		{
+			name: "prefix: the backend holding the conversation, though busier",
+			setup: func(a, b *Backend, c []uint64) {
+				a.index.insert(c)
+				reading(a, 5, 0, 8, 0.2)
+				reading(b, 1, 0, 8, 0.2)
+			},
+			want: "a",
+		},
+		{
+			name:    "prefix off: the less busy",
+			routing: config.Routing{Prefix: config.SignalOff},
+			setup: func(a, b *Backend, c []uint64) {
+				a.index.insert(c)
+				reading(a, 5, 0, 8, 0.2)
+				reading(b, 1, 0, 8, 0.2)
+			},
+			want: "b",
+		},
+		{
+			name: "queue: the server's own running count, not the gateway's",
+			setup: func(a, b *Backend, c []uint64) {
+				reading(a, 7, 0, 8, 0.2)
+				reading(b, 1, 0, 8, 0.2)
+				b.inflight.Add(3) // sent since the reading: 4 of 8 now
+			},
+			want: "b",
+		},
+		{
+			name:    "queue off: the gateway's in-flight counts",
+			routing: config.Routing{Queue: config.SignalOff},
+			setup: func(a, b *Backend, c []uint64) {
+				reading(a, 7, 0, 8, 0.2)
+				reading(b, 1, 0, 8, 0.2)
+				b.inflight.Add(3)
+			},
+			want: "a",
+		},
+		{
+			name: "kv: the emptier cache",
+			setup: func(a, b *Backend, c []uint64) {
+				reading(a, 2, 0, 8, 0.95)
+				reading(b, 2, 0, 8, 0.10)
+			},
+			want: "b",
+		},
+		{
+			name:     "lora: the backend with the adapter loaded, though busier",
+			upstream: adapter,
+			setup: func(a, b *Backend, c []uint64) {
+				reading(a, 6, 0, 8, 0.2, adapter)
+				reading(b, 1, 0, 8, 0.2, "other-lora")
+			},
+			want: "a",
+		},
+		{
+			name:     "lora within load limits: not once it would queue",
+			upstream: adapter,
+			setup: func(a, b *Backend, c []uint64) {
+				reading(a, 8, 2, 8, 0.2, adapter)
+				reading(b, 1, 0, 8, 0.2)
+			},
+			want: "b",
+		},
+		{
+			name:     "lora off: the less busy",
+			upstream: adapter,
+			routing:  config.Routing{LoRA: config.SignalOff},
+			setup: func(a, b *Backend, c []uint64) {
+				reading(a, 6, 0, 8, 0.2, adapter)
+				reading(b, 1, 0, 8, 0.2)
+			},
+			want: "b",
+		},
+		{
+			name: "no free backend: the shorter queue",
+			setup: func(a, b *Backend, c []uint64) {
+				reading(a, 8, 5, 8, 0.9)
+				reading(b, 8, 1, 8, 0.9)
+			},
+			want: "b",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, b := newTestBackend("a", 1, 0), newTestBackend("b", 1, 0)
+			r := newTestRoute(config.Queue{}, a, b)
+			tt.routing.QueueCostTokens = testQueueCostTokens
+			r.signals = signalsOf(&config.Model{Routing: tt.routing})
+			if tt.upstream != "" {
+				r.Upstream = tt.upstream
+			}
+			r.adapter = fnv1a([]byte(r.Upstream))
+			a.index, b.index = new(prefixIndex), new(prefixIndex)
+			c := testChain(MaxPrefixBlocks)
+			tt.setup(a, b, c)
+			if got := pickCounts(r, 50, nil, c); got[tt.want] != 50 {
+				t.Errorf("picks = %v, want all on %s", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestPickRecordsBlocks checks that Pick records a request's blocks on the backend it chose, so
+// the conversation's next turn follows them, and that Pick does not allocate.
+func TestPickRecordsBlocks(t *testing.T) {
+	bs := []*Backend{newTestBackend("a", 1, 0), newTestBackend("b", 1, 0), newTestBackend("c", 1, 0)}
+	r := newTestRoute(config.Queue{}, bs...)
+	for _, b := range bs {
+		b.index = new(prefixIndex)
+	}
+	c := testChain(MaxPrefixBlocks)
+	first := r.Pick(nil, c[:40])
+	first.Release()
+	for range 20 {
+		b := r.Pick(nil, c)
+		if b != first {
+			t.Fatalf("turn 2 went to %s, not to %s which holds turn 1", b.Name, first.Name)
+		}
+		b.Release()
+	}
+	if n := testing.AllocsPerRun(200, func() { r.Pick(nil, c).Release() }); n != 0 {
+		t.Errorf("Pick with a block chain allocates %v times", n)
+	}
+}
+
+// TestRegistryRoutingSignals checks what the configuration's settings mean for a route:
+// affinity: prefix (the older spelling) and the default both use the prefix signal.
+func TestRegistryRoutingSignals(t *testing.T) {
+	tests := []struct {
+		name        string
+		model       config.Model
+		wantBlocks  bool
+		wantSignals signals
+	}{
+		{"default: every signal", config.Model{}, true, signals{true, true, true, true, 2048}},
+		{"affinity: prefix", config.Model{Affinity: "prefix"}, true, signals{true, true, true, true, 2048}},
+		{"every signal off", config.Model{Routing: config.Routing{Prefix: "off", Queue: "off", KV: "off", LoRA: "off", QueueCostTokens: 100}},
+			false, signals{false, false, false, false, 100}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := tt.model
+			m.Name, m.Backends = "m", []string{"a", "b"}
+			cfg := provisioned(t, []config.Backend{
+				{Name: "a", Simulated: &config.Simulated{}, Metrics: config.BackendMetrics{Path: "off"}},
+				{Name: "b", Simulated: &config.Simulated{}, Metrics: config.BackendMetrics{Path: "off"}},
+			}, []config.Model{m})
+			reg, err := NewRegistry(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer reg.Close()
+			rt := reg.Route([]byte("m"))
+			if rt.WantsBlocks() != tt.wantBlocks || rt.signals != tt.wantSignals {
+				t.Errorf("WantsBlocks %v, signals %+v; want %v, %+v", rt.WantsBlocks(), rt.signals, tt.wantBlocks, tt.wantSignals)
+			}
+		})
+	}
+}
