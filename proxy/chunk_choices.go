@@ -4,6 +4,8 @@ import (
 	"strings"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/tollgate-dev/tollgate/internal/jsonscan"
 )
 
 // A stream's events are processed on the goroutine that writes the stream
@@ -141,7 +143,7 @@ func (f *chunkFields) readGJSON(s string, wantID bool) {
 // gjson: anything but a valid JSON array, nesting past maxChoicesDepth, or
 // a key with an escape (gjson compares keys unescaped).
 func choicesContent(raw string) (elems, withContent int64, ok bool) {
-	if len(raw) == 0 || raw[0] != '[' || tooDeep(raw, maxChoicesDepth) {
+	if len(raw) == 0 || raw[0] != '[' || jsonscan.TooDeep(raw, maxChoicesDepth) {
 		return 0, 0, false
 	}
 	i := skipSpace(raw, 1)

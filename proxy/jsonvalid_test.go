@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/tollgate-dev/tollgate/internal/jsonscan"
 )
 
 // validJSONCases are edge cases of the grammar, each with the answer RFC
@@ -92,7 +94,7 @@ func FuzzValidJSON(f *testing.F) {
 	}
 	f.Add(typicalChatBody)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if tooDeep(string(b), maxDepth) {
+		if jsonscan.TooDeep(string(b), maxDepth) {
 			t.Skip("deeper than the validator is ever asked to check")
 		}
 		want := json.Valid(b) && utf8.Valid(b)

@@ -4,6 +4,8 @@ import (
 	"strings"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/tollgate-dev/tollgate/internal/jsonscan"
 )
 
 // replyMembers are what the gateway reads from the top level of a
@@ -26,7 +28,7 @@ type replyMembers struct {
 // unescape before comparing) is left to them.
 func scanReply(body []byte, maxDepth int, response bool) (m replyMembers, ok bool) {
 	s := b2s(body)
-	if !looksLikeJSONObject(body) || tooDeep(s, maxDepth) {
+	if !looksLikeJSONObject(body) || jsonscan.TooDeep(s, maxDepth) {
 		return m, false
 	}
 	i := skipSpace(s, 0)

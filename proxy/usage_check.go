@@ -7,6 +7,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/tollgate-dev/tollgate/accounting"
+	"github.com/tollgate-dev/tollgate/internal/jsonscan"
 )
 
 // maxTokenCount bounds every token count a backend may report: the most a
@@ -273,5 +274,5 @@ func invalidUsage(backend string, err error) *apiError {
 // syntax check recurses once per level, and the body is the backend's.
 func validReply(body []byte, maxDepth int) bool {
 	s := b2s(body)
-	return looksLikeJSONObject(body) && !tooDeep(s, maxDepth) && validJSON(s)
+	return looksLikeJSONObject(body) && !jsonscan.TooDeep(s, maxDepth) && validJSON(s)
 }

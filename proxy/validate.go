@@ -9,6 +9,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/tollgate-dev/tollgate/internal/jsonscan"
 )
 
 // ChatRequest is what validation learned about a body. Byte slices point into the body
@@ -151,7 +153,7 @@ func validateChatOnePass(body []byte, req *ChatRequest, lim BodyLimits) bool {
 	first := skipSpace(s, 0)
 	// The checked walk recurses once per level of the values it delimits,
 	// so the depth is bounded first, as for validJSON.
-	if first == len(s) || s[first] != '{' || tooDeep(s, depthLimit(lim.MaxDepth)) {
+	if first == len(s) || s[first] != '{' || jsonscan.TooDeep(s, depthLimit(lim.MaxDepth)) {
 		return false
 	}
 	*req = ChatRequest{N: 1}
@@ -237,7 +239,7 @@ func checkDocument(body []byte, depth int, empty string) (string, int, *Validati
 		return "", 0, &ValidationError{Message: empty}
 	}
 	depth = depthLimit(depth)
-	if tooDeep(s, depth) {
+	if jsonscan.TooDeep(s, depth) {
 		return "", 0, &ValidationError{Message: fmt.Sprintf(
 			"The request body nests arrays and objects more than %d levels deep.", depth)}
 	}
@@ -272,30 +274,6 @@ func depthLimit(depth int) int {
 // error, not a recoverable panic). The backend's Python JSON decoder gives up near depth
 // 1000 anyway, so nothing it could serve is refused.
 const maxDepth = 1000
-
-// tooDeep reports whether s, which may be any bytes at all, nests deeper than limit.
-// Depth cannot exceed the number of opening brackets, and counting those is a fast
-// vectorised pass, so the exact scan only runs on bodies with many brackets.
-func tooDeep(s string, limit int) bool {
-	if strings.Count(s, "[")+strings.Count(s, "{") <= limit {
-		return false
-	}
-	depth := 0
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '"':
-			i = stringEnd(s, i) - 1
-		case '[', '{':
-			depth++
-			if depth > limit {
-				return true
-			}
-		case ']', '}':
-			depth--
-		}
-	}
-	return false
-}
 
 // validator carries what the walk has seen so far, for the rules that span fields.
 type validator struct {
@@ -1894,29 +1872,7 @@ func skipSpace(s string, i int) int {
 	return i
 }
 
-// stringEnd returns the index just past the string token whose opening quote is at s[i].
-// It jumps from quote to quote with IndexByte and counts the backslashes before each
-// quote: an odd count means the quote is escaped.
-func stringEnd(s string, i int) int {
-	j := i + 1
-	for {
-		k := strings.IndexByte(s[j:], '"')
-		if k < 0 {
-			return len(s)
-		}
-		j += k
-		n := 0
-		for b := j - 1; b > i && s[b] == '\\'; b-- {
-			n++
-		}
-		j++
-		if n%2 == 0 {
-			return j
-		}
-	}
-}
-
-// keyEnd is stringEnd for object keys, which are short: IndexByte's set-up costs more
+// keyEnd is jsonscan.StringEnd for object keys, which are short: IndexByte's set-up costs more
 // than the key, and keyEnd also tells whether the key needs unescaping. It tests eight
 // bytes at a time for a quote or a backslash, as validString does (the lowest byte
 // marked is a true match), and a byte at a time only at the end of s: a plain loop over
@@ -1954,13 +1910,13 @@ func keyEnd(s string, i int) (end int, esc bool) {
 func valueEnd(s string, i int) int {
 	switch s[i] {
 	case '"':
-		return stringEnd(s, i)
+		return jsonscan.StringEnd(s, i)
 	case '{', '[':
 		depth := 0
 		for j := i; j < len(s); j++ {
 			switch s[j] {
 			case '"':
-				j = stringEnd(s, j) - 1
+				j = jsonscan.StringEnd(s, j) - 1
 			case '{', '[':
 				depth++
 			case '}', ']':
