@@ -17,6 +17,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/accounting"
 	"github.com/tollgate-dev/tollgate/backends"
+	"github.com/tollgate-dev/tollgate/openai"
 )
 
 const (
@@ -59,7 +60,7 @@ type completion struct {
 	// req is what validation found in the request body. It is held
 	// apart, so that a stream, which copies the completion and needs none
 	// of it, does not hold it (see startStream).
-	req *ChatRequest
+	req *openai.Request
 	rec accounting.Record
 	res accounting.Reservation
 	// limiter made res; nil when nothing was reserved.
@@ -98,13 +99,13 @@ type completion struct {
 	upstream time.Duration
 }
 
-// newCompletion returns a completion with its ChatRequest, for the pool.
-func newCompletion() *completion { return &completion{req: new(ChatRequest)} }
+// newCompletion returns a completion with its openai.Request, for the pool.
+func newCompletion() *completion { return &completion{req: new(openai.Request)} }
 
-// reset clears c for its next request, keeping its ChatRequest.
+// reset clears c for its next request, keeping its openai.Request.
 func (c *completion) reset() {
 	req := c.req
-	*req = ChatRequest{}
+	*req = openai.Request{}
 	*c = completion{req: req}
 }
 
@@ -161,12 +162,12 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, ep *endpoint) {
 	c.rec.KeyName = key.Name
 	team, project, err := accounting.ParseProject(hdr.project, key.DefaultTeam, st.cfg.Usage.DefaultProject)
 	if err != nil {
-		s.reject(ctx, c, &apiError{Status: fasthttp.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_project",
+		s.reject(ctx, c, &openai.Error{Status: fasthttp.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_project",
 			Message: err.Error()})
 		return
 	}
 	if !key.AllowsTeam(team) {
-		s.reject(ctx, c, &apiError{Status: fasthttp.StatusForbidden, Type: "permission_denied", Code: "permission_denied",
+		s.reject(ctx, c, &openai.Error{Status: fasthttp.StatusForbidden, Type: "permission_denied", Code: "permission_denied",
 			Message: "API key " + key.Name + " may not use team " + team + "."})
 		return
 	}
@@ -174,7 +175,7 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, ep *endpoint) {
 
 	tc, err := parseTraceHeaders(hdr.traceID, hdr.parentID, hdr.traceparent)
 	if err != nil {
-		s.reject(ctx, c, &apiError{Status: fasthttp.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_trace_context",
+		s.reject(ctx, c, &openai.Error{Status: fasthttp.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_trace_context",
 			Message: err.Error() + "."})
 		return
 	}
@@ -185,17 +186,18 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, ep *endpoint) {
 	}
 
 	if ct := ctx.Request.Header.ContentType(); !hasPrefixFold(ct, jsonContentType) {
-		s.reject(ctx, c, &apiError{Status: fasthttp.StatusUnsupportedMediaType, Type: "invalid_request_error",
+		s.reject(ctx, c, &openai.Error{Status: fasthttp.StatusUnsupportedMediaType, Type: "invalid_request_error",
 			Message: "Content-Type must be application/json."})
 		return
 	}
 	body := ctx.PostBody()
-	if verr := ep.validate(body, c, &st.cfg.Server); verr != nil {
-		s.reject(ctx, c, &apiError{Status: fasthttp.StatusBadRequest, Type: "invalid_request_error", Param: verr.Param, Message: verr.Message})
+	if verr := ep.validate(body, c.req, bodyLimits(&st.cfg.Server)); verr != nil {
+		s.reject(ctx, c, &openai.Error{Status: fasthttp.StatusBadRequest, Type: "invalid_request_error", Param: verr.Param, Message: verr.Message})
 		return
 	}
+	c.previousResponse, c.background = c.req.PreviousResponseID, c.req.Background
 	if limit := st.cfg.Server.MaxMessages; c.req.Messages > limit {
-		s.reject(ctx, c, &apiError{Status: fasthttp.StatusBadRequest, Type: "invalid_request_error", Param: "messages",
+		s.reject(ctx, c, &openai.Error{Status: fasthttp.StatusBadRequest, Type: "invalid_request_error", Param: "messages",
 			Message: "messages has " + strconv.Itoa(c.req.Messages) + " entries; the gateway accepts at most " + strconv.Itoa(limit) + "."})
 		return
 	}
@@ -224,11 +226,11 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, ep *endpoint) {
 		return
 	}
 	if c.req.Priority != 0 && !c.route.PriorityScheduling {
-		s.finish(ctx, c, &apiError{Status: fasthttp.StatusBadRequest, Type: "invalid_request_error", Param: "priority",
+		s.finish(ctx, c, &openai.Error{Status: fasthttp.StatusBadRequest, Type: "invalid_request_error", Param: "priority",
 			Message: "priority must be 0: model " + c.route.Name + " is not served with priority scheduling."})
 		return
 	}
-	if e := toolChoiceRefusal(c.req, c.route); e != nil {
+	if e := c.req.ToolChoiceRefusal(c.route.Name, c.route.ToolCalling); e != nil {
 		s.finish(ctx, c, e)
 		return
 	}
@@ -247,7 +249,7 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, ep *endpoint) {
 		// the stream starts, so a burst cannot overshoot the cap.
 		if s.streams.Add(1) > int64(st.cfg.Server.MaxStreams) {
 			s.streams.Add(-1)
-			s.finish(ctx, c, &apiError{Status: fasthttp.StatusServiceUnavailable, Type: "api_error", Code: "too_many_streams",
+			s.finish(ctx, c, &openai.Error{Status: fasthttp.StatusServiceUnavailable, Type: "api_error", Code: "too_many_streams",
 				Message: "The gateway is at its limit of concurrent streams; retry shortly.", RetryAfter: time.Second})
 			return
 		}
@@ -279,19 +281,19 @@ func (s *Server) route(st *state, model []byte) *backends.Route {
 	return st.reg.Route(model)
 }
 
-func modelNotFound(model []byte) *apiError {
+func modelNotFound(model []byte) *openai.Error {
 	if model == nil {
-		return &apiError{Status: fasthttp.StatusBadRequest, Type: "invalid_request_error", Param: "model",
+		return &openai.Error{Status: fasthttp.StatusBadRequest, Type: "invalid_request_error", Param: "model",
 			Message: "model is required: the gateway serves several models. GET /v1/models lists them."}
 	}
-	return &apiError{Status: fasthttp.StatusNotFound, Type: "invalid_request_error", Param: "model", Code: "model_not_found",
-		Message: "The model `" + clip(string(model)) + "` does not exist."}
+	return &openai.Error{Status: fasthttp.StatusNotFound, Type: "invalid_request_error", Param: "model", Code: "model_not_found",
+		Message: "The model `" + openai.Clip(string(model)) + "` does not exist."}
 }
 
 // estimate is the number of tokens reserved against budgets before the
 // request runs: the prompt estimate plus the most the request may generate
 // for each of its n choices.
-func (s *Server) estimate(st *state, ep *endpoint, req *ChatRequest) int64 {
+func (s *Server) estimate(st *state, ep *endpoint, req *openai.Request) int64 {
 	if !ep.generates {
 		return promptEstimate(req)
 	}
@@ -331,7 +333,7 @@ func looksLikeJSONObject(b []byte) bool {
 // promptEstimate guesses a prompt's tokens before (or without) the
 // backend's count: about four bytes of text per token, plus the four or so
 // tokens a chat template wraps around each message.
-func promptEstimate(req *ChatRequest) int64 {
+func promptEstimate(req *openai.Request) int64 {
 	return int64(req.PromptBytes+3)/4 + 4*int64(req.Messages)
 }
 
@@ -360,12 +362,12 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *completion, bod
 	tried := backends.Tried(triedArr[:0])
 	attempts := min(retries.Attempts, maxAttempts)
 	backoff := retries.Backoff
-	var last *apiError
+	var last *openai.Error
 	route := c.route
 	chain := c.route.Fallbacks
 	counted := c.route // the last route counted as a fallback taken
 	for route != nil && len(tried) < attempts {
-		if !route.Serves(c.ep.upstream) || !toolChoiceServed(c.req, route) {
+		if !route.Serves(c.ep.upstream) || !c.req.ToolChoiceServed(route.ToolCalling) {
 			// A fallback that does not serve the endpoint, or the
 			// tool_choice asked for, is skipped.
 			route = nil
@@ -377,7 +379,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *completion, bod
 		var b *backends.Backend
 		pinned := false
 		if c.owner != "" && len(tried) == 0 {
-			var e *apiError
+			var e *openai.Error
 			if b, e = pickOwner(route, c.owner); e != nil {
 				last = e
 				break
@@ -396,7 +398,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *completion, bod
 					last = c.watch.waitError()
 					break
 				}
-				last = &apiError{Status: fasthttp.StatusServiceUnavailable, Type: "api_error", Code: "overloaded",
+				last = &openai.Error{Status: fasthttp.StatusServiceUnavailable, Type: "api_error", Code: "overloaded",
 					Message: "Every backend of model " + route.Name + " is at its concurrency limit; retry shortly.", RetryAfter: time.Second}
 				break
 			}
@@ -405,7 +407,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *completion, bod
 			}
 			if b == nil {
 				if last == nil {
-					last = &apiError{Status: fasthttp.StatusServiceUnavailable, Type: "api_error", Code: "no_healthy_backend",
+					last = &openai.Error{Status: fasthttp.StatusServiceUnavailable, Type: "api_error", Code: "no_healthy_backend",
 						Message: "No healthy backend serves model " + route.Name + " right now; retry shortly.", RetryAfter: time.Second}
 				}
 				// Every backend of this model failed or is out: fall back.
@@ -449,7 +451,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *completion, bod
 // way another backend may not, with the error to answer if no retry is made.
 type attemptResult struct {
 	done       bool
-	err        *apiError
+	err        *openai.Error
 	retryAfter time.Duration
 }
 
@@ -557,7 +559,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *completion, route *backend
 		fasthttp.ReleaseResponse(resp)
 		b.Release()
 		b.ReportFailure()
-		s.finish(ctx, c, &apiError{Status: fasthttp.StatusBadGateway, Type: "api_error", Code: "upstream_error",
+		s.finish(ctx, c, &openai.Error{Status: fasthttp.StatusBadGateway, Type: "api_error", Code: "upstream_error",
 			Message: "Backend " + b.Name + " answered 200 with a body that is not a JSON chat completion."})
 		return attemptResult{done: true}
 	}
@@ -676,7 +678,7 @@ func promptPrefix(body []byte) []byte {
 // continuous_usage_stats where the backend supports it, so that a stream cut
 // short is still counted exactly. It splices at the offsets validation
 // found instead of re-encoding the JSON.
-func buildUpstreamBody(dst, body []byte, req *ChatRequest, rt *backends.Route, continuous bool) []byte {
+func buildUpstreamBody(dst, body []byte, req *openai.Request, rt *backends.Route, continuous bool) []byte {
 	type edit struct {
 		start, end int
 		with       []byte // nil: rewrite the stream_options value
@@ -764,7 +766,7 @@ func setRecordUsage(rec *accounting.Record, u *usageCounts, completion int64) {
 // reject answers a request refused before it was attributed to a model:
 // it is counted in metrics and logged, but makes no usage record, since it
 // used no model.
-func (s *Server) reject(ctx *fasthttp.RequestCtx, c *completion, e *apiError) {
+func (s *Server) reject(ctx *fasthttp.RequestCtx, c *completion, e *openai.Error) {
 	c.closed = true
 	c.gen.release()
 	writeError(ctx, e)
@@ -777,7 +779,7 @@ func (s *Server) reject(ctx *fasthttp.RequestCtx, c *completion, e *apiError) {
 
 // finish ends a non-streamed completion: it answers e if non-nil, settles
 // the reservation, and records usage, metrics and the log line.
-func (s *Server) finish(ctx *fasthttp.RequestCtx, c *completion, e *apiError) {
+func (s *Server) finish(ctx *fasthttp.RequestCtx, c *completion, e *openai.Error) {
 	if e != nil {
 		writeError(ctx, e)
 		c.rec.Error = e.Message

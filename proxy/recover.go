@@ -7,6 +7,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
+
+	"github.com/tollgate-dev/tollgate/openai"
 )
 
 // recoverHandler is deferred by the request handler, the boundary where a
@@ -22,7 +24,7 @@ func (s *Server) recoverHandler(ctx *fasthttp.RequestCtx) {
 	s.countPanic("handler", r)
 	ctx.Response.Reset()
 	ctx.SetConnectionClose()
-	writeError(ctx, &apiError{Status: fasthttp.StatusInternalServerError, Type: "api_error", Code: "internal_error",
+	writeError(ctx, &openai.Error{Status: fasthttp.StatusInternalServerError, Type: "api_error", Code: "internal_error",
 		Message: "The gateway failed while handling this request; it has been logged."})
 }
 

@@ -6,6 +6,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/tollgate-dev/tollgate/internal/jsonscan"
+	"github.com/tollgate-dev/tollgate/openai"
 )
 
 // replyMembers are what the gateway reads from the top level of a
@@ -31,7 +32,7 @@ func scanReply(body []byte, maxDepth int, response bool) (m replyMembers, ok boo
 	if !looksLikeJSONObject(body) || jsonscan.TooDeep(s, maxDepth) {
 		return m, false
 	}
-	i := skipSpace(s, 0)
+	i := openai.SkipSpace(s, 0)
 	if i >= len(s) || s[i] != '{' {
 		return m, false
 	}
@@ -44,7 +45,7 @@ func scanReply(body []byte, maxDepth int, response bool) (m replyMembers, ok boo
 		haveUsage, haveID, haveDate bool
 		escaped                     bool
 	)
-	i = skipSpace(s, i+1)
+	i = openai.SkipSpace(s, i+1)
 	if i < len(s) && s[i] == '}' {
 		i++
 	} else {
@@ -53,16 +54,16 @@ func scanReply(body []byte, maxDepth int, response bool) (m replyMembers, ok boo
 				return m, false
 			}
 			keyStart := i + 1
-			if i, ok = validString(s, keyStart); !ok {
+			if i, ok = openai.ValidString(s, keyStart); !ok {
 				return m, false
 			}
 			key := s[keyStart : i-1]
-			i = skipSpace(s, i)
+			i = openai.SkipSpace(s, i)
 			if i >= len(s) || s[i] != ':' {
 				return m, false
 			}
-			valStart := skipSpace(s, i+1)
-			if i, ok = validValue(s, valStart); !ok {
+			valStart := openai.SkipSpace(s, i+1)
+			if i, ok = openai.ValidValue(s, valStart); !ok {
 				return m, false
 			}
 			if strings.IndexByte(key, '\\') >= 0 {
@@ -83,16 +84,16 @@ func scanReply(body []byte, maxDepth int, response bool) (m replyMembers, ok boo
 				usageRaw, haveUsage = val, true
 			}
 			var closed bool
-			if i, closed, ok = separator(s, i, '}'); !ok {
+			if i, closed, ok = openai.Separator(s, i, '}'); !ok {
 				return m, false
 			}
 			if closed {
 				break
 			}
-			i = skipSpace(s, i)
+			i = openai.SkipSpace(s, i)
 		}
 	}
-	if skipSpace(s, i) != len(s) {
+	if openai.SkipSpace(s, i) != len(s) {
 		return m, false
 	}
 	if escaped {

@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/tollgate-dev/tollgate/backends"
+	"github.com/tollgate-dev/tollgate/openai"
 )
 
 // streamBody passes an upstream SSE stream to the client event by event.
@@ -106,7 +107,7 @@ func (s *Server) startStream(ctx *fasthttp.RequestCtx, c *completion, b *backend
 	sb.srv, sb.c, sb.backend, sb.resp = s, *c, b, resp
 	c.closed = true // the stream body settles it now
 	// Of the request, the stream needs only what it is charged for the
-	// prompt when it ends without the backend's count; the ChatRequest
+	// prompt when it ends without the backend's count; the openai.Request
 	// stays with c, and its model and tool choice bytes, which point into
 	// the client's request body given back below, with it.
 	sb.c.req, sb.promptEstimate = nil, promptEstimate(c.req)
@@ -305,9 +306,9 @@ func (sb *streamBody) endUpstream(dst []byte, err error) []byte {
 var errUpstreamTruncated = errors.New("upstream stream ended without [DONE]")
 
 // appendInBandError appends an error event and the closing [DONE] event.
-func appendInBandError(dst []byte, e *apiError) []byte {
+func appendInBandError(dst []byte, e *openai.Error) []byte {
 	dst = append(dst, "data: "...)
-	dst = appendErrorJSON(dst, e)
+	dst = e.AppendJSON(dst)
 	return append(dst, "\n\ndata: [DONE]\n\n"...)
 }
 
@@ -393,7 +394,7 @@ func (sb *streamBody) recovered(p []byte, r any) (int, error) {
 		sb.upstreamErr = errors.New("internal error while relaying the stream")
 	}
 	sb.releaseOut()
-	sb.out = appendInBandError(nil, &apiError{Type: "api_error", Code: "internal_error",
+	sb.out = appendInBandError(nil, &openai.Error{Type: "api_error", Code: "internal_error",
 		Message: "The gateway failed while relaying the stream from backend " + sb.backend.Name + "."})
 	sb.pos = copy(p, sb.out)
 	return sb.pos, nil
