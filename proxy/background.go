@@ -155,7 +155,7 @@ func pendingID(reply gjson.Result) string {
 // background response answered while still running, and reports whether
 // it did; if not, the caller settles c as usual. It gives back c's slot
 // unless the response is now pending.
-func (s *Server) holdBackground(c *completion) bool {
+func (s *Server) holdBackground(c *exchange) bool {
 	if !c.backgroundSlot {
 		return false
 	}

@@ -41,7 +41,7 @@ func (s *Server) countPanic(where string, r any) {
 // recorded as a 500, so that a bug met by hostile input leaks nothing
 // that a reload, max_streams or a budget would wait on. A backend slot
 // taken by an attempt in progress is not known here and stays taken.
-func (s *Server) abandon(c *completion) {
+func (s *Server) abandon(c *exchange) {
 	if c.closed || c.gen == nil {
 		return
 	}

@@ -139,3 +139,28 @@ func dateInt(raw string) int64 {
 	}
 	return n
 }
+
+// completionKeyOf returns the "id" of a completion reply as a new string,
+// since the body is a pooled buffer, and its date: "created" (a chat or
+// text completion) or, for a response, "created_at"; 0 when absent. The
+// usage record keeps both, by which a Weave SDK's trace of the completion
+// is joined to the gateway's call (the store reads the SDK's copy of the
+// reply by the same rule). One walk of the top-level members, which stops
+// once both are found: backends write them first.
+func completionKeyOf(body []byte, response bool) (id string, created int64) {
+	dateKey := "created"
+	if response {
+		dateKey = "created_at"
+	}
+	var haveID, haveDate bool
+	gjson.Parse(b2s(body)).ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "id":
+			id, haveID = strings.Clone(backendID(v.String())), true
+		case dateKey:
+			created, haveDate = v.Int(), true
+		}
+		return !haveID || !haveDate
+	})
+	return id, created
+}

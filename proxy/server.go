@@ -1,6 +1,16 @@
-// Package proxy is the client-facing side of the gateway: the fasthttp
-// server, validation of chat completion bodies, the chat completion path
-// and SSE passthrough.
+// Package proxy is the client-facing side of the gateway over fasthttp. It
+// does the orchestration, and leaves the OpenAI wire format (validation,
+// request facts, the error shape) to package openai. Its jobs:
+//   - the request path of the four endpoints routed by model, read in
+//     order: request.go (handler, auth, headers, validation, limits),
+//     forward.go (backend choice, attempts, retries, upstream body),
+//     stream.go (the SSE relay and its hand-over) and settle.go (usage
+//     recorded, reservation and slots released);
+//   - reply, usage, chunk and SSE processing of backends' answers
+//     (reply_scan.go, usage_check.go, chunk*.go, sse.go);
+//   - the Responses API's state (responses.go, background.go,
+//     response_owners.go);
+//   - observability (metrics.go, requestlog.go, recover.go).
 package proxy
 
 import (

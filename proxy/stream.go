@@ -27,7 +27,7 @@ import (
 // reuse once the handler has returned.
 type streamBody struct {
 	srv     *Server
-	c       completion
+	c       exchange
 	backend *backends.Backend
 	resp    *fasthttp.Response
 
@@ -99,7 +99,7 @@ const eventHeadroom = 512
 // startStream answers 200 with an event stream fed by resp. Ownership of
 // resp, of b's acquisition and of c's reservation moves to the streamBody.
 // replyModel, when non-nil, is the quoted model id every chunk must name.
-func (s *Server) startStream(ctx *fasthttp.RequestCtx, c *completion, b *backends.Backend, resp *fasthttp.Response, replyModel []byte) {
+func (s *Server) startStream(ctx *fasthttp.RequestCtx, c *exchange, b *backends.Backend, resp *fasthttp.Response, replyModel []byte) {
 	sb := streamBodies.Get().(*streamBody)
 	if sb.onHijack == nil {
 		sb.onHijack = sb.hijacked
@@ -371,7 +371,7 @@ func (sb *streamBody) CloseWithError(clientErr error) error {
 	s.settle(c)
 
 	sb.srv, sb.backend, sb.resp = nil, nil, nil
-	sb.c = completion{}
+	sb.c = exchange{}
 	sb.scan.reset(nil)
 	sb.releaseOut()
 	sb.releaseHead()
