@@ -11,6 +11,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/tollgate-dev/tollgate/internal/jsonscan"
 )
 
 // The bounds of what the trace service accepts. Each keeps a body that
@@ -183,7 +185,7 @@ func (v *validation) plainString(loc []any, s string) {
 // refuses reports whether checkJSON refuses doc: it scans the bytes,
 // decoding nothing.
 func (b bodyBounds) refuses(doc []byte) bool {
-	return badText(doc) || jsonTooDeep(doc, b.maxDepth) || hasEscapedNUL(doc)
+	return badText(doc) || jsonscan.TooDeepBytes(doc, b.maxDepth) || hasEscapedNUL(doc)
 }
 
 // badText reports whether doc holds bytes that are not UTF-8 or a lone
@@ -247,44 +249,6 @@ func (v *validation) notUnicode(loc []any, input any) {
 func (v *validation) depth(loc []any, limit int) {
 	v.addCtx(loc, "value_error", "Value error, JSON nested deeper than "+strconv.Itoa(limit)+" levels", nil,
 		map[string]any{"max_depth": limit})
-}
-
-// jsonTooDeep reports whether body nests arrays and objects deeper than
-// limit, skipping strings. It reads body as JSON only as far as nesting
-// goes: syntax is the decoder's job.
-func jsonTooDeep(body []byte, limit int) bool {
-	if bytes.Count(body, []byte("["))+bytes.Count(body, []byte("{")) <= limit {
-		return false
-	}
-	depth := 0
-	for i := 0; i < len(body); i++ {
-		switch body[i] {
-		case '"':
-			i = stringEnd(body, i)
-		case '[', '{':
-			depth++
-			if depth > limit {
-				return true
-			}
-		case ']', '}':
-			depth--
-		}
-	}
-	return false
-}
-
-// stringEnd returns the index of the quote closing the string whose
-// opening quote is at start, or len(body) if it is not closed.
-func stringEnd(body []byte, start int) int {
-	for i := start + 1; i < len(body); i++ {
-		switch body[i] {
-		case '\\':
-			i++
-		case '"':
-			return i
-		}
-	}
-	return len(body)
 }
 
 // hasEscapedNUL reports whether a JSON string in body holds the escape
@@ -433,7 +397,7 @@ func hasLoneSurrogate(body []byte) bool {
 		if body[i] != '"' {
 			continue
 		}
-		end := stringEnd(body, i)
+		end := jsonscan.ClosingQuoteBytes(body, i)
 		if loneSurrogate(body[i+1 : min(end, len(body))]) {
 			return true
 		}
@@ -564,6 +528,6 @@ func badRawString(body []byte, from int) bool {
 	if i == len(body) {
 		return false
 	}
-	raw := body[i+1 : min(stringEnd(body, i), len(body))]
+	raw := body[i+1 : min(jsonscan.ClosingQuoteBytes(body, i), len(body))]
 	return !utf8.Valid(raw) || loneSurrogate(raw)
 }

@@ -32,28 +32,6 @@ func TestHasEscapedNUL(t *testing.T) {
 	}
 }
 
-func TestJSONTooDeep(t *testing.T) {
-	tests := []struct {
-		name  string
-		body  string
-		limit int
-		want  bool
-	}{
-		{"at the limit", `{"a":[{"b":1}]}`, 3, false},
-		{"past the limit", `{"a":[{"b":[1]}]}`, 3, true},
-		{"brackets in strings do not count", `{"a":"[[[[{{{{"}`, 2, false},
-		{"an escaped quote does not end a string", `{"a":"\"[[[["}`, 2, false},
-		{"siblings do not add up", `[[1],[2],[3],[4]]`, 2, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := jsonTooDeep([]byte(tt.body), tt.limit); got != tt.want {
-				t.Errorf("= %v, want %v", got, tt.want)
-			}
-		})
-	}
-}
-
 func TestNewBodyBoundsStaysUnderSQLiteDepth(t *testing.T) {
 	for _, tt := range []struct{ configured, want int }{
 		{0, defaultMaxJSONDepth}, {10, 10}, {5000, maxStoredJSONDepth},

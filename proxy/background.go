@@ -12,6 +12,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/accounting"
 	"github.com/tollgate-dev/tollgate/backends"
+	"github.com/tollgate-dev/tollgate/openai"
 )
 
 // A background response (POST /v1/responses with "background": true) is
@@ -45,8 +46,8 @@ const (
 
 // tooManyBackground refuses a background response while the set of
 // pending ones, capacity of them, is full.
-func tooManyBackground(capacity int) *apiError {
-	return &apiError{Status: fasthttp.StatusServiceUnavailable, Type: "api_error",
+func tooManyBackground(capacity int) *openai.Error {
+	return &openai.Error{Status: fasthttp.StatusServiceUnavailable, Type: "api_error",
 		Code: "too_many_background_responses", RetryAfter: 10 * time.Second,
 		Message: "The gateway is waiting on its limit of " + strconv.Itoa(capacity) +
 			" background responses to finish; retry shortly, or send the request without background."}
@@ -55,8 +56,8 @@ func tooManyBackground(capacity int) *apiError {
 // overShare refuses a background response to a team that holds its share
 // of the slots, limit of them: a 429, since it is this team's rate, not the
 // gateway's, that stops it.
-func overShare(team string, limit int) *apiError {
-	return &apiError{Status: fasthttp.StatusTooManyRequests, Type: "rate_limit_exceeded",
+func overShare(team string, limit int) *openai.Error {
+	return &openai.Error{Status: fasthttp.StatusTooManyRequests, Type: "rate_limit_exceeded",
 		Code: "rate_limit_exceeded", RetryAfter: 10 * time.Second,
 		Message: "Team " + team + " has " + strconv.Itoa(limit) + " background responses running, its share of the gateway's" +
 			" (server.background_team_share); retry once one finished, or send the request without background."}
@@ -104,7 +105,7 @@ func newBackgroundResponses(capacity int) *backgroundResponses {
 // admit takes a slot for a background request of team, which may hold
 // share percent of them (at least one), or returns why it may not: the set
 // is full (or the server is stopping), or team holds its share.
-func (b *backgroundResponses) admit(team string, share int) *apiError {
+func (b *backgroundResponses) admit(team string, share int) *openai.Error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.stopped || b.slots >= b.capacity {
@@ -154,7 +155,7 @@ func pendingID(reply gjson.Result) string {
 // background response answered while still running, and reports whether
 // it did; if not, the caller settles c as usual. It gives back c's slot
 // unless the response is now pending.
-func (s *Server) holdBackground(c *completion) bool {
+func (s *Server) holdBackground(c *exchange) bool {
 	if !c.backgroundSlot {
 		return false
 	}

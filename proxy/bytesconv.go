@@ -10,7 +10,7 @@ import "unsafe"
 // (and every substring of it) must not outlive b, and b must not be modified while the
 // string is in use. Go strings are assumed immutable, so breaking either condition lets
 // a string change under its reader or point into a buffer that fasthttp has handed to
-// another request. ValidateChat keeps both: it reads the body only while it runs, nothing
+// another request. openai.ValidateChat keeps both: it reads the body only while it runs, nothing
 // modifies the body meanwhile, and what it returns is either a []byte slice of the body
 // (documented as valid only while the body is) or error text that fmt.Sprintf or string
 // concatenation has copied.

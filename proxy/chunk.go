@@ -4,6 +4,8 @@ import (
 	"bytes"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/tollgate-dev/tollgate/openai"
 )
 
 // usageCounts are the token counts a backend reported.
@@ -77,7 +79,7 @@ func (c *chunkProcessor) inBandError(dst []byte) []byte {
 		msg = "Backend " + c.backend + " reported an error during the stream."
 	}
 	dst = append(dst, "data: "...)
-	dst = appendErrorJSON(dst, &apiError{Type: "api_error", Code: "upstream_error", Message: msg})
+	dst = (&openai.Error{Type: "api_error", Code: "upstream_error", Message: msg}).AppendJSON(dst)
 	return append(dst, "\n\n"...)
 }
 
@@ -219,10 +221,10 @@ func textHasContent(choice gjson.Result) bool {
 // value, which is an object with "message" or a bare string.
 func inBandErrorMessage(v gjson.Result) string {
 	if v.Type == gjson.String {
-		return clip(redactCredentials(v.String()))
+		return openai.Clip(redactCredentials(v.String()))
 	}
 	if m := v.Get("message"); m.Exists() {
-		return clip(redactCredentials(m.String()))
+		return openai.Clip(redactCredentials(m.String()))
 	}
 	return "upstream stream error"
 }

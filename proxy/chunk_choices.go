@@ -4,6 +4,9 @@ import (
 	"strings"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/tollgate-dev/tollgate/internal/jsonscan"
+	"github.com/tollgate-dev/tollgate/openai"
 )
 
 // A stream's events are processed on the goroutine that writes the stream
@@ -61,7 +64,7 @@ func readChunkFields(s string, wantID bool) chunkFields {
 // filled, for what it leaves to readGJSON (not a valid JSON object, an
 // escaped key, choices it does not read).
 func (f *chunkFields) readFlat(s string, wantID bool) bool {
-	i := skipSpace(s, 0)
+	i := openai.SkipSpace(s, 0)
 	if i >= len(s) || s[i] != '{' {
 		return false
 	}
@@ -96,7 +99,7 @@ func (f *chunkFields) readFlat(s string, wantID bool) bool {
 		}
 		return true
 	})
-	return end >= 0 && skipSpace(s, end) == len(s)
+	return end >= 0 && openai.SkipSpace(s, end) == len(s)
 }
 
 // readGJSON reads the chunk's members with gjson, whatever the chunk is.
@@ -141,12 +144,12 @@ func (f *chunkFields) readGJSON(s string, wantID bool) {
 // gjson: anything but a valid JSON array, nesting past maxChoicesDepth, or
 // a key with an escape (gjson compares keys unescaped).
 func choicesContent(raw string) (elems, withContent int64, ok bool) {
-	if len(raw) == 0 || raw[0] != '[' || tooDeep(raw, maxChoicesDepth) {
+	if len(raw) == 0 || raw[0] != '[' || jsonscan.TooDeep(raw, maxChoicesDepth) {
 		return 0, 0, false
 	}
-	i := skipSpace(raw, 1)
+	i := openai.SkipSpace(raw, 1)
 	if i < len(raw) && raw[i] == ']' {
-		return 0, 0, skipSpace(raw, i+1) == len(raw)
+		return 0, 0, openai.SkipSpace(raw, i+1) == len(raw)
 	}
 	for {
 		if i >= len(raw) {
@@ -161,17 +164,17 @@ func choicesContent(raw string) (elems, withContent int64, ok bool) {
 			if has {
 				withContent++
 			}
-		} else if i, ok = validValue(raw, i); !ok {
+		} else if i, ok = openai.ValidValue(raw, i); !ok {
 			return 0, 0, false
 		}
 		var closed bool
-		if i, closed, ok = separator(raw, i, ']'); !ok {
+		if i, closed, ok = openai.Separator(raw, i, ']'); !ok {
 			return 0, 0, false
 		}
 		if closed {
-			return elems, withContent, skipSpace(raw, i) == len(raw)
+			return elems, withContent, openai.SkipSpace(raw, i) == len(raw)
 		}
-		i = skipSpace(raw, i)
+		i = openai.SkipSpace(raw, i)
 	}
 }
 
@@ -223,7 +226,7 @@ func deltaContent(s string, i int) (end int, has, ok bool) {
 // object ends, or -1 when it is not valid JSON, has an escaped key, or
 // member returned false.
 func membersAt(s string, i int, member func(key string, k, v, vEnd int) bool) int {
-	i = skipSpace(s, i+1)
+	i = openai.SkipSpace(s, i+1)
 	if i < len(s) && s[i] == '}' {
 		return i + 1
 	}
@@ -233,28 +236,28 @@ func membersAt(s string, i int, member func(key string, k, v, vEnd int) bool) in
 		}
 		keyStart := i + 1
 		var ok bool
-		if i, ok = validString(s, keyStart); !ok {
+		if i, ok = openai.ValidString(s, keyStart); !ok {
 			return -1
 		}
 		key := s[keyStart : i-1]
 		if strings.IndexByte(key, '\\') >= 0 {
 			return -1
 		}
-		i = skipSpace(s, i)
+		i = openai.SkipSpace(s, i)
 		if i >= len(s) || s[i] != ':' {
 			return -1
 		}
-		v := skipSpace(s, i+1)
-		if i, ok = validValue(s, v); !ok || !member(key, keyStart-1, v, i) {
+		v := openai.SkipSpace(s, i+1)
+		if i, ok = openai.ValidValue(s, v); !ok || !member(key, keyStart-1, v, i) {
 			return -1
 		}
 		var closed bool
-		if i, closed, ok = separator(s, i, '}'); !ok {
+		if i, closed, ok = openai.Separator(s, i, '}'); !ok {
 			return -1
 		}
 		if closed {
 			return i
 		}
-		i = skipSpace(s, i)
+		i = openai.SkipSpace(s, i)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/tollgate-dev/tollgate/backends"
+	"github.com/tollgate-dev/tollgate/openai"
 )
 
 // clientPollInterval is how often the client of a request that waits on a
@@ -210,12 +211,12 @@ func connClosed(c net.Conn) bool {
 
 // waitError is the error a request ends with when a wait of it was cut
 // short: its client left, or the server is shutting down.
-func (w *clientWatch) waitError() *apiError {
+func (w *clientWatch) waitError() *openai.Error {
 	if w.left() {
-		return &apiError{Status: statusClientClosed, Type: "api_error", Code: "client_closed",
+		return &openai.Error{Status: statusClientClosed, Type: "api_error", Code: "client_closed",
 			Message: "The client closed the connection while the request waited for a backend."}
 	}
-	return &apiError{Status: fasthttp.StatusServiceUnavailable, Type: "api_error", Code: "shutting_down",
+	return &openai.Error{Status: fasthttp.StatusServiceUnavailable, Type: "api_error", Code: "shutting_down",
 		Message: "The gateway is shutting down; retry shortly.", RetryAfter: time.Second}
 }
 

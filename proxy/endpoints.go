@@ -5,6 +5,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/backends"
 	"github.com/tollgate-dev/tollgate/config"
+	"github.com/tollgate-dev/tollgate/openai"
 )
 
 // endpoint describes one OpenAI endpoint routed by model: how its body is
@@ -21,9 +22,9 @@ type endpoint struct {
 	config   string
 	upstream backends.Endpoint
 	// validate checks body against the endpoint's rules, within the
-	// request bounds of srv (nesting depth, stop strings, logit_bias
-	// entries, input items), and fills c.req (and c.previousResponse).
-	validate func(body []byte, c *completion, srv *config.Server) *ValidationError
+	// request bounds (nesting depth, stop strings, logit_bias entries,
+	// input items), and fills req.
+	validate func(body []byte, req *openai.Request, lim openai.BodyLimits) *openai.ValidationError
 	// generates says the endpoint generates tokens, so the most it may
 	// generate is reserved against budgets; embeddings only count input.
 	generates bool
@@ -36,23 +37,20 @@ type endpoint struct {
 // The endpoints routed by model. They are read-only.
 var (
 	chatEndpoint = endpoint{name: "chat.completions", path: "/v1/chat/completions", config: "chat",
-		upstream: backends.EndpointChat, validate: validateChatBody, generates: true}
+		upstream: backends.EndpointChat, validate: openai.ValidateChatLimits, generates: true}
 	completionsEndpoint = endpoint{name: "completions", path: "/v1/completions", config: "completions",
-		upstream: backends.EndpointCompletions, validate: validateCompletions, generates: true}
+		upstream: backends.EndpointCompletions, validate: openai.ValidateCompletions, generates: true}
 	embeddingsEndpoint = endpoint{name: "embeddings", path: "/v1/embeddings", config: "embeddings",
-		upstream: backends.EndpointEmbeddings, validate: validateEmbeddings}
+		upstream: backends.EndpointEmbeddings, validate: openai.ValidateEmbeddings}
 	responsesEndpoint = endpoint{name: "responses", path: "/v1/responses", config: "responses",
-		upstream: backends.EndpointResponses, validate: validateResponses, generates: true, responses: true}
+		upstream: backends.EndpointResponses, validate: openai.ValidateResponses, generates: true, responses: true}
 )
-
-func validateChatBody(body []byte, c *completion, srv *config.Server) *ValidationError {
-	return ValidateChatLimits(body, c.req, bodyLimits(srv))
-}
 
 // bodyLimits are the bounds of srv that the fields shared with chat obey,
 // on every endpoint that has them.
-func bodyLimits(srv *config.Server) BodyLimits {
-	return BodyLimits{MaxDepth: srv.MaxJSONDepth, MaxStopStrings: srv.MaxStopStrings, MaxLogitBias: srv.MaxLogitBias}
+func bodyLimits(srv *config.Server) openai.BodyLimits {
+	return openai.BodyLimits{MaxDepth: srv.MaxJSONDepth, MaxStopStrings: srv.MaxStopStrings, MaxLogitBias: srv.MaxLogitBias,
+		MaxInputItems: srv.MaxMessages}
 }
 
 // serveEndpoint is the routing table's handler for ep.
@@ -62,7 +60,7 @@ func (s *Server) serveEndpoint(ep *endpoint) func(*fasthttp.RequestCtx, []byte) 
 
 // endpointNotServed is the 400 for a model that is configured without
 // the endpoint requested.
-func endpointNotServed(ep *endpoint, model string) *apiError {
-	return &apiError{Status: fasthttp.StatusBadRequest, Type: "invalid_request_error", Param: "model", Code: "unsupported_endpoint",
+func endpointNotServed(ep *endpoint, model string) *openai.Error {
+	return &openai.Error{Status: fasthttp.StatusBadRequest, Type: "invalid_request_error", Param: "model", Code: "unsupported_endpoint",
 		Message: "Model " + model + " does not serve " + ep.path + " (its endpoints are limited in the gateway's configuration)."}
 }

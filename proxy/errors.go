@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"encoding/json"
 	"errors"
 	"net"
 	"strconv"
@@ -11,74 +10,25 @@ import (
 
 	"github.com/tollgate-dev/tollgate/accounting"
 	"github.com/tollgate-dev/tollgate/backends"
+	"github.com/tollgate-dev/tollgate/openai"
 )
 
-// apiError is an error answered to the client in the OpenAI shape:
-// {"error":{"message","type","param","code"}}, the shape every OpenAI SDK
-// parses into its typed exceptions.
-type apiError struct {
-	Status  int
-	Type    string
-	Message string
-	Param   string // empty means null
-	Code    string // empty means null
-	// RetryAfter, when positive, is sent as a Retry-After header so SDKs
-	// back off for that long.
-	RetryAfter time.Duration
-	// Cause is the underlying failure, for the log line and the usage
-	// record only: it can name internal addresses, so clients never see it.
-	Cause error
-}
-
-func (e *apiError) Error() string { return e.Message }
-
-// openAIErrorBody is the wire shape of an apiError. Param and Code are
-// pointers so that an absent value is written as null, as OpenAI does.
-type openAIErrorBody struct {
-	Error struct {
-		Message string  `json:"message"`
-		Type    string  `json:"type"`
-		Param   *string `json:"param"`
-		Code    *string `json:"code"`
-	} `json:"error"`
-}
-
-// appendErrorJSON appends e in the OpenAI error shape. Errors are the cold
-// path, so encoding/json's exact escaping is worth its allocations.
-func appendErrorJSON(dst []byte, e *apiError) []byte {
-	var body openAIErrorBody
-	body.Error.Message = e.Message
-	body.Error.Type = e.Type
-	if e.Param != "" {
-		body.Error.Param = &e.Param
-	}
-	if e.Code != "" {
-		body.Error.Code = &e.Code
-	}
-	b, err := json.Marshal(&body)
-	if err != nil {
-		// Strings always marshal; keep a valid body regardless.
-		return append(dst, `{"error":{"message":"internal error","type":"api_error","param":null,"code":null}}`...)
-	}
-	return append(dst, b...)
-}
-
 // writeError answers the request with e.
-func writeError(ctx *fasthttp.RequestCtx, e *apiError) {
+func writeError(ctx *fasthttp.RequestCtx, e *openai.Error) {
 	ctx.Response.Header.SetContentType("application/json")
 	ctx.SetStatusCode(e.Status)
 	if e.RetryAfter > 0 {
 		secs := int64((e.RetryAfter + time.Second - 1) / time.Second)
 		ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, strconv.FormatInt(secs, 10))
 	}
-	ctx.Response.SetBodyRaw(appendErrorJSON(nil, e))
+	ctx.Response.SetBodyRaw(e.AppendJSON(nil))
 }
 
 // upstreamError maps an error of the upstream round trip to what the
 // client is told. This is the one place where upstream failures become
 // status codes. The message is the gateway's: the error itself can name
 // internal addresses, so it is the Cause, for the log and the record.
-func upstreamError(err error, backend string) *apiError {
+func upstreamError(err error, backend string) *openai.Error {
 	var (
 		dial     backends.DialError
 		timeout  backends.TimeoutError
@@ -86,7 +36,7 @@ func upstreamError(err error, backend string) *apiError {
 		aborted  backends.AbortedError
 		netErr   net.Error
 	)
-	e := &apiError{Status: fasthttp.StatusBadGateway, Type: "api_error", Code: "upstream_error", Cause: err}
+	e := &openai.Error{Status: fasthttp.StatusBadGateway, Type: "api_error", Code: "upstream_error", Cause: err}
 	switch {
 	case errors.As(err, &aborted):
 		// Nobody reads this answer; the status is nginx's for a client
@@ -117,11 +67,11 @@ func upstreamError(err error, backend string) *apiError {
 const statusClientClosed = 499
 
 // limitError maps a refusal of the limiter to a 429.
-func limitError(err error) *apiError {
+func limitError(err error) *openai.Error {
 	var le *accounting.LimitError
 	if errors.As(err, &le) {
-		return &apiError{Status: fasthttp.StatusTooManyRequests, Type: le.Code, Code: le.Code,
+		return &openai.Error{Status: fasthttp.StatusTooManyRequests, Type: le.Code, Code: le.Code,
 			Message: le.Message, RetryAfter: le.RetryAfter}
 	}
-	return &apiError{Status: fasthttp.StatusInternalServerError, Type: "api_error", Message: "limit check failed: " + err.Error()}
+	return &openai.Error{Status: fasthttp.StatusInternalServerError, Type: "api_error", Message: "limit check failed: " + err.Error()}
 }

@@ -12,38 +12,19 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+
+	"github.com/tollgate-dev/tollgate/openai"
 )
 
-// maxIDBytes bounds request, trace and parent ids a client supplies.
-const maxIDBytes = 128
-
-// validID reports whether a client-supplied id is 1 to 128 visible ASCII
-// characters with no spaces, quotes or backslashes, so it is safe in logs,
-// headers and JSON without escaping.
-func validID(b []byte) bool { return validIDText(b2s(b)) }
-
-// validIDText is validID of an id's text. Every id a client chooses goes
-// through it where it enters (X-Request-Id, Compat-Trace-Id and
-// Compat-Parent-Id, a body's request_id): a backend names its completion
-// or stored response after the request id it is given (vLLM does), and
-// that name is kept in usage records and the response-owner map.
-func validIDText(s string) bool {
-	if len(s) == 0 || len(s) > maxIDBytes {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c <= ' ' || c > '~' || c == '"' || c == '\\' {
-			return false
-		}
-	}
-	return true
-}
+// validID reports whether a client-supplied id is safe to keep (see
+// openai.ValidID).
+func validID(b []byte) bool { return openai.ValidID(b2s(b)) }
 
 // maxBackendIDBytes bounds the id a backend gives its completion or
 // response: twice a client's id, room for the prefix a backend adds to
 // the request id it was given ("chatcmpl-", "resp_"), and well within what
 // every store indexes.
-const maxBackendIDBytes = 2 * maxIDBytes
+const maxBackendIDBytes = 2 * openai.MaxIDBytes
 
 // backendID is id, read from a backend's reply, when it is 1 to 256 bytes
 // of UTF-8 without control characters, and "" otherwise. Every completion

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/tollgate-dev/tollgate/openai"
 )
 
 var (
@@ -114,7 +116,7 @@ func FuzzTraceHeaders(f *testing.F) {
 }
 
 // FuzzIDBounds checks the two id rules against an oracle of their own:
-// a client's id (validIDText) is 1 to 128 visible ASCII characters but
+// a client's id (openai.ValidID) is 1 to 128 visible ASCII characters but
 // '"' and '\'; a backend's (backendID) is kept whole when it is 1 to 256
 // bytes of UTF-8 without a control character, and dropped ("") otherwise,
 // never cut. Every valid client id is a valid backend id, as a backend
@@ -128,11 +130,11 @@ func FuzzIDBounds(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		if got, want := validIDText(s), safeIDRun.MatchString(s); got != want {
-			t.Errorf("validIDText(%q) = %v, want %v", s, got, want)
+		if got, want := openai.ValidID(s), safeIDRun.MatchString(s); got != want {
+			t.Errorf("openai.ValidID(%q) = %v, want %v", s, got, want)
 		}
-		if validIDText(s) != validID([]byte(s)) {
-			t.Errorf("validID and validIDText disagree on %q", s)
+		if openai.ValidID(s) != validID([]byte(s)) {
+			t.Errorf("validID and openai.ValidID disagree on %q", s)
 		}
 		ok := len(s) >= 1 && len(s) <= 256 && utf8.ValidString(s) &&
 			!strings.ContainsFunc(s, func(r rune) bool { return r < ' ' || r == 0x7f })
@@ -142,7 +144,7 @@ func FuzzIDBounds(f *testing.F) {
 		case !ok && got != "":
 			t.Errorf("backendID(%q) = %q, want it dropped", s, got)
 		}
-		if validIDText(s) && backendID(s) != s {
+		if openai.ValidID(s) && backendID(s) != s {
 			t.Errorf("client id %q is not a valid backend id", s)
 		}
 	})

@@ -7,6 +7,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
+
+	"github.com/tollgate-dev/tollgate/openai"
 )
 
 // recoverHandler is deferred by the request handler, the boundary where a
@@ -22,7 +24,7 @@ func (s *Server) recoverHandler(ctx *fasthttp.RequestCtx) {
 	s.countPanic("handler", r)
 	ctx.Response.Reset()
 	ctx.SetConnectionClose()
-	writeError(ctx, &apiError{Status: fasthttp.StatusInternalServerError, Type: "api_error", Code: "internal_error",
+	writeError(ctx, &openai.Error{Status: fasthttp.StatusInternalServerError, Type: "api_error", Code: "internal_error",
 		Message: "The gateway failed while handling this request; it has been logged."})
 }
 
@@ -39,7 +41,7 @@ func (s *Server) countPanic(where string, r any) {
 // recorded as a 500, so that a bug met by hostile input leaks nothing
 // that a reload, max_streams or a budget would wait on. A backend slot
 // taken by an attempt in progress is not known here and stays taken.
-func (s *Server) abandon(c *completion) {
+func (s *Server) abandon(c *exchange) {
 	if c.closed || c.gen == nil {
 		return
 	}

@@ -4,6 +4,9 @@ import (
 	"strings"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/tollgate-dev/tollgate/internal/jsonscan"
+	"github.com/tollgate-dev/tollgate/openai"
 )
 
 // replyMembers are what the gateway reads from the top level of a
@@ -26,10 +29,10 @@ type replyMembers struct {
 // unescape before comparing) is left to them.
 func scanReply(body []byte, maxDepth int, response bool) (m replyMembers, ok bool) {
 	s := b2s(body)
-	if !looksLikeJSONObject(body) || tooDeep(s, maxDepth) {
+	if !looksLikeJSONObject(body) || jsonscan.TooDeep(s, maxDepth) {
 		return m, false
 	}
-	i := skipSpace(s, 0)
+	i := openai.SkipSpace(s, 0)
 	if i >= len(s) || s[i] != '{' {
 		return m, false
 	}
@@ -42,7 +45,7 @@ func scanReply(body []byte, maxDepth int, response bool) (m replyMembers, ok boo
 		haveUsage, haveID, haveDate bool
 		escaped                     bool
 	)
-	i = skipSpace(s, i+1)
+	i = openai.SkipSpace(s, i+1)
 	if i < len(s) && s[i] == '}' {
 		i++
 	} else {
@@ -51,16 +54,16 @@ func scanReply(body []byte, maxDepth int, response bool) (m replyMembers, ok boo
 				return m, false
 			}
 			keyStart := i + 1
-			if i, ok = validString(s, keyStart); !ok {
+			if i, ok = openai.ValidString(s, keyStart); !ok {
 				return m, false
 			}
 			key := s[keyStart : i-1]
-			i = skipSpace(s, i)
+			i = openai.SkipSpace(s, i)
 			if i >= len(s) || s[i] != ':' {
 				return m, false
 			}
-			valStart := skipSpace(s, i+1)
-			if i, ok = validValue(s, valStart); !ok {
+			valStart := openai.SkipSpace(s, i+1)
+			if i, ok = openai.ValidValue(s, valStart); !ok {
 				return m, false
 			}
 			if strings.IndexByte(key, '\\') >= 0 {
@@ -81,16 +84,16 @@ func scanReply(body []byte, maxDepth int, response bool) (m replyMembers, ok boo
 				usageRaw, haveUsage = val, true
 			}
 			var closed bool
-			if i, closed, ok = separator(s, i, '}'); !ok {
+			if i, closed, ok = openai.Separator(s, i, '}'); !ok {
 				return m, false
 			}
 			if closed {
 				break
 			}
-			i = skipSpace(s, i)
+			i = openai.SkipSpace(s, i)
 		}
 	}
-	if skipSpace(s, i) != len(s) {
+	if openai.SkipSpace(s, i) != len(s) {
 		return m, false
 	}
 	if escaped {
@@ -135,4 +138,29 @@ func dateInt(raw string) int64 {
 		n = n*10 + int64(raw[i]-'0')
 	}
 	return n
+}
+
+// completionKeyOf returns the "id" of a completion reply as a new string,
+// since the body is a pooled buffer, and its date: "created" (a chat or
+// text completion) or, for a response, "created_at"; 0 when absent. The
+// usage record keeps both, by which a Weave SDK's trace of the completion
+// is joined to the gateway's call (the store reads the SDK's copy of the
+// reply by the same rule). One walk of the top-level members, which stops
+// once both are found: backends write them first.
+func completionKeyOf(body []byte, response bool) (id string, created int64) {
+	dateKey := "created"
+	if response {
+		dateKey = "created_at"
+	}
+	var haveID, haveDate bool
+	gjson.Parse(b2s(body)).ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "id":
+			id, haveID = strings.Clone(backendID(v.String())), true
+		case dateKey:
+			created, haveDate = v.Int(), true
+		}
+		return !haveID || !haveDate
+	})
+	return id, created
 }

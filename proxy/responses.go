@@ -13,6 +13,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/auth"
 	"github.com/tollgate-dev/tollgate/backends"
+	"github.com/tollgate-dev/tollgate/openai"
 )
 
 // The Responses API differs from chat completions in three ways the proxy
@@ -33,13 +34,13 @@ func (u *usageCounts) setResponses(v gjson.Result) error {
 // more (a reload removed it), so that normal selection applies, and an
 // error when the backend is at its concurrency limit: no other backend has
 // the response.
-func pickOwner(route *backends.Route, owner string) (*backends.Backend, *apiError) {
+func pickOwner(route *backends.Route, owner string) (*backends.Backend, *openai.Error) {
 	for _, b := range route.Backends() {
 		if b.Name != owner {
 			continue
 		}
 		if !b.TryAcquire() {
-			return nil, &apiError{Status: fasthttp.StatusServiceUnavailable, Type: "api_error", Code: "overloaded",
+			return nil, &openai.Error{Status: fasthttp.StatusServiceUnavailable, Type: "api_error", Code: "overloaded",
 				Message: "Backend " + owner + ", which holds the previous response, is at its concurrency limit; retry shortly.", RetryAfter: time.Second}
 		}
 		return b, nil
@@ -59,9 +60,9 @@ const (
 // serve the response to this key, whatever the reason (no backend holds
 // it, or it belongs to another team), so that the answer says nothing of
 // whether it exists; the backend's own 404 text is not passed on.
-func responseNotFound(id, param string) *apiError {
-	return &apiError{Status: fasthttp.StatusNotFound, Type: "invalid_request_error", Param: param, Code: "response_not_found",
-		Message: "No response found with id '" + clip(id) + "'."}
+func responseNotFound(id, param string) *openai.Error {
+	return &openai.Error{Status: fasthttp.StatusNotFound, Type: "invalid_request_error", Param: param, Code: "response_not_found",
+		Message: "No response found with id '" + openai.Clip(id) + "'."}
 }
 
 // foreignRequestID refuses a Responses API request whose request_id names
@@ -72,7 +73,7 @@ func responseNotFound(id, param string) *apiError {
 // tells the client only that an id it already holds is taken, as any
 // service with client-chosen ids must. A request_id naming the key's own
 // response (a retry) goes through.
-func (s *Server) foreignRequestID(ep *endpoint, body []byte, key *auth.Key) *apiError {
+func (s *Server) foreignRequestID(ep *endpoint, body []byte, key *auth.Key) *openai.Error {
 	if !ep.responses {
 		return nil
 	}
@@ -84,7 +85,7 @@ func (s *Server) foreignRequestID(ep *endpoint, body []byte, key *auth.Key) *api
 	if !found || owner.allows(key) {
 		return nil
 	}
-	return &apiError{Status: fasthttp.StatusBadRequest, Type: "invalid_request_error", Param: "request_id", Code: "request_id_in_use",
+	return &openai.Error{Status: fasthttp.StatusBadRequest, Type: "invalid_request_error", Param: "request_id", Code: "request_id_in_use",
 		Message: "request_id names a stored response this key may not use; choose another request_id."}
 }
 
@@ -141,7 +142,7 @@ func (s *Server) serveStoredResponse(suffix string) func(*fasthttp.RequestCtx, [
 // storedResponse forwards one request about a stored response and copies
 // the answer into ctx, or returns the error to answer. It returns the
 // backend that answered.
-func (s *Server) storedResponse(ctx *fasthttp.RequestCtx, st *state, rawID []byte, suffix, requestID string) (string, *apiError) {
+func (s *Server) storedResponse(ctx *fasthttp.RequestCtx, st *state, rawID []byte, suffix, requestID string) (string, *openai.Error) {
 	key, e := s.authenticate(ctx, st)
 	if e != nil {
 		return "", e
@@ -171,10 +172,10 @@ func (s *Server) storedResponse(ctx *fasthttp.RequestCtx, st *state, rawID []byt
 	}
 	// unreached is why a backend that may hold the response could not be
 	// asked; it is answered rather than a 404 that may not be true.
-	var notFound, unreached *apiError
+	var notFound, unreached *openai.Error
 	for _, b := range candidates {
 		if !b.TryAcquire() {
-			unreached = &apiError{Status: fasthttp.StatusServiceUnavailable, Type: "api_error", Code: "overloaded",
+			unreached = &openai.Error{Status: fasthttp.StatusServiceUnavailable, Type: "api_error", Code: "overloaded",
 				Message: "Backend " + b.Name + " is at its concurrency limit; retry shortly.", RetryAfter: time.Second}
 			continue
 		}
@@ -214,7 +215,7 @@ func (s *Server) storedResponse(ctx *fasthttp.RequestCtx, st *state, rawID []byt
 // whether the answer is a stream that now holds b's slot (GET
 // …?stream=true replays a background response's events), and, for anything
 // but a 2xx, the error to answer.
-func (s *Server) storedResponseAttempt(ctx *fasthttp.RequestCtx, st *state, b *backends.Backend, id, suffix, requestID string) (int, bool, *apiError) {
+func (s *Server) storedResponseAttempt(ctx *fasthttp.RequestCtx, st *state, b *backends.Backend, id, suffix, requestID string) (int, bool, *openai.Error) {
 	started := time.Now()
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
@@ -252,7 +253,7 @@ func (s *Server) storedResponseAttempt(ctx *fasthttp.RequestCtx, st *state, b *b
 		if s.streams.Add(1) > int64(st.cfg.Server.MaxStreams) {
 			s.streams.Add(-1)
 			resp.SetConnectionClose()
-			return status, false, &apiError{Status: fasthttp.StatusServiceUnavailable, Type: "api_error", Code: "too_many_streams",
+			return status, false, &openai.Error{Status: fasthttp.StatusServiceUnavailable, Type: "api_error", Code: "too_many_streams",
 				Message: "The gateway is at its limit of concurrent streams; retry shortly.", RetryAfter: time.Second}
 		}
 		streaming = true
@@ -262,7 +263,7 @@ func (s *Server) storedResponseAttempt(ctx *fasthttp.RequestCtx, st *state, b *b
 	body, err := replyBody(resp, st.cfg.Server.MaxResponseBytes)
 	if err != nil {
 		resp.SetConnectionClose()
-		return status, false, &apiError{Status: fasthttp.StatusBadGateway, Type: "api_error", Code: "upstream_error",
+		return status, false, &openai.Error{Status: fasthttp.StatusBadGateway, Type: "api_error", Code: "upstream_error",
 			Message: "Backend " + b.Name + " answered with a body over the gateway's limit of " + strconv.Itoa(st.cfg.Server.MaxResponseBytes) + " bytes."}
 	}
 	if status < 200 || status > 299 {
@@ -564,7 +565,7 @@ func (c *chunkProcessor) processResponseEvent(dst, ev []byte) []byte {
 		if c.backend != "" {
 			msg = "Backend " + c.backend + " reported an error during the stream."
 		}
-		return appendResponsesError(dst, &apiError{Type: "api_error", Code: "upstream_error", Message: msg}, parsed.Get("sequence_number").Int())
+		return appendResponsesError(dst, &openai.Error{Type: "api_error", Code: "upstream_error", Message: msg}, parsed.Get("sequence_number").Int())
 	}
 	if c.completionID == "" && response.IsObject() {
 		// The first response object, response.created's, is the whole
@@ -593,7 +594,7 @@ func (c *chunkProcessor) processResponseEvent(dst, ev []byte) []byte {
 
 // appendResponsesError appends the Responses API's in-band error event,
 // which is how a client learns of a failure after the 200.
-func appendResponsesError(dst []byte, e *apiError, sequence int64) []byte {
+func appendResponsesError(dst []byte, e *openai.Error, sequence int64) []byte {
 	dst = append(dst, "event: error\ndata: {\"type\":\"error\",\"code\":"...)
 	code := e.Code
 	if code == "" {
@@ -601,7 +602,7 @@ func appendResponsesError(dst []byte, e *apiError, sequence int64) []byte {
 	}
 	dst = strconv.AppendQuote(dst, code)
 	dst = append(dst, `,"message":`...)
-	msg := appendErrorJSON(nil, &apiError{Message: e.Message})
+	msg := (&openai.Error{Message: e.Message}).AppendJSON(nil)
 	m := gjson.GetBytes(msg, "error.message")
 	dst = append(dst, m.Raw...)
 	dst = append(dst, `,"param":null,"sequence_number":`...)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/tollgate-dev/tollgate/openai"
 )
 
 // refuseFraming answers 400 and closes the connection when the request's
@@ -43,7 +45,7 @@ func refuseFraming(ctx *fasthttp.RequestCtx) bool {
 		return false
 	}
 	ctx.SetConnectionClose()
-	writeError(ctx, &apiError{Status: fasthttp.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_http", Message: msg})
+	writeError(ctx, &openai.Error{Status: fasthttp.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_http", Message: msg})
 	return true
 }
 

@@ -1,6 +1,16 @@
-// Package proxy is the client-facing side of the gateway: the fasthttp
-// server, validation of chat completion bodies, the chat completion path
-// and SSE passthrough.
+// Package proxy is the client-facing side of the gateway over fasthttp. It
+// does the orchestration, and leaves the OpenAI wire format (validation,
+// request facts, the error shape) to package openai. Its jobs:
+//   - the request path of the four endpoints routed by model, read in
+//     order: request.go (handler, auth, headers, validation, limits),
+//     forward.go (backend choice, attempts, retries, upstream body),
+//     stream.go (the SSE relay and its hand-over) and settle.go (usage
+//     recorded, reservation and slots released);
+//   - reply, usage, chunk and SSE processing of backends' answers
+//     (reply_scan.go, usage_check.go, chunk*.go, sse.go);
+//   - the Responses API's state (responses.go, background.go,
+//     response_owners.go);
+//   - observability (metrics.go, requestlog.go, recover.go).
 package proxy
 
 import (
@@ -24,6 +34,7 @@ import (
 	"github.com/tollgate-dev/tollgate/backends"
 	"github.com/tollgate-dev/tollgate/config"
 	"github.com/tollgate-dev/tollgate/jsonstr"
+	"github.com/tollgate-dev/tollgate/openai"
 )
 
 // Recorder takes the usage record of every chat completion.
@@ -403,11 +414,11 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	case s.next != nil && (delegate || !v1):
 		s.next(ctx)
 	case v1:
-		writeError(ctx, &apiError{Status: fasthttp.StatusNotFound, Type: "invalid_request_error", Code: "unknown_url",
-			Message: "Unknown request URL: " + string(ctx.Method()) + " " + clip(string(path)) + "."})
+		writeError(ctx, &openai.Error{Status: fasthttp.StatusNotFound, Type: "invalid_request_error", Code: "unknown_url",
+			Message: "Unknown request URL: " + string(ctx.Method()) + " " + openai.Clip(string(path)) + "."})
 	default:
-		writeError(ctx, &apiError{Status: fasthttp.StatusNotFound, Type: "invalid_request_error",
-			Message: "Unknown path " + clip(string(path)) + "."})
+		writeError(ctx, &openai.Error{Status: fasthttp.StatusNotFound, Type: "invalid_request_error",
+			Message: "Unknown path " + openai.Clip(string(path)) + "."})
 	}
 }
 
@@ -439,7 +450,7 @@ func matchRoute(pattern string, path []byte) (id []byte, ok bool) {
 
 func (s *Server) methodNotAllowed(ctx *fasthttp.RequestCtx, allow string) {
 	ctx.Response.Header.Set(fasthttp.HeaderAllow, allow)
-	writeError(ctx, &apiError{Status: fasthttp.StatusMethodNotAllowed, Type: "invalid_request_error",
+	writeError(ctx, &openai.Error{Status: fasthttp.StatusMethodNotAllowed, Type: "invalid_request_error",
 		Message: "Method " + string(ctx.Method()) + " is not allowed on " + string(ctx.Path()) + "; use " + allow + "."})
 }
 
@@ -459,7 +470,7 @@ func (s *Server) serveTransportError(ctx *fasthttp.RequestCtx, err error) {
 	case fasthttp.StatusRequestHeaderFieldsTooLarge:
 		msg = "The request headers exceed the gateway's limit of " + strconv.Itoa(s.srv.ReadBufferSize) + " bytes."
 	}
-	writeError(ctx, &apiError{Status: status, Type: "invalid_request_error", Message: msg})
+	writeError(ctx, &openai.Error{Status: status, Type: "invalid_request_error", Message: msg})
 	s.ensureRequestID(ctx)
 }
 
@@ -501,19 +512,19 @@ func (s *Server) serveReady(ctx *fasthttp.RequestCtx) {
 }
 
 // authenticate resolves the request's API key.
-func (s *Server) authenticate(ctx *fasthttp.RequestCtx, st *state) (*auth.Key, *apiError) {
+func (s *Server) authenticate(ctx *fasthttp.RequestCtx, st *state) (*auth.Key, *openai.Error) {
 	return s.authenticateKey(st, ctx.Request.Header.Peek(fasthttp.HeaderAuthorization))
 }
 
 // authenticateKey is authenticate for the Authorization header's value h.
-func (s *Server) authenticateKey(st *state, h []byte) (*auth.Key, *apiError) {
+func (s *Server) authenticateKey(st *state, h []byte) (*auth.Key, *openai.Error) {
 	if len(h) == 0 {
-		return nil, &apiError{Status: fasthttp.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
+		return nil, &openai.Error{Status: fasthttp.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
 			Message: "You didn't provide an API key. Send it as 'Authorization: Bearer <key>'."}
 	}
 	key := st.keys.Lookup(auth.Secret(nil, h))
 	if key == nil {
-		return nil, &apiError{Status: fasthttp.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
+		return nil, &openai.Error{Status: fasthttp.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
 			Message: "Incorrect API key provided."}
 	}
 	return key, nil

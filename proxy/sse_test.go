@@ -12,6 +12,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/backends"
 	"github.com/tollgate-dev/tollgate/config"
+	"github.com/tollgate-dev/tollgate/openai"
 )
 
 const (
@@ -214,8 +215,8 @@ func TestBuildUpstreamBody(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			// Validation finds the offsets the builder splices at.
-			var req ChatRequest
-			if verr := ValidateChat([]byte(tt.body), &req); verr != nil {
+			var req openai.Request
+			if verr := openai.ValidateChat([]byte(tt.body), &req); verr != nil {
 				t.Fatalf("test body invalid: %v", verr)
 			}
 			got := string(buildUpstreamBody(nil, []byte(tt.body), &req, tt.route, tt.continuous))

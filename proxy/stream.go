@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/tollgate-dev/tollgate/backends"
+	"github.com/tollgate-dev/tollgate/openai"
 )
 
 // streamBody passes an upstream SSE stream to the client event by event.
@@ -26,7 +27,7 @@ import (
 // reuse once the handler has returned.
 type streamBody struct {
 	srv     *Server
-	c       completion
+	c       exchange
 	backend *backends.Backend
 	resp    *fasthttp.Response
 
@@ -98,7 +99,7 @@ const eventHeadroom = 512
 // startStream answers 200 with an event stream fed by resp. Ownership of
 // resp, of b's acquisition and of c's reservation moves to the streamBody.
 // replyModel, when non-nil, is the quoted model id every chunk must name.
-func (s *Server) startStream(ctx *fasthttp.RequestCtx, c *completion, b *backends.Backend, resp *fasthttp.Response, replyModel []byte) {
+func (s *Server) startStream(ctx *fasthttp.RequestCtx, c *exchange, b *backends.Backend, resp *fasthttp.Response, replyModel []byte) {
 	sb := streamBodies.Get().(*streamBody)
 	if sb.onHijack == nil {
 		sb.onHijack = sb.hijacked
@@ -106,7 +107,7 @@ func (s *Server) startStream(ctx *fasthttp.RequestCtx, c *completion, b *backend
 	sb.srv, sb.c, sb.backend, sb.resp = s, *c, b, resp
 	c.closed = true // the stream body settles it now
 	// Of the request, the stream needs only what it is charged for the
-	// prompt when it ends without the backend's count; the ChatRequest
+	// prompt when it ends without the backend's count; the openai.Request
 	// stays with c, and its model and tool choice bytes, which point into
 	// the client's request body given back below, with it.
 	sb.c.req, sb.promptEstimate = nil, promptEstimate(c.req)
@@ -305,9 +306,9 @@ func (sb *streamBody) endUpstream(dst []byte, err error) []byte {
 var errUpstreamTruncated = errors.New("upstream stream ended without [DONE]")
 
 // appendInBandError appends an error event and the closing [DONE] event.
-func appendInBandError(dst []byte, e *apiError) []byte {
+func appendInBandError(dst []byte, e *openai.Error) []byte {
 	dst = append(dst, "data: "...)
-	dst = appendErrorJSON(dst, e)
+	dst = e.AppendJSON(dst)
 	return append(dst, "\n\ndata: [DONE]\n\n"...)
 }
 
@@ -370,7 +371,7 @@ func (sb *streamBody) CloseWithError(clientErr error) error {
 	s.settle(c)
 
 	sb.srv, sb.backend, sb.resp = nil, nil, nil
-	sb.c = completion{}
+	sb.c = exchange{}
 	sb.scan.reset(nil)
 	sb.releaseOut()
 	sb.releaseHead()
@@ -393,7 +394,7 @@ func (sb *streamBody) recovered(p []byte, r any) (int, error) {
 		sb.upstreamErr = errors.New("internal error while relaying the stream")
 	}
 	sb.releaseOut()
-	sb.out = appendInBandError(nil, &apiError{Type: "api_error", Code: "internal_error",
+	sb.out = appendInBandError(nil, &openai.Error{Type: "api_error", Code: "internal_error",
 		Message: "The gateway failed while relaying the stream from backend " + sb.backend.Name + "."})
 	sb.pos = copy(p, sb.out)
 	return sb.pos, nil

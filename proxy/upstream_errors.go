@@ -4,16 +4,12 @@ import (
 	"bytes"
 	"regexp"
 	"strconv"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
-)
 
-// maxUpstreamMessage bounds how much of an upstream error text is passed
-// on, so a backend answering with an HTML page does not flood the client.
-const maxUpstreamMessage = 1024
+	"github.com/tollgate-dev/tollgate/openai"
+)
 
 // normalizeUpstreamError turns a non-2xx upstream reply into the error the
 // client gets. Upstreams answer in several shapes: vLLM ≥ 0.10.1 nests
@@ -40,7 +36,7 @@ const maxUpstreamMessage = 1024
 //
 // Either way the text has the gateway's secrets (see secretValues) and
 // anything shaped like a credential replaced first.
-func normalizeUpstreamError(status int, body []byte, backend string, secrets *secretValues) *apiError {
+func normalizeUpstreamError(status int, body []byte, backend string, secrets *secretValues) *openai.Error {
 	// vLLM's own error types (BadRequestError) say no more than the status;
 	// the client gets the OpenAI vocabulary chosen below instead.
 	msg, param := parseUpstreamError(body)
@@ -48,7 +44,7 @@ func normalizeUpstreamError(status int, body []byte, backend string, secrets *se
 	if msg == "" {
 		msg = fasthttp.StatusMessage(status)
 	}
-	e := &apiError{Cause: &upstreamReply{status: status, message: msg}}
+	e := &openai.Error{Cause: &upstreamReply{status: status, message: msg}}
 	answered := "Backend " + backend + " answered " + strconv.Itoa(status)
 	switch status {
 	case fasthttp.StatusBadRequest, fasthttp.StatusRequestEntityTooLarge, fasthttp.StatusUnprocessableEntity:
@@ -112,33 +108,20 @@ func parseUpstreamError(body []byte) (msg, param string) {
 		r := gjson.ParseBytes(body)
 		if e := r.Get("error"); e.Exists() {
 			if e.Type == gjson.String {
-				return clip(e.String()), ""
+				return openai.Clip(e.String()), ""
 			}
 			if e.IsObject() {
-				return clip(e.Get("message").String()), e.Get("param").String()
+				return openai.Clip(e.Get("message").String()), e.Get("param").String()
 			}
 		}
 		if m := r.Get("message"); m.Exists() {
-			return clip(m.String()), r.Get("param").String()
+			return openai.Clip(m.String()), r.Get("param").String()
 		}
 		if d := r.Get("detail"); d.Exists() {
-			return clip(d.String()), ""
+			return openai.Clip(d.String()), ""
 		}
 	}
-	return clip(string(body)), ""
-}
-
-// clip shortens s to maxUpstreamMessage bytes on a rune boundary and
-// replaces invalid UTF-8, so the message is always valid JSON text.
-func clip(s string) string {
-	if len(s) > maxUpstreamMessage {
-		s = s[:maxUpstreamMessage]
-		for len(s) > 0 && !utf8.ValidString(s) {
-			s = s[:len(s)-1]
-		}
-		s += "…"
-	}
-	return strings.ToValidUTF8(s, "\uFFFD")
+	return openai.Clip(string(body)), ""
 }
 
 // invalidUsageMessage is what the client is told when a backend reported

@@ -7,6 +7,8 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/tollgate-dev/tollgate/accounting"
+	"github.com/tollgate-dev/tollgate/internal/jsonscan"
+	"github.com/tollgate-dev/tollgate/openai"
 )
 
 // maxTokenCount bounds every token count a backend may report: the most a
@@ -148,28 +150,28 @@ type rawMembers struct {
 // next returns the next member's key (as written) and value text; ok is
 // false at the end of the object, or when the walk stops (unread).
 func (m *rawMembers) next() (key, val string, ok bool) {
-	s, i := m.s, skipSpace(m.s, m.i)
+	s, i := m.s, openai.SkipSpace(m.s, m.i)
 	if i < len(s) && s[i] == ',' {
-		i = skipSpace(s, i+1)
+		i = openai.SkipSpace(s, i+1)
 	}
 	if i >= len(s) || s[i] != '"' {
 		return "", "", false
 	}
-	end, esc := keyEnd(s, i)
+	end, esc := openai.KeyEnd(s, i)
 	if esc {
 		m.unread = true
 		return "", "", false
 	}
 	key = s[i+1 : end-1]
-	i = skipSpace(s, end)
+	i = openai.SkipSpace(s, end)
 	if i >= len(s) || s[i] != ':' {
 		return "", "", false
 	}
-	start := skipSpace(s, i+1)
+	start := openai.SkipSpace(s, i+1)
 	if start >= len(s) {
 		return "", "", false
 	}
-	m.i = valueEnd(s, start)
+	m.i = openai.ValueEnd(s, start)
 	return key, s[start:m.i], true
 }
 
@@ -263,8 +265,8 @@ func tokenCount(r gjson.Result, path string) (int64, error) {
 
 // invalidUsage is the 502 for a reply whose usage block was refused; err,
 // the detail, goes to the log and the record.
-func invalidUsage(backend string, err error) *apiError {
-	return &apiError{Status: fasthttp.StatusBadGateway, Type: "api_error", Code: "upstream_invalid_usage",
+func invalidUsage(backend string, err error) *openai.Error {
+	return &openai.Error{Status: fasthttp.StatusBadGateway, Type: "api_error", Code: "upstream_invalid_usage",
 		Message: invalidUsageMessage(backend), Cause: err}
 }
 
@@ -273,5 +275,5 @@ func invalidUsage(backend string, err error) *apiError {
 // syntax check recurses once per level, and the body is the backend's.
 func validReply(body []byte, maxDepth int) bool {
 	s := b2s(body)
-	return looksLikeJSONObject(body) && !tooDeep(s, maxDepth) && validJSON(s)
+	return looksLikeJSONObject(body) && !jsonscan.TooDeep(s, maxDepth) && openai.ValidJSON(s)
 }

@@ -1,4 +1,4 @@
-package proxy
+package openai
 
 import (
 	"math/rand/v2"
@@ -34,7 +34,7 @@ func runValidateCases(t *testing.T, cases []validateCase) {
 	t.Helper()
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			var req ChatRequest
+			var req Request
 			err := ValidateChat([]byte(tc.body), &req)
 			if tc.msg == "" {
 				if err != nil {
@@ -318,7 +318,7 @@ func TestValidateChatMessagesExact(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.message, func(t *testing.T) {
-			var req ChatRequest
+			var req Request
 			err := ValidateChat([]byte(tc.body), &req)
 			if err == nil {
 				t.Fatalf("body %s accepted", tc.body)
@@ -337,34 +337,34 @@ func TestValidateChatFillsRequest(t *testing.T) {
 	cases := []struct {
 		name string
 		body string
-		want ChatRequest // Model is compared as a string, modelBuf ignored
+		want Request // Model is compared as a string, modelBuf ignored
 	}{
-		{"defaults", withFields(""), ChatRequest{N: 1, Messages: 1, PromptBytes: 2}},
+		{"defaults", withFields(""), Request{N: 1, Messages: 1, PromptBytes: 2}},
 		{"stream with usage",
 			withFields(`"model":"m1","stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":true}`),
-			ChatRequest{Model: []byte("m1"), Stream: true, StreamOptions: true, IncludeUsage: true, ContinuousUsage: true, N: 1, Messages: 1, PromptBytes: 2}},
+			Request{Model: []byte("m1"), Stream: true, StreamOptions: true, IncludeUsage: true, ContinuousUsage: true, N: 1, Messages: 1, PromptBytes: 2}},
 		{"include_usage false",
 			withFields(`"stream":true,"stream_options":{"include_usage":false}`),
-			ChatRequest{Stream: true, StreamOptions: true, N: 1, Messages: 1, PromptBytes: 2}},
-		{"null stream_options", withFields(`"stream":true,"stream_options":null`), ChatRequest{Stream: true, N: 1, Messages: 1, PromptBytes: 2}},
-		{"max_tokens", withFields(`"max_tokens":100`), ChatRequest{MaxTokens: 100, N: 1, Messages: 1, PromptBytes: 2}},
-		{"max_completion_tokens wins", withFields(`"max_completion_tokens":50,"max_tokens":100`), ChatRequest{MaxTokens: 50, N: 1, Messages: 1, PromptBytes: 2}},
-		{"null max_completion_tokens", withFields(`"max_completion_tokens":null,"max_tokens":100`), ChatRequest{MaxTokens: 100, N: 1, Messages: 1, PromptBytes: 2}},
-		{"n", withFields(`"n":4`), ChatRequest{N: 4, Messages: 1, PromptBytes: 2}},
-		{"null n", withFields(`"n":null`), ChatRequest{N: 1, Messages: 1, PromptBytes: 2}},
-		{"priority", withFields(`"priority":-3`), ChatRequest{N: 1, Priority: -3, Messages: 1, PromptBytes: 2}},
-		{"null model", withFields(`"model":null`), ChatRequest{N: 1, Messages: 1, PromptBytes: 2}},
-		{"escaped model", withFields(`"model":"caf\u00e9\/x"`), ChatRequest{Model: []byte("café/x"), N: 1, Messages: 1, PromptBytes: 2}},
-		{"long escaped model", withFields(`"model":"` + strings.Repeat(`a\/`, 40) + `"`), ChatRequest{Model: []byte(strings.Repeat("a/", 40)), N: 1, Messages: 1, PromptBytes: 2}},
+			Request{Stream: true, StreamOptions: true, N: 1, Messages: 1, PromptBytes: 2}},
+		{"null stream_options", withFields(`"stream":true,"stream_options":null`), Request{Stream: true, N: 1, Messages: 1, PromptBytes: 2}},
+		{"max_tokens", withFields(`"max_tokens":100`), Request{MaxTokens: 100, N: 1, Messages: 1, PromptBytes: 2}},
+		{"max_completion_tokens wins", withFields(`"max_completion_tokens":50,"max_tokens":100`), Request{MaxTokens: 50, N: 1, Messages: 1, PromptBytes: 2}},
+		{"null max_completion_tokens", withFields(`"max_completion_tokens":null,"max_tokens":100`), Request{MaxTokens: 100, N: 1, Messages: 1, PromptBytes: 2}},
+		{"n", withFields(`"n":4`), Request{N: 4, Messages: 1, PromptBytes: 2}},
+		{"null n", withFields(`"n":null`), Request{N: 1, Messages: 1, PromptBytes: 2}},
+		{"priority", withFields(`"priority":-3`), Request{N: 1, Priority: -3, Messages: 1, PromptBytes: 2}},
+		{"null model", withFields(`"model":null`), Request{N: 1, Messages: 1, PromptBytes: 2}},
+		{"escaped model", withFields(`"model":"caf\u00e9\/x"`), Request{Model: []byte("café/x"), N: 1, Messages: 1, PromptBytes: 2}},
+		{"long escaped model", withFields(`"model":"` + strings.Repeat(`a\/`, 40) + `"`), Request{Model: []byte(strings.Repeat("a/", 40)), N: 1, Messages: 1, PromptBytes: 2}},
 		{"prompt bytes count strings and text parts as sent", withMessages(
 			`{"role":"system","content":"abc"},{"role":"user","content":[{"type":"text","text":"de"},{"type":"image_url","image_url":{"url":"u"}},{"type":"text","text":"f\ng"}]},{"role":"assistant","tool_calls":[]}`),
-			ChatRequest{Model: []byte("m"), N: 1, Messages: 3, PromptBytes: 3 + 2 + 4}},
+			Request{Model: []byte("m"), N: 1, Messages: 3, PromptBytes: 3 + 2 + 4}},
 		{"repeated content counts the last copy", withMessages(`{"role":"user","content":"abcdef","content":"ab"}`),
-			ChatRequest{Model: []byte("m"), N: 1, Messages: 1, PromptBytes: 2}},
+			Request{Model: []byte("m"), N: 1, Messages: 1, PromptBytes: 2}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			req := ChatRequest{Model: []byte("stale"), Priority: 9, Messages: 99} // leftovers must not survive
+			req := Request{Model: []byte("stale"), Priority: 9, Messages: 99} // leftovers must not survive
 			if err := ValidateChat([]byte(tc.body), &req); err != nil {
 				t.Fatal(err)
 			}
@@ -400,7 +400,7 @@ func TestValidateChatOffsets(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			body := []byte(tc.body)
-			var req ChatRequest
+			var req Request
 			if err := ValidateChat(body, &req); err != nil {
 				t.Fatal(err)
 			}
@@ -419,7 +419,7 @@ func TestValidateChatOffsets(t *testing.T) {
 func TestValidateChatModelDoesNotExposeBody(t *testing.T) {
 	body := []byte(withFields(`"model":"abc","user":"u"`))
 	before := string(body)
-	var req ChatRequest
+	var req Request
 	if err := ValidateChat(body, &req); err != nil {
 		t.Fatal(err)
 	}
@@ -443,7 +443,7 @@ func TestValidateChatErrorOutlivesBody(t *testing.T) {
 	}
 	for _, b := range bodies {
 		body := []byte(b)
-		var req ChatRequest
+		var req Request
 		err := ValidateChat(body, &req)
 		if err == nil {
 			t.Fatalf("body %s accepted", b)
@@ -498,7 +498,7 @@ func TestValidateChatDepth(t *testing.T) {
 // TestValidateChatConfiguredDepth checks the server's max_json_depth.
 func TestValidateChatConfiguredDepth(t *testing.T) {
 	nested := `{"messages":[{"role":"user","content":"x"}],"x":` + strings.Repeat(`{"a":`, 9) + "1" + strings.Repeat("}", 9) + "}"
-	var req ChatRequest
+	var req Request
 	if err := ValidateChatDepth([]byte(nested), &req, 64); err != nil {
 		t.Fatalf("depth 10 under a limit of 64: %v", err)
 	}
@@ -571,7 +571,7 @@ func TestValidateChatLaxIntegers(t *testing.T) {
 		{"truncate_prompt_tokens -1.0", withFields(`"truncate_prompt_tokens":-1.0`), "", ""},
 		{"top_k -2.0", withFields(`"top_k":-2.0`), "top_k", "got -2.0."},
 	})
-	var req ChatRequest
+	var req Request
 	if err := ValidateChat([]byte(withFields(`"max_tokens":1.5e2,"n":2.0,"priority":-1e1`)), &req); err != nil {
 		t.Fatal(err)
 	}
@@ -687,7 +687,7 @@ func TestValidateChatToolChoice(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			req := ChatRequest{ToolChoice: ToolChoiceRequired, ToolChoiceName: []byte("stale")}
+			req := Request{ToolChoice: ToolChoiceRequired, ToolChoiceName: []byte("stale")}
 			err := ValidateChat([]byte(tc.body), &req)
 			if tc.msg != "" {
 				if err == nil {
@@ -788,7 +788,7 @@ func TestValidateChatLimits(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			var req ChatRequest
+			var req Request
 			err := ValidateChatLimits([]byte(tc.body), &req, tc.lim)
 			if tc.msg == "" {
 				if err != nil {
@@ -819,8 +819,7 @@ func TestSharedFieldRules(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.members, func(t *testing.T) {
-			c := newCompletion()
-			err := validateCompletions([]byte(`{"model":"m","prompt":"Hi",`+tc.members+`}`), c, unbounded())
+			err := ValidateCompletions([]byte(`{"model":"m","prompt":"Hi",`+tc.members+`}`), new(Request), unbounded())
 			if tc.msg == "" {
 				if err != nil {
 					t.Fatalf("unexpected error (param %q): %s", err.Param, err.Message)
@@ -864,10 +863,10 @@ func TestKeyEndMatchesBytes(t *testing.T) {
 		}
 		s := b.String()
 		for i := range len(s) {
-			gotEnd, gotEsc := keyEnd(s, i)
+			gotEnd, gotEsc := KeyEnd(s, i)
 			wantEnd, wantEsc := keyEndByBytes(s, i)
 			if gotEnd != wantEnd || gotEsc != wantEsc {
-				t.Fatalf("keyEnd(%q, %d) = %d, %v; byte loop %d, %v", s, i, gotEnd, gotEsc, wantEnd, wantEsc)
+				t.Fatalf("KeyEnd(%q, %d) = %d, %v; byte loop %d, %v", s, i, gotEnd, gotEsc, wantEnd, wantEsc)
 			}
 		}
 	}

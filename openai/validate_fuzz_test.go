@@ -1,4 +1,4 @@
-package proxy
+package openai
 
 import (
 	"bytes"
@@ -60,7 +60,7 @@ func FuzzValidateChat(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		orig := bytes.Clone(body)
-		var req ChatRequest
+		var req Request
 		verr := ValidateChat(body, &req)
 		if !bytes.Equal(body, orig) {
 			t.Fatalf("ValidateChat modified the body")
@@ -142,7 +142,7 @@ func decodeValue(t *testing.T, raw []byte) any {
 
 // checkToolChoice checks what an accepted body reports of tool_choice against its
 // decoded form: the kind, a named choice's name, and that the name is among the tools.
-func checkToolChoice(t *testing.T, doc map[string]any, req *ChatRequest) {
+func checkToolChoice(t *testing.T, doc map[string]any, req *Request) {
 	t.Helper()
 	choice := doc["tool_choice"]
 	want := map[any]ToolChoice{nil: ToolChoiceAbsent, "none": ToolChoiceNone, "auto": ToolChoiceAuto, "required": ToolChoiceRequired}
@@ -179,7 +179,7 @@ var onePassLimits = []BodyLimits{
 // the walk (validateChatTwoPasses): the same error, or the same request.
 func checkOnePass(t *testing.T, body []byte, lim BodyLimits) {
 	t.Helper()
-	var got, want ChatRequest
+	var got, want Request
 	gotErr := ValidateChatLimits(body, &got, lim)
 	wantErr := validateChatTwoPasses(body, &want, lim)
 	switch {

@@ -1,4 +1,4 @@
-package proxy
+package openai
 
 import "testing"
 
@@ -14,7 +14,7 @@ var typicalChatBody = []byte(`{"model":"meta-llama/Llama-3.1-8B-Instruct","messa
 	`"temperature":0.7,"max_tokens":512,"stream":true,"stream_options":{"include_usage":true}}`)
 
 func BenchmarkValidateChat(b *testing.B) {
-	var req ChatRequest
+	var req Request
 	b.ReportAllocs()
 	b.SetBytes(int64(len(typicalChatBody)))
 	for b.Loop() {
@@ -27,7 +27,7 @@ func BenchmarkValidateChat(b *testing.B) {
 // TestValidateChatZeroAllocs holds the hot path to its promise: a valid typical body is
 // checked without a single allocation.
 func TestValidateChatZeroAllocs(t *testing.T) {
-	var req ChatRequest
+	var req Request
 	allocs := testing.AllocsPerRun(200, func() {
 		if err := ValidateChat(typicalChatBody, &req); err != nil {
 			t.Fatal(err)
@@ -56,7 +56,7 @@ var toolChatBody = []byte(`{"model":"demo","messages":[` +
 	`"stream":true,"stream_options":{"include_usage":true}}`)
 
 func BenchmarkValidateChatTools(b *testing.B) {
-	var req ChatRequest
+	var req Request
 	b.ReportAllocs()
 	b.SetBytes(int64(len(toolChatBody)))
 	for b.Loop() {
@@ -68,7 +68,7 @@ func BenchmarkValidateChatTools(b *testing.B) {
 
 // TestValidateChatToolsZeroAllocs holds tool-calling bodies to the same promise.
 func TestValidateChatToolsZeroAllocs(t *testing.T) {
-	var req ChatRequest
+	var req Request
 	allocs := testing.AllocsPerRun(200, func() {
 		if err := ValidateChat(toolChatBody, &req); err != nil {
 			t.Fatal(err)

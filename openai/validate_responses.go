@@ -1,10 +1,8 @@
-package proxy
+package openai
 
 import (
 	"strconv"
 	"strings"
-
-	"github.com/tollgate-dev/tollgate/config"
 )
 
 // Responses API field indexes in responseFields.
@@ -45,14 +43,13 @@ var responseFields = []field{
 	rsFirstPlain + 11:    chatFields[fRequestID],
 }
 
-// validateResponses checks a POST /v1/responses body and fills c.req (the
+// ValidateResponses checks a POST /v1/responses body and fills req (the
 // model and its offsets, stream, max_output_tokens, the size of the input
-// and instructions) and c.previousResponse. The input items, the
-// conversation as chat's messages are, are bounded by server.max_messages.
-func validateResponses(body []byte, c *completion, srv *config.Server) *ValidationError {
-	req := c.req
+// and instructions, previous_response_id and background). The input items,
+// the conversation as chat's messages are, are bounded by lim.MaxInputItems.
+func ValidateResponses(body []byte, req *Request, lim BodyLimits) *ValidationError {
 	var v validator
-	first, verr := v.start(body, req, BodyLimits{MaxDepth: srv.MaxJSONDepth}, `The request body is empty; send a JSON object with an "input".`)
+	first, verr := v.start(body, req, BodyLimits{MaxDepth: lim.MaxDepth}, `The request body is empty; send a JSON object with an "input".`)
 	if verr != nil {
 		return verr
 	}
@@ -61,7 +58,7 @@ func validateResponses(body []byte, c *completion, srv *config.Server) *Validati
 		case rsModel:
 			v.record(fModel, val, n)
 		case rsInput:
-			return v.responseInput(val, srv.MaxMessages)
+			return v.responseInput(val, lim.MaxInputItems)
 		case rsInstructions:
 			if val.isString() {
 				req.PromptBytes += len(val.raw) - 2
@@ -74,7 +71,7 @@ func validateResponses(body []byte, c *completion, srv *config.Server) *Validati
 				return typeError("previous_response_id", "a non-empty string or null", val)
 			}
 			// A copy: the body's buffer is reused once the request ends.
-			c.previousResponse = strings.Clone(unquote(val.raw))
+			req.PreviousResponseID = strings.Clone(unquote(val.raw))
 		case rsMaxOutputTokens:
 			req.MaxTokens = n
 		case rsStream:
@@ -86,7 +83,7 @@ func validateResponses(body []byte, c *completion, srv *config.Server) *Validati
 		case rsPriority:
 			req.Priority = n
 		case rsFirstPlain + 5: // background
-			c.background = val.isTrue()
+			req.Background = val.isTrue()
 		}
 		return nil
 	})
@@ -115,7 +112,7 @@ func (v *validator) responseInput(val value, maxItems int) *ValidationError {
 			return &ValidationError{Param: "input", Message: "input must not be empty."}
 		}
 	case val.isArray():
-		if len(val.raw) == 2 || skipSpace(val.raw, 1) == len(val.raw)-1 {
+		if len(val.raw) == 2 || SkipSpace(val.raw, 1) == len(val.raw)-1 {
 			return &ValidationError{Param: "input", Message: "input must not be an empty array."}
 		}
 		// Walked here rather than by elements, to stop at the bound.

@@ -1,9 +1,7 @@
-package proxy
+package openai
 
 import (
 	"fmt"
-
-	"github.com/tollgate-dev/tollgate/config"
 )
 
 // The completions, embeddings and Responses API validators walk a body with
@@ -128,15 +126,14 @@ var completionFields = []field{
 	cmFirstPlain + 25:   chatFields[fKVTransferParams],
 }
 
-// validateCompletions checks a POST /v1/completions body and fills c.req:
+// ValidateCompletions checks a POST /v1/completions body and fills req:
 // the model and its offsets, stream and stream_options as for chat,
 // max_tokens, the number of sequences generated (the larger of n and
 // best_of) and the size of the prompt. stop and logit_bias are held to the
 // bounds chat's are held to.
-func validateCompletions(body []byte, c *completion, srv *config.Server) *ValidationError {
-	req := c.req
+func ValidateCompletions(body []byte, req *Request, lim BodyLimits) *ValidationError {
 	var v validator
-	first, verr := v.start(body, req, bodyLimits(srv), `The request body is empty; send a JSON object with a "prompt".`)
+	first, verr := v.start(body, req, lim, `The request body is empty; send a JSON object with a "prompt".`)
 	if verr != nil {
 		return verr
 	}

@@ -1,15 +1,12 @@
-package proxy
+package openai
 
 import (
 	"strings"
 	"testing"
-
-	"github.com/tollgate-dev/tollgate/config"
 )
 
-// unbounded is a server configuration that sets no request bounds: the
-// validators' defaults apply.
-func unbounded() *config.Server { return new(config.Server) }
+// unbounded sets no request bounds: the validators' defaults apply.
+func unbounded() BodyLimits { return BodyLimits{} }
 
 // endpointCase is one body for an endpoint's validator: valid when param
 // and msg are empty, else refused naming param with a message containing
@@ -19,12 +16,12 @@ type endpointCase struct {
 	param, msg string
 }
 
-func runEndpointCases(t *testing.T, validate func([]byte, *completion, *config.Server) *ValidationError, cases []endpointCase) {
+func runEndpointCases(t *testing.T, validate func([]byte, *Request, BodyLimits) *ValidationError, cases []endpointCase) {
 	t.Helper()
 	for _, tt := range cases {
 		t.Run(tt.name, func(t *testing.T) {
-			c := newCompletion()
-			err := validate([]byte(tt.body), c, unbounded())
+			req := new(Request)
+			err := validate([]byte(tt.body), req, unbounded())
 			if tt.msg == "" {
 				if err != nil {
 					t.Fatalf("refused a valid body: %v (param %q)", err, err.Param)
@@ -42,7 +39,7 @@ func runEndpointCases(t *testing.T, validate func([]byte, *completion, *config.S
 }
 
 func TestValidateCompletions(t *testing.T) {
-	runEndpointCases(t, validateCompletions, []endpointCase{
+	runEndpointCases(t, ValidateCompletions, []endpointCase{
 		{name: "string prompt", body: `{"model":"demo","prompt":"Say hi"}`},
 		{name: "strings", body: `{"model":"demo","prompt":["a","b"]}`},
 		{name: "token ids", body: `{"model":"demo","prompt":[1,2,3]}`},
@@ -82,34 +79,34 @@ func TestValidateCompletions(t *testing.T) {
 }
 
 func TestValidateCompletionsFills(t *testing.T) {
-	c := newCompletion()
+	req := new(Request)
 	body := `{"model":"demo","prompt":[[1,2,3],[4]],"n":2,"best_of":5,"max_tokens":7,"stream":true}`
-	if err := validateCompletions([]byte(body), c, unbounded()); err != nil {
+	if err := ValidateCompletions([]byte(body), req, unbounded()); err != nil {
 		t.Fatal(err)
 	}
-	if string(c.req.Model) != "demo" || body[c.req.ModelStart:c.req.ModelEnd] != `"demo"` {
-		t.Errorf("model %q at %d..%d", c.req.Model, c.req.ModelStart, c.req.ModelEnd)
+	if string(req.Model) != "demo" || body[req.ModelStart:req.ModelEnd] != `"demo"` {
+		t.Errorf("model %q at %d..%d", req.Model, req.ModelStart, req.ModelEnd)
 	}
-	if !c.req.Stream || c.req.IncludeUsage || c.req.MaxTokens != 7 || c.req.N != 5 || c.req.PromptBytes != 16 {
+	if !req.Stream || req.IncludeUsage || req.MaxTokens != 7 || req.N != 5 || req.PromptBytes != 16 {
 		t.Errorf("got stream %v include_usage %v max_tokens %d n %d prompt bytes %d; want true false 7 5 16",
-			c.req.Stream, c.req.IncludeUsage, c.req.MaxTokens, c.req.N, c.req.PromptBytes)
+			req.Stream, req.IncludeUsage, req.MaxTokens, req.N, req.PromptBytes)
 	}
 }
 
 // TestValidateCompletionsBestOfDefaultsToN checks that a body with n and no
 // best_of passes and reserves n sequences, as vLLM defaults best_of to n.
 func TestValidateCompletionsBestOfDefaultsToN(t *testing.T) {
-	c := newCompletion()
-	if err := validateCompletions([]byte(`{"model":"demo","prompt":"x","n":3}`), c, unbounded()); err != nil {
+	req := new(Request)
+	if err := ValidateCompletions([]byte(`{"model":"demo","prompt":"x","n":3}`), req, unbounded()); err != nil {
 		t.Fatalf("refused n without best_of: %v (param %q)", err, err.Param)
 	}
-	if c.req.N != 3 {
-		t.Fatalf("sequences reserved: got %d, want 3", c.req.N)
+	if req.N != 3 {
+		t.Fatalf("sequences reserved: got %d, want 3", req.N)
 	}
 }
 
 func TestValidateEmbeddings(t *testing.T) {
-	runEndpointCases(t, validateEmbeddings, []endpointCase{
+	runEndpointCases(t, ValidateEmbeddings, []endpointCase{
 		{name: "string", body: `{"model":"embed","input":"hello"}`},
 		{name: "strings", body: `{"model":"embed","input":["a","b"],"encoding_format":"base64","dimensions":64,"user":"u"}`},
 		{name: "token ids", body: `{"input":[1,2]}`},
@@ -129,7 +126,7 @@ func TestValidateEmbeddings(t *testing.T) {
 }
 
 func TestValidateResponses(t *testing.T) {
-	runEndpointCases(t, validateResponses, []endpointCase{
+	runEndpointCases(t, ValidateResponses, []endpointCase{
 		{name: "string input", body: `{"model":"demo","input":"hi"}`},
 		{name: "items", body: `{"model":"demo","input":[{"role":"user","content":"hi"}],"instructions":"be brief","max_output_tokens":5,"stream":true,"store":true}`},
 		{name: "previous response", body: `{"input":"more","previous_response_id":"resp_abc"}`},
@@ -143,12 +140,12 @@ func TestValidateResponses(t *testing.T) {
 		{name: "temperature as chat", body: `{"input":"a","temperature":-1}`, param: "temperature", msg: "between 0 and 2"},
 		{name: "top_logprobs over 20", body: `{"input":"a","top_logprobs":21}`, param: "top_logprobs", msg: "between 0 and 20"},
 	})
-	c := newCompletion()
-	if err := validateResponses([]byte(`{"input":"more","previous_response_id":"resp_abc","max_output_tokens":9}`), c, unbounded()); err != nil {
+	req := new(Request)
+	if err := ValidateResponses([]byte(`{"input":"more","previous_response_id":"resp_abc","max_output_tokens":9}`), req, unbounded()); err != nil {
 		t.Fatal(err)
 	}
-	if c.previousResponse != "resp_abc" || c.req.MaxTokens != 9 {
-		t.Errorf("previous response %q, max tokens %d; want resp_abc, 9", c.previousResponse, c.req.MaxTokens)
+	if req.PreviousResponseID != "resp_abc" || req.MaxTokens != 9 {
+		t.Errorf("previous response %q, max tokens %d; want resp_abc, 9", req.PreviousResponseID, req.MaxTokens)
 	}
 }
 
@@ -158,34 +155,34 @@ func TestValidateResponses(t *testing.T) {
 // max_logit_bias), nesting (max_json_depth) and Responses API input items
 // (max_messages), and that the defaults apply when nothing is configured.
 func TestEndpointsConfiguredBounds(t *testing.T) {
-	tight := &config.Server{MaxStopStrings: 2, MaxLogitBias: 2, MaxJSONDepth: 4, MaxMessages: 2}
-	type validateFunc = func([]byte, *completion, *config.Server) *ValidationError
+	tight := BodyLimits{MaxStopStrings: 2, MaxLogitBias: 2, MaxDepth: 4, MaxInputItems: 2}
+	type validateFunc = func([]byte, *Request, BodyLimits) *ValidationError
 	tests := []struct {
 		name       string
 		validate   validateFunc
-		srv        *config.Server
+		lim        BodyLimits
 		body       string
 		param, msg string // empty: accepted
 	}{
-		{"completions stop within", validateCompletions, tight, `{"prompt":"x","stop":["a","b"]}`, "", ""},
-		{"completions stop over", validateCompletions, tight, `{"prompt":"x","stop":["a","b","c"]}`, "stop", "stop has more than 2 strings"},
-		{"completions stop default", validateCompletions, unbounded(), `{"prompt":"x","stop":["a","b","c"]}`, "", ""},
-		{"completions logit_bias within", validateCompletions, tight, `{"prompt":"x","logit_bias":{"1":1,"2":-1}}`, "", ""},
-		{"completions logit_bias over", validateCompletions, tight, `{"prompt":"x","logit_bias":{"1":1,"2":-1,"3":0}}`, "logit_bias", "logit_bias has more than 2 entries"},
-		{"completions logit_bias default", validateCompletions, unbounded(), `{"prompt":"x","logit_bias":{"1":1,"2":-1,"3":0}}`, "", ""},
-		{"completions depth", validateCompletions, tight, `{"prompt":"x","vendor":{"a":{"b":{"c":{}}}}}`, "", "nest"},
-		{"embeddings depth", validateEmbeddings, tight, `{"input":"x","vendor":{"a":{"b":{"c":{}}}}}`, "", "nest"},
-		{"responses depth", validateResponses, tight, `{"input":"x","metadata":{"a":{"b":{"c":{}}}}}`, "", "nest"},
-		{"responses items within", validateResponses, tight, `{"input":[{"role":"user","content":"a"},{"role":"user","content":"b"}]}`, "", ""},
-		{"responses items over", validateResponses, tight, `{"input":[{"role":"user","content":"a"},{"role":"user","content":"b"},{"role":"user","content":"c"}]}`,
+		{"completions stop within", ValidateCompletions, tight, `{"prompt":"x","stop":["a","b"]}`, "", ""},
+		{"completions stop over", ValidateCompletions, tight, `{"prompt":"x","stop":["a","b","c"]}`, "stop", "stop has more than 2 strings"},
+		{"completions stop default", ValidateCompletions, unbounded(), `{"prompt":"x","stop":["a","b","c"]}`, "", ""},
+		{"completions logit_bias within", ValidateCompletions, tight, `{"prompt":"x","logit_bias":{"1":1,"2":-1}}`, "", ""},
+		{"completions logit_bias over", ValidateCompletions, tight, `{"prompt":"x","logit_bias":{"1":1,"2":-1,"3":0}}`, "logit_bias", "logit_bias has more than 2 entries"},
+		{"completions logit_bias default", ValidateCompletions, unbounded(), `{"prompt":"x","logit_bias":{"1":1,"2":-1,"3":0}}`, "", ""},
+		{"completions depth", ValidateCompletions, tight, `{"prompt":"x","vendor":{"a":{"b":{"c":{}}}}}`, "", "nest"},
+		{"embeddings depth", ValidateEmbeddings, tight, `{"input":"x","vendor":{"a":{"b":{"c":{}}}}}`, "", "nest"},
+		{"responses depth", ValidateResponses, tight, `{"input":"x","metadata":{"a":{"b":{"c":{}}}}}`, "", "nest"},
+		{"responses items within", ValidateResponses, tight, `{"input":[{"role":"user","content":"a"},{"role":"user","content":"b"}]}`, "", ""},
+		{"responses items over", ValidateResponses, tight, `{"input":[{"role":"user","content":"a"},{"role":"user","content":"b"},{"role":"user","content":"c"}]}`,
 			"input", "input has more than 2 items; the gateway accepts at most 2."},
-		{"responses items over, not objects", validateResponses, tight, `{"input":[{},{},"x"]}`, "input", "more than 2 items"},
-		{"responses items default", validateResponses, unbounded(), `{"input":[{},{},{}]}`, "", ""},
+		{"responses items over, not objects", ValidateResponses, tight, `{"input":[{},{},"x"]}`, "input", "more than 2 items"},
+		{"responses items default", ValidateResponses, unbounded(), `{"input":[{},{},{}]}`, "", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := newCompletion()
-			err := tt.validate([]byte(tt.body), c, tt.srv)
+			req := new(Request)
+			err := tt.validate([]byte(tt.body), req, tt.lim)
 			if tt.msg == "" {
 				if err != nil {
 					t.Fatalf("refused: %s (param %q)", err.Message, err.Param)

@@ -1,4 +1,4 @@
-package proxy
+package openai
 
 import (
 	"fmt"
@@ -9,15 +9,17 @@ import (
 	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/tollgate-dev/tollgate/internal/jsonscan"
 )
 
-// ChatRequest is what validation learned about a body. Byte slices point into the body
+// Request is what validation learned about a body of any of the four endpoints. Byte slices point into the body
 // and are valid only while the body is.
-type ChatRequest struct {
+type Request struct {
 	// Model is the content of the "model" string without its quotes (nil when absent or
 	// null). Without escapes it is a slice of the body, capped so that appending to it
 	// cannot overwrite the body; with escapes it holds the unescaped text in storage owned
-	// by this ChatRequest (so it is only valid while this ChatRequest is not reused).
+	// by this Request (so it is only valid while this Request is not reused).
 	Model []byte
 	// ModelStart and ModelEnd are byte offsets in the body of the whole "model" value token
 	// (including the quotes, or the null token), so the handler can splice in a rewritten
@@ -46,6 +48,10 @@ type ChatRequest struct {
 	// The model-dependent rule (tool calling is configured per model) is the handler's.
 	ToolChoice     ToolChoice
 	ToolChoiceName []byte
+	// PreviousResponseID is the Responses API's previous_response_id ("" when absent
+	// or null), copied out of the body; Background is its "background": true.
+	PreviousResponseID string
+	Background         bool
 
 	// modelBuf backs Model when the model id carries escapes and cannot be a slice of the
 	// body. Model ids are short, so 64 bytes avoids an allocation in practice.
@@ -86,6 +92,7 @@ type BodyLimits struct {
 	MaxDepth       int // nesting levels; zero (or more than maxDepth) means maxDepth
 	MaxStopStrings int // strings in stop; zero means defaultMaxStopStrings
 	MaxLogitBias   int // entries in logit_bias; zero means defaultMaxLogitBias
+	MaxInputItems  int // input items of the Responses API; zero means no bound
 }
 
 // The defaults of BodyLimits, the same as the configuration's (server.max_stop_strings
@@ -116,13 +123,13 @@ func (e *ValidationError) Error() string { return e.Message }
 //
 // The model-dependent rules are not checked here: Priority and ToolChoice are reported
 // and the handler, which knows the model, decides.
-func ValidateChat(body []byte, req *ChatRequest) *ValidationError {
+func ValidateChat(body []byte, req *Request) *ValidationError {
 	return ValidateChatDepth(body, req, maxDepth)
 }
 
 // ValidateChatDepth is ValidateChat with nesting bounded at depth levels
 // (the server's max_json_depth); depth is capped at maxDepth.
-func ValidateChatDepth(body []byte, req *ChatRequest, depth int) *ValidationError {
+func ValidateChatDepth(body []byte, req *Request, depth int) *ValidationError {
 	return ValidateChatLimits(body, req, BodyLimits{MaxDepth: depth})
 }
 
@@ -130,13 +137,13 @@ func ValidateChatDepth(body []byte, req *ChatRequest, depth int) *ValidationErro
 //
 // A body that passes is checked in one walk: the walk of its fields checks
 // the JSON syntax of every byte as it goes (see iter.check), instead of
-// validJSON reading the whole body first, which cost about as much as the
+// ValidJSON reading the whole body first, which cost about as much as the
 // walk itself. A body the walk finds anything wrong with, in its syntax or
 // its fields, is checked again the old way (validateChatTwoPasses): the
 // syntax first, so that a body both malformed and wrong in a field gets the
 // syntax error, then the walk. Only the accepting walk is new; every error
 // comes from the two passes (FuzzValidateChatOnePass compares the two).
-func ValidateChatLimits(body []byte, req *ChatRequest, lim BodyLimits) *ValidationError {
+func ValidateChatLimits(body []byte, req *Request, lim BodyLimits) *ValidationError {
 	if validateChatOnePass(body, req, lim) {
 		return nil
 	}
@@ -146,15 +153,15 @@ func ValidateChatLimits(body []byte, req *ChatRequest, lim BodyLimits) *Validati
 // validateChatOnePass reports whether body is a valid chat request, filling
 // req, in one walk that checks the syntax as it goes. False says only that
 // the walk cannot accept the body, not why: req is then to be refilled.
-func validateChatOnePass(body []byte, req *ChatRequest, lim BodyLimits) bool {
+func validateChatOnePass(body []byte, req *Request, lim BodyLimits) bool {
 	s := b2s(body)
-	first := skipSpace(s, 0)
+	first := SkipSpace(s, 0)
 	// The checked walk recurses once per level of the values it delimits,
 	// so the depth is bounded first, as for validJSON.
-	if first == len(s) || s[first] != '{' || tooDeep(s, depthLimit(lim.MaxDepth)) {
+	if first == len(s) || s[first] != '{' || jsonscan.TooDeep(s, depthLimit(lim.MaxDepth)) {
 		return false
 	}
-	*req = ChatRequest{N: 1}
+	*req = Request{N: 1}
 	v := validator{body: body, s: s, req: req, limits: lim}
 	verr, checked := v.walkChat(first, true)
 	return verr == nil && checked
@@ -162,7 +169,7 @@ func validateChatOnePass(body []byte, req *ChatRequest, lim BodyLimits) bool {
 
 // validateChatTwoPasses checks body's syntax with checkDocument, then walks
 // its fields.
-func validateChatTwoPasses(body []byte, req *ChatRequest, lim BodyLimits) *ValidationError {
+func validateChatTwoPasses(body []byte, req *Request, lim BodyLimits) *ValidationError {
 	var v validator
 	first, verr := v.start(body, req, lim, `The request body is empty; send a JSON object with a "messages" array.`)
 	if verr != nil {
@@ -208,7 +215,7 @@ func (v *validator) walkChat(first int, check bool) (verr *ValidationError, chec
 	// A checked walk that met a syntax error has moved to the end of the
 	// body; one that did not stands on the closing brace, which only
 	// whitespace may follow.
-	checked = check && it.i < len(v.s) && skipSpace(v.s, it.i+1) == len(v.s)
+	checked = check && it.i < len(v.s) && SkipSpace(v.s, it.i+1) == len(v.s)
 	return v.crossChecks(), checked
 }
 
@@ -216,8 +223,8 @@ func (v *validator) walkChat(first int, check bool) (verr *ValidationError, chec
 // way: req is reset to a request of one sequence, the body is checked with
 // checkDocument (empty is the error for an empty one), and v is set to walk it
 // within lim. It returns the offset of the body's opening brace.
-func (v *validator) start(body []byte, req *ChatRequest, lim BodyLimits, empty string) (int, *ValidationError) {
-	*req = ChatRequest{N: 1}
+func (v *validator) start(body []byte, req *Request, lim BodyLimits, empty string) (int, *ValidationError) {
+	*req = Request{N: 1}
 	s, first, verr := checkDocument(body, lim.MaxDepth, empty)
 	if verr != nil {
 		return 0, verr
@@ -232,26 +239,26 @@ func (v *validator) start(body []byte, req *ChatRequest, lim BodyLimits, empty s
 // the offset of its opening brace.
 func checkDocument(body []byte, depth int, empty string) (string, int, *ValidationError) {
 	s := b2s(body)
-	first := skipSpace(s, 0)
+	first := SkipSpace(s, 0)
 	if first == len(s) {
 		return "", 0, &ValidationError{Message: empty}
 	}
 	depth = depthLimit(depth)
-	if tooDeep(s, depth) {
+	if jsonscan.TooDeep(s, depth) {
 		return "", 0, &ValidationError{Message: fmt.Sprintf(
 			"The request body nests arrays and objects more than %d levels deep.", depth)}
 	}
-	if !validJSON(s) {
+	if !ValidJSON(s) {
 		// JSON text is UTF-8 (RFC 8259); a backend decoding the body would
 		// refuse it, and invalid bytes must not reach logs or the store.
-		// validJSON refuses both; the message says which it was.
+		// ValidJSON refuses both; the message says which it was.
 		if !utf8.Valid(body) {
 			return "", 0, &ValidationError{Message: "The request body is not valid UTF-8."}
 		}
 		return "", 0, &ValidationError{Message: "The request body is not valid JSON."}
 	}
 	if s[first] != '{' {
-		top := value{raw: s[first:valueEnd(s, first)], off: first}
+		top := value{raw: s[first:ValueEnd(s, first)], off: first}
 		return "", 0, &ValidationError{Message: fmt.Sprintf("The request body must be a JSON object, got %s.", describe(top))}
 	}
 	return s, first, nil
@@ -273,35 +280,11 @@ func depthLimit(depth int) int {
 // 1000 anyway, so nothing it could serve is refused.
 const maxDepth = 1000
 
-// tooDeep reports whether s, which may be any bytes at all, nests deeper than limit.
-// Depth cannot exceed the number of opening brackets, and counting those is a fast
-// vectorised pass, so the exact scan only runs on bodies with many brackets.
-func tooDeep(s string, limit int) bool {
-	if strings.Count(s, "[")+strings.Count(s, "{") <= limit {
-		return false
-	}
-	depth := 0
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '"':
-			i = stringEnd(s, i) - 1
-		case '[', '{':
-			depth++
-			if depth > limit {
-				return true
-			}
-		case ']', '}':
-			depth--
-		}
-	}
-	return false
-}
-
 // validator carries what the walk has seen so far, for the rules that span fields.
 type validator struct {
 	body []byte
 	s    string // the body as a string sharing its memory
-	req  *ChatRequest
+	req  *Request
 	seen uint64 // bitset of top-level field ids already seen
 
 	limits BodyLimits
@@ -572,7 +555,7 @@ const (
 	kindInt
 	kindNumber
 	kindString
-	kindID // a string a client chooses as an id: see validIDText
+	kindID // a string a client chooses as an id: see ValidID
 	kindObject
 	kindStringOrObject
 	kindIntArray
@@ -812,7 +795,7 @@ func (v *validator) repetitionDetection(val value) *ValidationError {
 
 // emptyArray reports whether array val has no elements.
 func emptyArray(val value) bool {
-	return val.raw[skipSpace(val.raw, 1)] == ']'
+	return val.raw[SkipSpace(val.raw, 1)] == ']'
 }
 
 // nullableObject reports whether val is an object to look into. Null is accepted (with
@@ -1427,7 +1410,7 @@ func (v *validator) check(param string, f *field, val value) (int64, *Validation
 		good = val.isString()
 	case kindID:
 		// Empty is no id: the backend makes one, as when it is absent.
-		good = val.isString() && (len(val.raw) == 2 || validIDText(unquote(val.raw)))
+		good = val.isString() && (len(val.raw) == 2 || ValidID(unquote(val.raw)))
 	case kindObject:
 		good = val.isObject()
 	case kindStringOrObject:
@@ -1738,22 +1721,22 @@ func (it *iter) member() (key string, start int, ok bool) {
 		return it.checkedMember()
 	}
 	s := it.s
-	i := skipSpace(s, it.i)
+	i := SkipSpace(s, it.i)
 	if i < len(s) && s[i] == ',' {
-		i = skipSpace(s, i+1)
+		i = SkipSpace(s, i+1)
 	}
 	it.i = i
 	if i >= len(s) || s[i] == '}' || s[i] == ']' {
 		return "", 0, false
 	}
 	if it.obj {
-		e, esc := keyEnd(s, i)
+		e, esc := KeyEnd(s, i)
 		key = s[i+1 : e-1]
 		if esc {
 			key = unquote(s[i:e])
 		}
-		i = skipSpace(s, e)
-		i = skipSpace(s, i+1) // past the colon
+		i = SkipSpace(s, e)
+		i = SkipSpace(s, i+1) // past the colon
 		if i >= len(s) {
 			it.i = i
 			return "", 0, false
@@ -1771,7 +1754,7 @@ func (it *iter) checkedMember() (key string, start int, ok bool) {
 	if it.obj {
 		closing = '}'
 	}
-	i := skipSpace(s, it.i)
+	i := SkipSpace(s, it.i)
 	if i < len(s) && s[i] == closing {
 		it.i = i
 		return "", 0, false
@@ -1780,14 +1763,14 @@ func (it *iter) checkedMember() (key string, start int, ok bool) {
 		if i >= len(s) || s[i] != ',' {
 			return it.fail()
 		}
-		i = skipSpace(s, i+1)
+		i = SkipSpace(s, i+1)
 	}
 	it.more = true
 	if it.obj {
 		if i >= len(s) || s[i] != '"' {
 			return it.fail()
 		}
-		e, valid := validString(s, i+1)
+		e, valid := ValidString(s, i+1)
 		if !valid {
 			return it.fail()
 		}
@@ -1795,11 +1778,11 @@ func (it *iter) checkedMember() (key string, start int, ok bool) {
 		if strings.IndexByte(key, '\\') >= 0 {
 			key = unquote(s[i:e])
 		}
-		i = skipSpace(s, e)
+		i = SkipSpace(s, e)
 		if i >= len(s) || s[i] != ':' {
 			return it.fail()
 		}
-		i = skipSpace(s, i+1)
+		i = SkipSpace(s, i+1)
 	}
 	if i >= len(s) {
 		return it.fail()
@@ -1817,7 +1800,7 @@ func (it *iter) fail() (string, int, bool) {
 // finish delimits the value starting at start and moves past it.
 func (it *iter) finish(start int) value {
 	if it.check {
-		e, ok := validValue(it.s, start)
+		e, ok := ValidValue(it.s, start)
 		if !ok {
 			it.i = len(it.s)
 			return value{raw: "null", off: start}
@@ -1825,7 +1808,7 @@ func (it *iter) finish(start int) value {
 		it.i = e
 		return value{raw: it.s[start:e], off: start}
 	}
-	e := valueEnd(it.s, start)
+	e := ValueEnd(it.s, start)
 	it.i = e
 	return value{raw: it.s[start:e], off: start}
 }
@@ -1882,47 +1865,25 @@ func (v *validator) checkKnown(val value, fields []field) *ValidationError {
 	}
 }
 
-// skipSpace returns the index of the first byte at or after s[i] that is not
+// SkipSpace returns the index of the first byte at or after s[i] that is not
 // JSON whitespace. Nearly every call stands on a token already, so the test
 // first asks whether the byte is above the space, which no whitespace is:
 // one comparison instead of four for each of the couple of hundred calls a
 // request and its reply make.
-func skipSpace(s string, i int) int {
+func SkipSpace(s string, i int) int {
 	for i < len(s) && s[i] <= ' ' && (s[i] == ' ' || s[i] == '\n' || s[i] == '\r' || s[i] == '\t') {
 		i++
 	}
 	return i
 }
 
-// stringEnd returns the index just past the string token whose opening quote is at s[i].
-// It jumps from quote to quote with IndexByte and counts the backslashes before each
-// quote: an odd count means the quote is escaped.
-func stringEnd(s string, i int) int {
-	j := i + 1
-	for {
-		k := strings.IndexByte(s[j:], '"')
-		if k < 0 {
-			return len(s)
-		}
-		j += k
-		n := 0
-		for b := j - 1; b > i && s[b] == '\\'; b-- {
-			n++
-		}
-		j++
-		if n%2 == 0 {
-			return j
-		}
-	}
-}
-
-// keyEnd is stringEnd for object keys, which are short: IndexByte's set-up costs more
+// KeyEnd is jsonscan.StringEnd for object keys, which are short: IndexByte's set-up costs more
 // than the key, and keyEnd also tells whether the key needs unescaping. It tests eight
 // bytes at a time for a quote or a backslash, as validString does (the lowest byte
 // marked is a true match), and a byte at a time only at the end of s: a plain loop over
 // every byte cost about 1,700 instructions per request in the keys of a chat body and
 // its reply's usage.
-func keyEnd(s string, i int) (end int, esc bool) {
+func KeyEnd(s string, i int) (end int, esc bool) {
 	for j := i + 1; j < len(s); j++ {
 		for j+8 <= len(s) {
 			t := s[j : j+8]
@@ -1950,17 +1911,17 @@ func keyEnd(s string, i int) (end int, esc bool) {
 	return len(s), esc
 }
 
-// valueEnd returns the index just past the value token starting at s[i].
-func valueEnd(s string, i int) int {
+// ValueEnd returns the index just past the value token starting at s[i].
+func ValueEnd(s string, i int) int {
 	switch s[i] {
 	case '"':
-		return stringEnd(s, i)
+		return jsonscan.StringEnd(s, i)
 	case '{', '[':
 		depth := 0
 		for j := i; j < len(s); j++ {
 			switch s[j] {
 			case '"':
-				j = stringEnd(s, j) - 1
+				j = jsonscan.StringEnd(s, j) - 1
 			case '{', '[':
 				depth++
 			case '}', ']':

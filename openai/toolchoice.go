@@ -1,16 +1,13 @@
-package proxy
+package openai
 
 import (
 	"fmt"
-
-	"github.com/valyala/fasthttp"
-
-	"github.com/tollgate-dev/tollgate/backends"
+	"net/http"
 )
 
 // Tool calling, in vLLM's rules: tool_choice "none" is always accepted; "auto",
 // "required" and a named function need a model whose backends parse tool calls
-// (models[].tool_calling, checked by the handler with toolChoiceRefusal), and tools to
+// (models[].tool_calling, checked by the handler with Request.ToolChoiceRefusal), and tools to
 // choose from ("required" and a named choice need at least one, and a named choice must
 // name one of them). Assistant messages that carried tool calls, and the tool messages
 // that answer them, come back in later requests and are checked for shape.
@@ -179,27 +176,28 @@ func callParam(i, j int, member string) string {
 	return fmt.Sprintf("messages[%d].tool_calls[%d]%s", i, j, member)
 }
 
-// toolChoiceRefusal is the 400 for a request whose tool_choice needs tool calling from
-// a model that is not configured for it, or nil when the request may go on. Only "none"
-// (or no tool_choice) is accepted then, as vLLM accepts only "none" from a server started
-// without --enable-auto-tool-choice.
-func toolChoiceRefusal(req *ChatRequest, route *backends.Route) *apiError {
-	if toolChoiceServed(req, route) {
+// ToolChoiceRefusal is the 400 for a request whose tool_choice needs tool calling from
+// model, which is not configured for it (toolCalling false), or nil when the request may
+// go on. Only "none" (or no tool_choice) is accepted then, as vLLM accepts only "none"
+// from a server started without --enable-auto-tool-choice.
+func (r *Request) ToolChoiceRefusal(model string, toolCalling bool) *Error {
+	if r.ToolChoiceServed(toolCalling) {
 		return nil
 	}
-	got := req.ToolChoice.String()
-	if req.ToolChoice == ToolChoiceNamed {
-		got = "a named function (" + clip(string(req.ToolChoiceName)) + ")"
+	got := r.ToolChoice.String()
+	if r.ToolChoice == ToolChoiceNamed {
+		got = "a named function (" + Clip(string(r.ToolChoiceName)) + ")"
 	}
-	return &apiError{Status: fasthttp.StatusBadRequest, Type: "invalid_request_error", Param: "tool_choice",
-		Message: "Model " + route.Name + " is not configured for tool calling, so tool_choice must be \"none\" or left out, got " + got +
-			". To let it call tools, set `tool_calling: true` for model " + route.Name + " in the gateway configuration; " +
+	return &Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: "tool_choice",
+		Message: "Model " + model + " is not configured for tool calling, so tool_choice must be \"none\" or left out, got " + got +
+			". To let it call tools, set `tool_calling: true` for model " + model + " in the gateway configuration; " +
 			"its backends must parse tool calls (vLLM: --enable-auto-tool-choice and --tool-call-parser)."}
 }
 
-// toolChoiceServed reports whether route's model can serve req's tool_choice: every
-// model serves "none" or no choice at all, only those with tool calling the others. A
-// fallback that cannot is skipped, as one that does not serve the endpoint is.
-func toolChoiceServed(req *ChatRequest, route *backends.Route) bool {
-	return req.ToolChoice == ToolChoiceAbsent || req.ToolChoice == ToolChoiceNone || route.ToolCalling
+// ToolChoiceServed reports whether a model with or without tool calling can serve r's
+// tool_choice: every model serves "none" or no choice at all, only those with tool
+// calling the others. A fallback that cannot is skipped, as one that does not serve the
+// endpoint is.
+func (r *Request) ToolChoiceServed(toolCalling bool) bool {
+	return r.ToolChoice == ToolChoiceAbsent || r.ToolChoice == ToolChoiceNone || toolCalling
 }

@@ -1,10 +1,12 @@
-package proxy
+package openai
 
 import (
 	"encoding/json"
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/tollgate-dev/tollgate/internal/jsonscan"
 )
 
 // validJSONCases are edge cases of the grammar, each with the answer RFC
@@ -57,8 +59,8 @@ var validJSONCases = []struct {
 func TestValidJSON(t *testing.T) {
 	for _, tt := range validJSONCases {
 		t.Run(tt.in, func(t *testing.T) {
-			if got := validJSON(tt.in); got != tt.want {
-				t.Errorf("validJSON(%q) = %v, want %v", tt.in, got, tt.want)
+			if got := ValidJSON(tt.in); got != tt.want {
+				t.Errorf("ValidJSON(%q) = %v, want %v", tt.in, got, tt.want)
 			}
 			if ref := json.Valid([]byte(tt.in)) && utf8.ValidString(tt.in); ref != tt.want {
 				t.Errorf("the case is wrong: encoding/json and utf8 say %v", ref)
@@ -77,8 +79,8 @@ func TestValidJSONEveryByteInStrings(t *testing.T) {
 			b[1+pos] = byte(c)
 			b[9+pos] = byte(c)
 			want := json.Valid(b) && utf8.Valid(b)
-			if got := validJSON(string(b)); got != want {
-				t.Fatalf("validJSON(%q) = %v, want %v", b, got, want)
+			if got := ValidJSON(string(b)); got != want {
+				t.Fatalf("ValidJSON(%q) = %v, want %v", b, got, want)
 			}
 		}
 	}
@@ -92,12 +94,12 @@ func FuzzValidJSON(f *testing.F) {
 	}
 	f.Add(typicalChatBody)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if tooDeep(string(b), maxDepth) {
+		if jsonscan.TooDeep(string(b), maxDepth) {
 			t.Skip("deeper than the validator is ever asked to check")
 		}
 		want := json.Valid(b) && utf8.Valid(b)
-		if got := validJSON(string(b)); got != want {
-			t.Fatalf("validJSON(%q) = %v; encoding/json and utf8 say %v", b, got, want)
+		if got := ValidJSON(string(b)); got != want {
+			t.Fatalf("ValidJSON(%q) = %v; encoding/json and utf8 say %v", b, got, want)
 		}
 	})
 }
@@ -107,7 +109,7 @@ func BenchmarkValidJSON(b *testing.B) {
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if !validJSON(body) {
+		if !ValidJSON(body) {
 			b.Fatal("the benchmark body is not valid")
 		}
 	}

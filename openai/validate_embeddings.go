@@ -1,6 +1,4 @@
-package proxy
-
-import "github.com/tollgate-dev/tollgate/config"
+package openai
 
 // Embedding field indexes in embeddingFields.
 const (
@@ -27,13 +25,12 @@ var embeddingFields = []field{
 	emFirstPlain + 2: chatFields[fRequestID],
 }
 
-// validateEmbeddings checks a POST /v1/embeddings body and fills c.req:
+// ValidateEmbeddings checks a POST /v1/embeddings body and fills req:
 // the model and its offsets, and the size of the input. Embeddings are
 // never streamed.
-func validateEmbeddings(body []byte, c *completion, srv *config.Server) *ValidationError {
-	req := c.req
+func ValidateEmbeddings(body []byte, req *Request, lim BodyLimits) *ValidationError {
 	var v validator
-	first, verr := v.start(body, req, BodyLimits{MaxDepth: srv.MaxJSONDepth}, `The request body is empty; send a JSON object with an "input".`)
+	first, verr := v.start(body, req, BodyLimits{MaxDepth: lim.MaxDepth}, `The request body is empty; send a JSON object with an "input".`)
 	if verr != nil {
 		return verr
 	}

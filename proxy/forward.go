@@ -1,0 +1,407 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+	"github.com/valyala/fasthttp"
+
+	"github.com/tollgate-dev/tollgate/backends"
+	"github.com/tollgate-dev/tollgate/openai"
+)
+
+// maxAttempts bounds the backends one request is sent to whatever the
+// configuration says, so the tried set stays on the stack.
+const maxAttempts = 8
+
+// forward sends the request to a backend of the model, or of its
+// fallbacks, and answers the client. A failure before any byte reached the
+// client — a connection failure, a timeout before the first response byte,
+// or a 429/502/503/504 — is retried on another backend, within the retry
+// attempts and the retry budget, after a jittered backoff. When every
+// backend of a model failed or is out, its fallbacks are tried in order.
+// When every backend is merely busy (at max_concurrency) the request waits
+// in the model's bounded queue. forward owns the reservation from here on.
+func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *exchange, body []byte) {
+	retries := st.cfg.Retries
+	s.retryBudget.Request()
+	var blockArr [backends.MaxPrefixBlocks]uint64
+	blocks := blockArr[:0]
+	if c.route.WantsBlocks() {
+		blocks = backends.AppendBlockChain(blocks, promptMessages(body))
+	}
+	c.watch = s.clients.watch(ctx, c.rec.Started)
+	defer c.watch.stop()
+	var triedArr [maxAttempts]*backends.Backend
+	tried := backends.Tried(triedArr[:0])
+	attempts := min(retries.Attempts, maxAttempts)
+	backoff := retries.Backoff
+	var last *openai.Error
+	route := c.route
+	chain := c.route.Fallbacks
+	counted := c.route // the last route counted as a fallback taken
+	for route != nil && len(tried) < attempts {
+		if !route.Serves(c.ep.upstream) || !c.req.ToolChoiceServed(route.ToolCalling) {
+			// A fallback that does not serve the endpoint, or the
+			// tool_choice asked for, is skipped.
+			route = nil
+			if len(chain) > 0 {
+				route, chain = chain[0], chain[1:]
+			}
+			continue
+		}
+		var b *backends.Backend
+		pinned := false
+		if c.owner != "" && len(tried) == 0 {
+			var e *openai.Error
+			if b, e = pickOwner(route, c.owner); e != nil {
+				last = e
+				break
+			}
+			pinned = b != nil
+		}
+		if b == nil {
+			b = route.Pick(tried, blocks)
+		}
+		if b == nil {
+			if route.Full(tried) {
+				if route.WaitForSlot(tried, c.watch.gone, ctx.Done()) {
+					continue
+				}
+				if c.watch.left() || isClosed(ctx.Done()) {
+					last = c.watch.waitError()
+					break
+				}
+				last = &openai.Error{Status: fasthttp.StatusServiceUnavailable, Type: "api_error", Code: "overloaded",
+					Message: "Every backend of model " + route.Name + " is at its concurrency limit; retry shortly.", RetryAfter: time.Second}
+				break
+			}
+			if len(chain) == 0 {
+				b = route.PickEjected(tried)
+			}
+			if b == nil {
+				if last == nil {
+					last = &openai.Error{Status: fasthttp.StatusServiceUnavailable, Type: "api_error", Code: "no_healthy_backend",
+						Message: "No healthy backend serves model " + route.Name + " right now; retry shortly.", RetryAfter: time.Second}
+				}
+				// Every backend of this model failed or is out: fall back.
+				route = nil
+				if len(chain) > 0 {
+					route, chain = chain[0], chain[1:]
+				}
+				continue
+			}
+		}
+		if route != counted {
+			s.metrics.fallbacks.WithLabelValues(c.route.Name, route.Name).Inc()
+			counted = route
+		}
+		tried = append(tried, b)
+		res := s.attempt(ctx, c, route, b, body)
+		if res.done {
+			return
+		}
+		last = res.err
+		// A request pinned to the backend holding its previous response
+		// cannot be served elsewhere, so a failure there is final.
+		if pinned || len(tried) >= attempts {
+			break
+		}
+		if !s.retryBudget.Retry(time.Now()) {
+			s.metrics.retriesRefused.WithLabelValues(route.Name).Inc()
+			break
+		}
+		s.metrics.retries.WithLabelValues(route.Name).Inc()
+		if !c.watch.sleep(retryDelay(backoff, res.retryAfter, retries.MaxBackoff), ctx.Done()) {
+			last = c.watch.waitError()
+			break
+		}
+		backoff = min(2*backoff, retries.MaxBackoff)
+	}
+	s.finish(ctx, c, last)
+}
+
+// attemptResult is how one attempt ended: answered (done), or failed in a
+// way another backend may not, with the error to answer if no retry is made.
+type attemptResult struct {
+	done       bool
+	err        *openai.Error
+	retryAfter time.Duration
+}
+
+// attempt sends the request to b, a backend of route whose slot Pick took,
+// and, unless the failure is one to retry, answers the client. It releases
+// the slot, or hands it to the stream body.
+func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *exchange, route *backends.Route, b *backends.Backend, body []byte) attemptResult {
+	bufp := bodyBufs.Get().(*[]byte)
+	upBody := buildUpstreamBody((*bufp)[:0], body, c.req, route, b.ContinuousUsage())
+
+	req := fasthttp.AcquireRequest()
+	// The forwarded names come canonical from the server's parse, and the
+	// gateway's own are canonical constants (see serve).
+	req.Header.DisableNormalizing()
+	forwardHeaders(&req.Header, &ctx.Request.Header)
+	req.Header.SetCanonical(requestIDName, s2b(c.rec.RequestID))
+	req.Header.SetContentTypeBytes(jsonContentType)
+	b.Prepare(req, c.ep.upstream)
+	req.SetBodyRaw(upBody)
+
+	resp := fasthttp.AcquireResponse()
+	resp.StreamBody = c.req.Stream
+	// One clock read on each side of the round trip serves the request's
+	// upstream time and the backend's time to first byte alike.
+	sent := time.Now()
+	err := b.DoAbortable(req, resp, &c.watch.abort)
+	roundTrip := time.Since(sent)
+	c.upstream += roundTrip
+	fasthttp.ReleaseRequest(req)
+	*bufp = upBody[:0]
+	bodyBufs.Put(bufp)
+
+	c.rec.Backend = b.Name
+	c.rec.ServedModel = route.Name
+	if err != nil {
+		fasthttp.ReleaseResponse(resp)
+		b.Release()
+		e := upstreamError(err, b.Name)
+		if errors.As(err, new(backends.AbortedError)) {
+			// The client left: the backend did nothing wrong, and
+			// nobody waits for a retry.
+			s.finish(ctx, c, e)
+			return attemptResult{done: true}
+		}
+		b.ReportFailure()
+		var te backends.TimeoutError
+		if errors.As(err, &te) && !te.BeforeFirstByte {
+			// The backend was already answering: retrying could make it
+			// generate the reply twice.
+			s.finish(ctx, c, e)
+			return attemptResult{done: true}
+		}
+		return attemptResult{err: e}
+	}
+	status := resp.StatusCode()
+	if status >= 500 {
+		b.ReportFailure()
+	} else {
+		b.ReportSuccess(roundTrip)
+	}
+	replyModel := c.replyModel(route)
+	ctx.Response.Header.SetCanonical(servedModelName, s2b(route.Name))
+	if c.req.Stream && status == fasthttp.StatusOK && hasPrefixFold(resp.Header.ContentType(), eventStream) {
+		// Ownership of resp, b's acquisition and the reservation moves to
+		// the stream body, which releases them when the stream ends.
+		s.startStream(ctx, c, b, resp, replyModel)
+		return attemptResult{done: true}
+	}
+
+	if err := b.BufferBody(resp); err != nil {
+		// A streamed request answered with no stream (an error, a JSON
+		// body) has its body read within server.max_response_bytes too.
+		fasthttp.ReleaseResponse(resp)
+		b.Release()
+		b.ReportFailure()
+		s.finish(ctx, c, upstreamError(err, b.Name))
+		return attemptResult{done: true}
+	}
+	rbody := resp.Body()
+	if status < 200 || status > 299 {
+		e := normalizeUpstreamError(status, rbody, b.Name, c.gen.secrets)
+		if status == fasthttp.StatusNotFound && c.previousResponse != "" {
+			// The backend holding the conversation does not know it (any
+			// more): the client's id is wrong, not the configuration.
+			e = responseNotFound(c.previousResponse, paramPreviousResponse)
+		}
+		ra := resp.Header.Peek(fasthttp.HeaderRetryAfter)
+		retryAfter := parseRetryAfter(ra)
+		if len(ra) > 0 {
+			e.RetryAfter = max(retryAfter, time.Second)
+		}
+		fasthttp.ReleaseResponse(resp)
+		b.Release()
+		if retryableStatus(status) {
+			return attemptResult{err: e, retryAfter: retryAfter}
+		}
+		s.finish(ctx, c, e)
+		return attemptResult{done: true}
+	}
+	reply, ok := scanReply(rbody, c.gen.cfg.Server.MaxJSONDepth, c.ep.responses)
+	if !ok {
+		// A 200 that is not a chat completion (an HTML page from a proxy
+		// in front of the backend, a truncated body) must not reach a
+		// client that will fail to parse it.
+		fasthttp.ReleaseResponse(resp)
+		b.Release()
+		b.ReportFailure()
+		s.finish(ctx, c, &openai.Error{Status: fasthttp.StatusBadGateway, Type: "api_error", Code: "upstream_error",
+			Message: "Backend " + b.Name + " answered 200 with a body that is not a JSON chat completion."})
+		return attemptResult{done: true}
+	}
+	var u usageCounts
+	var uerr error
+	if c.ep.responses {
+		reply := gjson.Parse(b2s(rbody))
+		uerr = u.setResponses(reply.Get("usage"))
+		// A reply whose id another team owns is still this request's
+		// reply, and charged to it, but gives it no access to that id;
+		// nor is it waited on as background, which would take the
+		// other's pending record.
+		owned := s.owners.claim(backendID(reply.Get("id").String()), responseOwner{backend: b.Name, team: c.rec.Team, project: c.rec.Project})
+		if c.backgroundSlot && owned {
+			c.pendingResponse = pendingID(reply)
+		}
+	} else {
+		uerr = u.parseValidUsage(reply.usage, &chatUsageFields)
+	}
+	if uerr != nil {
+		fasthttp.ReleaseResponse(resp)
+		b.Release()
+		s.finish(ctx, c, invalidUsage(b.Name, uerr))
+		return attemptResult{done: true}
+	}
+	c.setUsage(&u, u.completion)
+	c.rec.CompletionID, c.rec.CompletionCreated = reply.id, reply.created
+	if c.payloads {
+		c.rec.Input = append([]byte(nil), body...)
+		c.rec.Output = append([]byte(nil), rbody...)
+	}
+
+	ctx.SetStatusCode(status)
+	ctx.Response.Header.SetContentTypeBytes(resp.Header.ContentType())
+	if replyModel != nil {
+		ctx.Response.SetBodyRaw(rewriteModel(nil, rbody, replyModel))
+	} else {
+		// Move the upstream body into the client response without a copy,
+		// and give the client response's old buffer to resp, so both
+		// pooled buffers keep their capacity for the next request.
+		resp.SwapBody(ctx.Response.SwapBody(resp.SwapBody(nil)))
+	}
+	fasthttp.ReleaseResponse(resp)
+	b.Release()
+	s.finish(ctx, c, nil)
+	return attemptResult{done: true}
+}
+
+// replyModel is the quoted model id replies must name when it differs from
+// the id the backend of route answers with, or nil when the reply can pass
+// as is. A fallback's reply names the model that served it, unless the
+// requested model is configured to keep its own name.
+func (c *exchange) replyModel(served *backends.Route) []byte {
+	shown := served
+	if served != c.route && c.route.FallbackKeepsModel {
+		shown = c.route
+	}
+	if shown.Name == served.Upstream {
+		return nil
+	}
+	return shown.NameJSON
+}
+
+// retryableStatus reports the upstream statuses another backend may not
+// repeat: overload and gateway failures. Other 4xx are about the request
+// and 500 may be a reply to this very input, so neither is retried.
+func retryableStatus(status int) bool {
+	switch status {
+	case fasthttp.StatusTooManyRequests, fasthttp.StatusBadGateway,
+		fasthttp.StatusServiceUnavailable, fasthttp.StatusGatewayTimeout:
+		return true
+	}
+	return false
+}
+
+// retryDelay is full jitter over the current backoff, but never less than
+// what the backend asked for in Retry-After, and never more than max.
+func retryDelay(backoff, retryAfter, maxDelay time.Duration) time.Duration {
+	d := time.Duration(rand.Int64N(int64(backoff) + 1))
+	return min(max(d, retryAfter), maxDelay)
+}
+
+// parseRetryAfter reads a Retry-After header in seconds; an HTTP date or
+// garbage count as absent.
+func parseRetryAfter(v []byte) time.Duration {
+	n, err := strconv.Atoi(string(bytes.TrimSpace(v)))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return time.Duration(n) * time.Second
+}
+
+// buildUpstreamBody appends the body sent upstream: the client's body with
+// the model id rewritten and, for streams, usage requested on the client's
+// behalf: include_usage always, so that every stream reports its usage, and
+// continuous_usage_stats where the backend supports it, so that a stream cut
+// short is still counted exactly. It splices at the offsets validation
+// found instead of re-encoding the JSON.
+func buildUpstreamBody(dst, body []byte, req *openai.Request, rt *backends.Route, continuous bool) []byte {
+	type edit struct {
+		start, end int
+		with       []byte // nil: rewrite the stream_options value
+	}
+	var edits [2]edit
+	n := 0
+	// The model is rewritten whenever the body does not already name the
+	// route's upstream id: for a route with an upstream_model, and for a
+	// fallback route, whose backends serve another model than the one the
+	// client asked for.
+	if req.ModelEnd > req.ModelStart && !bytes.Equal(body[req.ModelStart:req.ModelEnd], rt.UpstreamJSON) {
+		edits[n] = edit{req.ModelStart, req.ModelEnd, rt.UpstreamJSON}
+		n++
+	}
+	if req.Stream && (!req.IncludeUsage || continuous && !req.ContinuousUsage) {
+		if req.StreamOptionsEnd > req.StreamOptionsStart {
+			edits[n] = edit{req.StreamOptionsStart, req.StreamOptionsEnd, nil}
+		} else {
+			// Insert the field right after the opening brace.
+			open := bytes.IndexByte(body, '{') + 1
+			edits[n] = edit{open, open, nil}
+		}
+		n++
+	}
+	if n == 2 && edits[1].start < edits[0].start {
+		edits[0], edits[1] = edits[1], edits[0]
+	}
+	pos := 0
+	for _, e := range edits[:n] {
+		dst = append(dst, body[pos:e.start]...)
+		switch {
+		case e.with != nil:
+			dst = append(dst, e.with...)
+		case e.start == e.end:
+			dst = append(dst, `"stream_options":`...)
+			dst = appendStreamOptions(dst, nil, continuous)
+			dst = append(dst, ',')
+		default:
+			dst = appendStreamOptions(dst, body[e.start:e.end], continuous)
+		}
+		pos = e.end
+	}
+	return append(dst, body[pos:]...)
+}
+
+// appendStreamOptions appends the client's stream_options object (nil or
+// null when it sent none) with include_usage, and continuous_usage_stats
+// when continuous, set to true, keeping its other options.
+func appendStreamOptions(dst, opts []byte, continuous bool) []byte {
+	if !bytes.HasPrefix(opts, []byte("{")) {
+		if continuous {
+			return append(dst, includeContinuousOn...)
+		}
+		return append(dst, includeUsageOn...)
+	}
+	// sjson edits the small options object; the body around it is spliced.
+	out, err := sjson.SetBytes(opts, "include_usage", true)
+	if err == nil && continuous {
+		out, err = sjson.SetBytes(out, "continuous_usage_stats", true)
+	}
+	if err != nil {
+		// Validation proved opts an object, which sjson always edits; keep
+		// a well-formed request regardless.
+		return append(dst, includeUsageOn...)
+	}
+	return append(dst, out...)
+}
