@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"strconv"
@@ -48,7 +49,12 @@ func (a *OrgAPI) Serve(ctx *fasthttp.RequestCtx) {
 			message: "The Admin API needs an admin key (auth.keys[].admin: true)."})
 		return
 	}
-	c := orgCall{ctx: ctx, api: a, actor: key.Name}
+	// The store gets a context of its own rather than the RequestCtx, as in
+	// Service.Handle: database/sql watches a context from goroutines that
+	// may outlive the handler, and fasthttp reuses a RequestCtx at once.
+	sctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := orgCall{ctx: ctx, store: sctx, api: a, actor: key.Name}
 	path := string(ctx.Path())
 	var v any
 	var err error
@@ -71,7 +77,9 @@ func (a *OrgAPI) Serve(ctx *fasthttp.RequestCtx) {
 
 // orgCall is one request to the Admin API.
 type orgCall struct {
-	ctx   *fasthttp.RequestCtx
+	ctx *fasthttp.RequestCtx
+	// store is the context of the call's store reads and writes.
+	store context.Context
 	api   *OrgAPI
 	actor string
 }
@@ -105,8 +113,8 @@ func (c *orgCall) only(method string, f func() (any, error)) (any, error) {
 }
 
 func (c *orgCall) route(segs []string) (any, error) {
-	rc := c.ctx
-	body := rc.PostBody()
+	rc := c.store
+	body := c.ctx.PostBody()
 	switch {
 	case len(segs) == 0:
 		return c.serve(orgHandlers{fasthttp.MethodGet: c.listProjects, fasthttp.MethodPost: func() (any, error) {
@@ -270,7 +278,7 @@ func (c *orgCall) listProjects() (any, error) {
 			return nil, &org.Error{Kind: org.Invalid, Param: "include_archived", Message: "Invalid 'include_archived': expected true or false."}
 		}
 	}
-	ps, more, err := c.svc().ListProjects(c.ctx, page, include)
+	ps, more, err := c.svc().ListProjects(c.store, page, include)
 	return listJSON(ps, more, err, func(p org.Project) (string, any) { return p.ID, projectOut(p) })
 }
 
@@ -290,7 +298,7 @@ func (c *orgCall) auditLogs() (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	logs, more, err := c.svc().ListAuditLogs(c.ctx, org.AuditQuery{Page: page, ProjectIDs: c.multi("project_ids"), EventTypes: c.multi("event_types")})
+	logs, more, err := c.svc().ListAuditLogs(c.store, org.AuditQuery{Page: page, ProjectIDs: c.multi("project_ids"), EventTypes: c.multi("event_types")})
 	return listJSON(logs, more, err, func(l org.AuditLog) (string, any) {
 		out := map[string]any{
 			"id": l.ID, "type": l.Type, "effective_at": l.EffectiveAt,
@@ -403,7 +411,7 @@ func (c *orgCall) apiKeysJSON(pid string, keys []org.APIKey, more bool) (orgList
 		if _, ok := owners[k.ServiceAccountID]; ok {
 			continue
 		}
-		sa, err := c.svc().GetServiceAccount(c.ctx, pid, k.ServiceAccountID)
+		sa, err := c.svc().GetServiceAccount(c.store, pid, k.ServiceAccountID)
 		if err != nil {
 			return orgList{}, err
 		}
