@@ -1,6 +1,6 @@
 package proxy
 
-import "github.com/tollgate-dev/tollgate/route"
+import "github.com/tollgate-dev/tollgate/internal/route"
 
 // Routes lists the routes the proxy serves itself, for the binary's table
 // of every route. The /v1/ paths of its table that it hands to

@@ -22,10 +22,10 @@ import (
 	"github.com/tollgate-dev/tollgate/auth"
 	"github.com/tollgate-dev/tollgate/backends"
 	"github.com/tollgate-dev/tollgate/config"
-	"github.com/tollgate-dev/tollgate/logline"
+	"github.com/tollgate-dev/tollgate/internal/logline"
+	"github.com/tollgate-dev/tollgate/internal/route"
 	"github.com/tollgate-dev/tollgate/org"
 	"github.com/tollgate-dev/tollgate/proxy"
-	"github.com/tollgate-dev/tollgate/route"
 	"github.com/tollgate-dev/tollgate/store"
 )
 

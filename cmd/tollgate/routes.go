@@ -10,8 +10,8 @@ import (
 	"github.com/tollgate-dev/tollgate/admin"
 	"github.com/tollgate-dev/tollgate/auth"
 	"github.com/tollgate-dev/tollgate/config"
+	"github.com/tollgate-dev/tollgate/internal/route"
 	"github.com/tollgate-dev/tollgate/proxy"
-	"github.com/tollgate-dev/tollgate/route"
 	"github.com/tollgate-dev/tollgate/ui"
 )
 
