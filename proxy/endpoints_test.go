@@ -326,7 +326,7 @@ models:
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- gw.Serve(ln) }()
+	go func() { done <- gw.Serve(ln, proxy.OwnRouter(gw, nil)) }()
 	s.base = "http://" + ln.Addr().String()
 	s.gw, s.cfg, s.reg = gw, cfg, reg
 	t.Cleanup(func() {
