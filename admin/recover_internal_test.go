@@ -12,6 +12,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/auth"
 	"github.com/tollgate-dev/tollgate/config"
+	"github.com/tollgate-dev/tollgate/internal/route"
 	"github.com/tollgate-dev/tollgate/trace"
 )
 
@@ -34,9 +35,11 @@ func TestHandlerPanicIsA500NotACrash(t *testing.T) {
 	rc.Request.SetRequestURI("http://tollgate/call/read")
 	rc.Request.Header.Set("Authorization", "Bearer sk-alice")
 	rc.Request.SetBodyString(`{"project_id":"team-a/p","id":"x"}`)
-	if !s.Handle(&rc) {
-		t.Fatal("not handled")
+	router, err := route.New(s.Routes(), NotFound, MethodNotAllowed)
+	if err != nil {
+		t.Fatal(err)
 	}
+	router.Serve(&rc)
 	if rc.Response.StatusCode() != fasthttp.StatusInternalServerError || string(rc.Response.Body()) != `{"detail":"Internal server error"}`+"\n" {
 		t.Errorf("answered %d %q, want a plain 500", rc.Response.StatusCode(), rc.Response.Body())
 	}

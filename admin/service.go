@@ -15,7 +15,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/auth"
 	"github.com/tollgate-dev/tollgate/config"
-	"github.com/tollgate-dev/tollgate/route"
+	"github.com/tollgate-dev/tollgate/internal/route"
 	"github.com/tollgate-dev/tollgate/trace"
 	"github.com/tollgate-dev/tollgate/weave"
 )
@@ -63,9 +63,6 @@ type Service struct {
 	maxFileBytes int64
 	// maxBodyBytes bounds a body once decompressed (otel.go).
 	maxBodyBytes int
-
-	// table is the routing table (see routes), built once.
-	table []routeEntry
 }
 
 // New returns a Service.
@@ -92,7 +89,6 @@ func New(opts Options) *Service {
 	}
 	s := &Service{keys: opts.Keys, store: opts.Store, pricing: pricing, log: log,
 		bounds: newBodyBounds(opts.MaxJSONDepth), weave: ws, maxFileBytes: maxFile, maxBodyBytes: maxBody}
-	s.table = s.routes()
 	return s
 }
 
@@ -115,73 +111,49 @@ type handlers struct {
 	ownBody bool
 }
 
-func (r handlers) handler(method []byte) (handler, bool) {
-	var h handler
-	switch string(method) {
-	case fasthttp.MethodGet:
-		h = r.get
-	case fasthttp.MethodPost:
-		h = r.post
-	case fasthttp.MethodDelete:
-		h = r.del
+// serve is the route.Handler of h: it authenticates the caller, checks
+// that its key may act for the path's entity and that the body is within
+// bounds, and calls h.
+func (s *Service) serve(h handler, ownBody bool) route.Handler {
+	return func(rc *fasthttp.RequestCtx, rp route.Params) {
+		p := pathParams{entity: string(rp.Get("entity")), project: string(rp.Get("project")), id: string(rp.Get("id"))}
+		key := s.authenticate(rc)
+		if key == nil {
+			s.writeError(rc, unauthorized())
+			return
+		}
+		if p.entity != "" && !key.AllowsTeam(p.entity) {
+			s.writeError(rc, forbidden(p.entity))
+			return
+		}
+		if e := s.bounds.check(rc, p, ownBody); e != nil {
+			s.writeError(rc, e)
+			return
+		}
+		// The store gets a context of its own rather than the RequestCtx:
+		// database/sql and the SQLite driver watch a context from goroutines
+		// that may outlive the handler, and fasthttp reuses a RequestCtx as
+		// soon as the handler returns. Cancelling on return also releases them.
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		if e := s.call(h, ctx, rc, key, p); e != nil {
+			s.writeError(rc, e)
+		}
 	}
-	return h, h != nil
 }
 
-// methods are the methods r serves, in the order Allow lists them.
-func (r handlers) methods() []string {
-	var m []string
-	if r.get != nil {
-		m = append(m, fasthttp.MethodGet)
-	}
-	if r.post != nil {
-		m = append(m, fasthttp.MethodPost)
-	}
-	if r.del != nil {
-		m = append(m, fasthttp.MethodDelete)
-	}
-	return m
+// NotFound answers a path no route serves in the trace service's shape,
+// FastAPI's.
+func NotFound(rc *fasthttp.RequestCtx) {
+	rc.Error(`{"detail":"Not Found"}`, fasthttp.StatusNotFound)
+	rc.SetContentType("application/json")
 }
 
-func (r handlers) allow() string { return strings.Join(r.methods(), ", ") }
-
-// Handle serves the service API. It returns false when the path is not one
-// of its routes, so the caller can try others (the usage API, /metrics) or
-// answer 404.
-func (s *Service) Handle(rc *fasthttp.RequestCtx) bool {
-	r, p, ok := s.match(string(rc.Path()))
-	if !ok {
-		return false
-	}
-	h, ok := r.handler(rc.Method())
-	if !ok {
-		rc.Response.Header.Set("Allow", r.allow())
-		writeJSON(rc, fasthttp.StatusMethodNotAllowed, map[string]string{"detail": "Method Not Allowed"})
-		return true
-	}
-	key := s.authenticate(rc)
-	if key == nil {
-		s.writeError(rc, unauthorized())
-		return true
-	}
-	if p.entity != "" && !key.AllowsTeam(p.entity) {
-		s.writeError(rc, forbidden(p.entity))
-		return true
-	}
-	if e := s.bounds.check(rc, p, r.ownBody); e != nil {
-		s.writeError(rc, e)
-		return true
-	}
-	// The store gets a context of its own rather than the RequestCtx:
-	// database/sql and the SQLite driver watch a context from goroutines
-	// that may outlive the handler, and fasthttp reuses a RequestCtx as
-	// soon as the handler returns. Cancelling on return also releases them.
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if e := s.call(h, ctx, rc, key, p); e != nil {
-		s.writeError(rc, e)
-	}
-	return true
+// MethodNotAllowed answers a path served with other methods, named by
+// allow, in the trace service's shape.
+func MethodNotAllowed(rc *fasthttp.RequestCtx, allow string) {
+	rc.Response.Header.Set(fasthttp.HeaderAllow, allow)
+	writeJSON(rc, fasthttp.StatusMethodNotAllowed, map[string]string{"detail": "Method Not Allowed"})
 }
 
 // routes is the service's routing table, one entry per path with its
@@ -231,39 +203,30 @@ func (s *Service) routes() []routeEntry {
 	}
 }
 
-// routeEntry is a path pattern of the routing table (see route.Match) and
-// its handlers.
+// routeEntry is a path pattern of the routing table (see route.Route)
+// and its handlers.
 type routeEntry struct {
 	pattern string
 	handlers
 }
 
-// Routes lists the service's routes, one per path and method, for the
-// binary's table of every route.
+// Routes are the service's rows of the binary's table, one per path and
+// method, with their handlers. A single trailing slash is ignored, as
+// clients built on FastAPI's redirects expect.
 func (s *Service) Routes() []route.Route {
 	var out []route.Route
-	for _, e := range s.table {
-		for _, m := range e.methods() {
-			out = append(out, route.Route{Method: m, Pattern: e.pattern, Module: "trace service"})
+	for _, e := range s.routes() {
+		for _, m := range []struct {
+			method string
+			h      handler
+		}{{fasthttp.MethodGet, e.get}, {fasthttp.MethodPost, e.post}, {fasthttp.MethodDelete, e.del}} {
+			if m.h != nil {
+				out = append(out, route.Route{Method: m.method, Pattern: e.pattern, Module: "trace service",
+					Handler: s.serve(m.h, e.ownBody), OrSlash: true})
+			}
 		}
 	}
 	return out
-}
-
-// match finds the route of path. A single trailing slash is ignored, as
-// clients built on FastAPI's redirects expect.
-func (s *Service) match(path string) (handlers, pathParams, bool) {
-	if len(path) > 1 {
-		path = strings.TrimSuffix(path, "/")
-	}
-	for _, e := range s.table {
-		params, ok := route.Match(e.pattern, path)
-		if !ok {
-			continue
-		}
-		return e.handlers, pathParams{entity: params["entity"], project: params["project"], id: params["id"]}, true
-	}
-	return handlers{}, pathParams{}, false
 }
 
 // authenticate returns the key of the request's Authorization header

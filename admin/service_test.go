@@ -14,6 +14,7 @@ import (
 	"github.com/tollgate-dev/tollgate/admin"
 	"github.com/tollgate-dev/tollgate/auth"
 	"github.com/tollgate-dev/tollgate/config"
+	"github.com/tollgate-dev/tollgate/internal/route"
 	"github.com/tollgate-dev/tollgate/store"
 	"github.com/tollgate-dev/tollgate/store/storetest"
 	"github.com/tollgate-dev/tollgate/trace"
@@ -80,13 +81,15 @@ func newEnvStores(t *testing.T, db *store.DB, ts trace.Store, ws weave.Store) *e
 // test ends, and then closes db.
 func serveEnv(t *testing.T, db *store.DB, svc *admin.Service) *env {
 	t.Helper()
+	router, err := route.New(svc.Routes(), func(ctx *fasthttp.RequestCtx) {
+		ctx.SetStatusCode(fasthttp.StatusNotFound)
+		ctx.SetBodyString(`{"detail":"Not Found","router":"fallback"}`)
+	}, admin.MethodNotAllowed)
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv := &fasthttp.Server{
-		Handler: func(ctx *fasthttp.RequestCtx) {
-			if !svc.Handle(ctx) {
-				ctx.SetStatusCode(fasthttp.StatusNotFound)
-				ctx.SetBodyString(`{"detail":"Not Found","router":"fallback"}`)
-			}
-		},
+		Handler:       router.Serve,
 		NoDefaultDate: true,
 		// The worker pool's cleaner notices Shutdown only after sleeping
 		// this long; keep it short so that goleak sees it gone.

@@ -13,7 +13,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/auth"
 	"github.com/tollgate-dev/tollgate/config"
-	"github.com/tollgate-dev/tollgate/jsonstr"
+	"github.com/tollgate-dev/tollgate/internal/jsonstr"
 	"github.com/tollgate-dev/tollgate/trace"
 )
 

@@ -9,7 +9,7 @@ package anthropic
 import (
 	"strconv"
 
-	"github.com/tollgate-dev/tollgate/jsonstr"
+	"github.com/tollgate-dev/tollgate/internal/jsonstr"
 )
 
 // ErrorType is the "type" of an Anthropic error, which fixes its status.

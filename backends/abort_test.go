@@ -10,9 +10,9 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/tollgate-dev/tollgate/backends/hostile"
 	"github.com/tollgate-dev/tollgate/backends/simulated"
 	"github.com/tollgate-dev/tollgate/config"
+	"github.com/tollgate-dev/tollgate/internal/hostile"
 )
 
 // guardedBackend is a backend in front of a hostile server, with replies

@@ -11,7 +11,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/tollgate-dev/tollgate/sockpeek"
+	"github.com/tollgate-dev/tollgate/internal/sockpeek"
 )
 
 // timeoutConn enforces the per-phase upstream timeouts that fasthttp's

@@ -1,7 +1,6 @@
 package backends
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgate-dev/tollgate/config"
+	"github.com/tollgate-dev/tollgate/internal/jsonstr"
 )
 
 // Route is a public model id and the backends that serve it.
@@ -194,8 +194,5 @@ func (r *Registry) Close() error {
 	return errors.Join(errs...)
 }
 
-// quoteJSON returns s as a JSON string literal.
-func quoteJSON(s string) []byte {
-	b, _ := json.Marshal(s) // a string always marshals
-	return b
-}
+// quoteJSON returns s as a JSON string literal, as json.Marshal writes it.
+func quoteJSON(s string) []byte { return jsonstr.Append(nil, s) }

@@ -12,8 +12,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/tollgate-dev/tollgate/backends/scripted"
 	"github.com/tollgate-dev/tollgate/config"
+	"github.com/tollgate-dev/tollgate/internal/scripted"
 )
 
 // startScripted starts an upstream answering every request with head,

@@ -4,7 +4,7 @@ import (
 	"net"
 	"syscall"
 
-	"github.com/tollgate-dev/tollgate/sockpeek"
+	"github.com/tollgate-dev/tollgate/internal/sockpeek"
 )
 
 // peerClosed reports whether the peer of c has ended its side (FIN) or

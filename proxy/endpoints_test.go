@@ -77,6 +77,12 @@ func (f *fakeUpstream) received() []upstreamCall {
 }
 
 func (f *fakeUpstream) serve(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet && r.URL.Path == "/metrics" {
+		// The scheduler's metrics poller, not a request the gateway
+		// forwarded: this upstream is no vLLM, so it has none to give.
+		http.NotFound(w, r)
+		return
+	}
 	body, _ := io.ReadAll(r.Body)
 	f.mu.Lock()
 	f.calls = append(f.calls, upstreamCall{method: r.Method, path: r.URL.Path, query: r.URL.RawQuery, body: string(body)})
@@ -326,7 +332,7 @@ models:
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- gw.Serve(ln) }()
+	go func() { done <- gw.Serve(ln, proxy.OwnRouter(gw, nil)) }()
 	s.base = "http://" + ln.Addr().String()
 	s.gw, s.cfg, s.reg = gw, cfg, reg
 	t.Cleanup(func() {

@@ -70,7 +70,7 @@ models:
 		b.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- gw.Serve(ln) }()
+	go func() { done <- gw.Serve(ln, proxy.OwnRouter(gw, nil)) }()
 	b.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

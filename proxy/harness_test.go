@@ -103,7 +103,7 @@ type harnessOptions struct {
 	healthChecks bool
 	// log is the gateway's logger; nil means none.
 	log *zap.Logger
-	// next serves the paths the proxy does not own.
+	// next serves the paths the proxy does not own (see OwnRouter).
 	next fasthttp.RequestHandler
 }
 
@@ -196,7 +196,7 @@ backends:
 	}
 	h.gw, err = proxy.New(proxy.Options{
 		Config: cfg, Registry: h.reg, Keys: keys, Recorder: h.recorder,
-		Limiter: accounting.NewLimiter(cfg.Limits, time.Now), Log: o.log, Next: o.next,
+		Limiter: accounting.NewLimiter(cfg.Limits, time.Now), Log: o.log,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -206,7 +206,7 @@ backends:
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- h.gw.Serve(ln) }()
+	go func() { done <- h.gw.Serve(ln, proxy.OwnRouter(h.gw, o.next)) }()
 	var hc *backends.HealthChecker
 	if o.healthChecks {
 		hc = h.reg.StartHealthChecks()

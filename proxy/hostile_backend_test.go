@@ -19,10 +19,10 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/tollgate-dev/tollgate/backends/hostile"
+	"github.com/tollgate-dev/tollgate/internal/hostile"
 )
 
-// The tests in this file put the gateway in front of backends/hostile, an
+// The tests in this file put the gateway in front of internal/hostile, an
 // upstream that misbehaves on request, and check for each behaviour that
 // the gateway lives, its memory stays bounded, the client gets a clear
 // error in the gateway's words (no internal address, no backend text

@@ -13,7 +13,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/tollgate-dev/tollgate/backends/scripted"
+	"github.com/tollgate-dev/tollgate/internal/scripted"
 )
 
 // TestClientRequestIDBoundedAtEntry: a body's request_id, which a backend

@@ -73,7 +73,7 @@ models: [{name: m, backends: [s]}]
 		req.SetBodyString(`{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}`)
 		var ctx fasthttp.RequestCtx
 		ctx.Init(&req, &net.TCPAddr{}, nil)
-		s.Handler(&ctx)
+		s.guard(OwnRouter(s, nil))(&ctx)
 		if ctx.Response.StatusCode() != fasthttp.StatusInternalServerError {
 			t.Fatalf("request %d: status %d, want 500 (a stream slot leaked by an earlier panic answers 503)", i, ctx.Response.StatusCode())
 		}

@@ -4,7 +4,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/tollgate-dev/tollgate/accounting"
-	"github.com/tollgate-dev/tollgate/logline"
+	"github.com/tollgate-dev/tollgate/internal/logline"
 )
 
 // requestLog is the log line of a finished request, the fields of its

@@ -13,7 +13,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/tollgate-dev/tollgate/accounting"
-	"github.com/tollgate-dev/tollgate/logline"
+	"github.com/tollgate-dev/tollgate/internal/logline"
 )
 
 // The line costs the logger no allocation but the field's slice (zap's

@@ -11,7 +11,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/tollgate-dev/tollgate/accounting"
-	"github.com/tollgate-dev/tollgate/logline"
+	"github.com/tollgate-dev/tollgate/internal/logline"
 )
 
 // requestLogFields is the request line as zap.Fields, the way it was

@@ -1,16 +1,70 @@
 package proxy
 
-import "github.com/tollgate-dev/tollgate/route"
+import (
+	"bytes"
+	"github.com/tollgate-dev/tollgate/openai"
 
-// Routes lists the routes the proxy serves itself, for the binary's table
-// of every route. The /v1/ paths of its table that it hands to
-// Options.Next are not among them: what serves them lists them.
+	"github.com/valyala/fasthttp"
+
+	"github.com/tollgate-dev/tollgate/internal/route"
+)
+
+// Routes are the proxy's rows of the binary's table, with their handlers.
+// Chat completions come first: they are most of the traffic, and the
+// router's scan stops at the first match.
 func (s *Server) Routes() []route.Route {
-	out := make([]route.Route, 0, len(s.table))
-	for _, r := range s.table {
-		if r.serve != nil {
-			out = append(out, route.Route{Method: r.method, Pattern: r.pattern, Module: "proxy"})
-		}
+	chat := withoutID(s.serveEndpoint(&chatEndpoint))
+	rows := []route.Route{
+		{Method: fasthttp.MethodPost, Pattern: "/v1/chat/completions", Handler: chat},
+		{Method: fasthttp.MethodPost, Pattern: "/v1/chat/completions/", Handler: chat},
+		{Method: fasthttp.MethodPost, Pattern: "/v1/completions", Handler: withoutID(s.serveEndpoint(&completionsEndpoint))},
+		{Method: fasthttp.MethodPost, Pattern: "/v1/embeddings", Handler: withoutID(s.serveEndpoint(&embeddingsEndpoint))},
+		{Method: fasthttp.MethodPost, Pattern: "/v1/responses", Handler: withoutID(s.serveEndpoint(&responsesEndpoint))},
+		{Method: fasthttp.MethodGet, Pattern: "/v1/responses/{id}", Handler: withID(s.serveStoredResponse(""))},
+		{Method: fasthttp.MethodDelete, Pattern: "/v1/responses/{id}", Handler: withID(s.serveStoredResponse(""))},
+		{Method: fasthttp.MethodPost, Pattern: "/v1/responses/{id}/cancel", Handler: withID(s.serveStoredResponse("/cancel"))},
+		{Method: fasthttp.MethodGet, Pattern: "/v1/responses/{id}/input_items", Handler: withID(s.serveStoredResponse("/input_items"))},
+		{Method: fasthttp.MethodGet, Pattern: "/v1/models", Handler: func(ctx *fasthttp.RequestCtx, _ route.Params) { s.serveModels(ctx) }},
+		{Method: fasthttp.MethodGet, Pattern: "/v1/models/{id...}", Handler: withID(s.serveModel)},
+		{Pattern: "/healthz", Handler: func(ctx *fasthttp.RequestCtx, _ route.Params) {
+			ctx.SetContentType("application/json")
+			ctx.SetBodyString(`{"status":"ok"}`)
+		}},
+		{Pattern: "/readyz", Handler: func(ctx *fasthttp.RequestCtx, _ route.Params) { s.serveReady(ctx) }},
 	}
-	return out
+	for i := range rows {
+		rows[i].Module = "proxy"
+	}
+	return rows
+}
+
+// withID adapts a handler of a pattern's one "{id}" (or "{id...}").
+func withID(h func(*fasthttp.RequestCtx, []byte)) route.Handler {
+	return func(ctx *fasthttp.RequestCtx, p route.Params) { h(ctx, p.Get("id")) }
+}
+
+// withoutID adapts a handler of a pattern without parameters.
+func withoutID(h func(*fasthttp.RequestCtx, []byte)) route.Handler {
+	return func(ctx *fasthttp.RequestCtx, _ route.Params) { h(ctx, nil) }
+}
+
+// NotFound answers a path no route serves in the OpenAI shape, which is
+// all an OpenAI client parses: unknown_url under /v1/.
+func NotFound(ctx *fasthttp.RequestCtx) {
+	path := ctx.Path()
+	if bytes.HasPrefix(path, []byte("/v1/")) {
+		writeError(ctx, &openai.Error{Status: fasthttp.StatusNotFound, Type: "invalid_request_error", Code: "unknown_url",
+			Message: "Unknown request URL: " + string(ctx.Method()) + " " + openai.Clip(string(path)) + "."})
+		return
+	}
+	writeError(ctx, &openai.Error{Status: fasthttp.StatusNotFound, Type: "invalid_request_error",
+		Message: "Unknown path " + openai.Clip(string(path)) + "."})
+}
+
+// MethodNotAllowed answers a path served with other methods, named by
+// allow, in the OpenAI shape.
+func MethodNotAllowed(ctx *fasthttp.RequestCtx, allow string) {
+	ctx.Response.Header.Set(fasthttp.HeaderAllow, allow)
+	writeError(ctx, &openai.Error{Status: fasthttp.StatusMethodNotAllowed, Type: "invalid_request_error",
+		Message: "Method " + string(ctx.Method()) + " is not allowed on " + string(ctx.Path()) + "; use " + allow + "."})
 }

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tollgate-dev/tollgate/backends/scripted"
+	"github.com/tollgate-dev/tollgate/internal/scripted"
 )
 
 // bareBackendKey is a backend's API key in no shape a pattern knows: no

@@ -14,13 +14,11 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,7 +31,7 @@ import (
 	"github.com/tollgate-dev/tollgate/auth"
 	"github.com/tollgate-dev/tollgate/backends"
 	"github.com/tollgate-dev/tollgate/config"
-	"github.com/tollgate-dev/tollgate/jsonstr"
+	"github.com/tollgate-dev/tollgate/internal/jsonstr"
 	"github.com/tollgate-dev/tollgate/openai"
 )
 
@@ -61,9 +59,6 @@ type Options struct {
 	// Metrics registers the proxy's series. Nil means they are kept but
 	// not exported.
 	Metrics prometheus.Registerer
-	// Next serves every path the proxy does not own (the admin module,
-	// /metrics). Nil means such paths get a 404.
-	Next fasthttp.RequestHandler
 	// ResponseOwners shares which backend made each Responses API
 	// response with the other replicas. Nil means each replica remembers
 	// only the responses it routed itself.
@@ -109,7 +104,6 @@ type Server struct {
 	recorder Recorder
 	log      *zap.Logger
 	metrics  *metrics
-	next     fasthttp.RequestHandler
 	srv      *fasthttp.Server
 	started  time.Time
 	// retryBudget caps retries across all requests; it lives as long as
@@ -120,8 +114,9 @@ type Server struct {
 	boot *config.Config
 	// streams counts stream slots taken, against server.max_streams.
 	streams atomic.Int64
-	// table is the routing table (see routes).
-	table []routeEntry
+	// handler serves every request of the proxy's listener: the binary's
+	// router, guarded (see Serve).
+	handler fasthttp.RequestHandler
 	// owners remembers which backend made each Responses API response; it
 	// lives as long as the server, across reloads.
 	owners *responseOwners
@@ -160,7 +155,6 @@ func New(opts Options) (*Server, error) {
 		recorder: opts.Recorder,
 		log:      opts.Log,
 		metrics:  newMetrics(opts.Metrics),
-		next:     opts.Next,
 		started:  time.Now(),
 		boot:     opts.Config,
 
@@ -173,7 +167,6 @@ func New(opts Options) (*Server, error) {
 	if err := s.callIDs.seedFromRand(); err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
-	s.table = s.routes()
 	s.clients = newClientWatcher()
 	s.owners = newResponseOwners(responseOwnerCapacity, responseOwnerTTL, opts.ResponseOwners, s.log)
 	s.background = newBackgroundResponses(backgroundCapacity)
@@ -184,7 +177,6 @@ func New(opts Options) (*Server, error) {
 		s.keepIdle = sc.ReadTimeout
 	}
 	s.srv = &fasthttp.Server{
-		Handler:            s.Handler,
 		Name:               serverName,
 		MaxRequestBodySize: sc.MaxBodyBytes,
 		ReadBufferSize:     sc.MaxHeaderBytes,
@@ -255,21 +247,40 @@ func (s *Server) Swap(g Generation) (Generation, func(ctx context.Context) error
 	return Generation{Config: old.cfg, Registry: old.reg, Limiter: old.limiter}, wait
 }
 
-// Serve serves on ln until Shutdown, with at most server.max_connections
-// connections open at once.
-func (s *Server) Serve(ln net.Listener) error {
+// Serve serves handler, the binary's router, on ln until Shutdown, with
+// at most server.max_connections connections open at once. Every request
+// passes guard first.
+func (s *Server) Serve(ln net.Listener, handler fasthttp.RequestHandler) error {
 	sc := s.boot.Server
+	s.handler = s.guard(handler)
+	s.srv.Handler = s.handler
 	return s.srv.Serve(s.newLimitListener(ln, listenerOptions{name: "proxy", max: sc.MaxConnections,
 		overloaded: proxyOverloaded, firstByte: sc.ReadTimeout, writeTimeout: sc.WriteTimeout}))
 }
 
-// AdminServer builds the server of admin_listen, serving handler with
-// the limits and timeouts of the proxy's own: the RFC 9112 framing
-// checks, a large body read only with a valid key, and its own transport
-// errors in the trace service's shape. Serve it on AdminListener.
+// guard is what every request on either listener passes before its
+// route: a panic is recovered as a 500 (recover.go), ambiguous framing is
+// refused (rfc9112.go), and the reply gets an X-Request-Id whatever
+// answered it (request_id.go).
+func (s *Server) guard(handler fasthttp.RequestHandler) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		defer s.ensureRequestID(ctx) // after recoverHandler, whose 500 starts the reply afresh
+		defer s.recoverHandler(ctx)
+		if refuseFraming(ctx) {
+			return
+		}
+		handler(ctx)
+	}
+}
+
+// AdminServer builds the server of admin_listen, serving handler (the
+// router of the admin listener's routes) with the limits and timeouts of
+// the proxy's own: guard, a large body read only with a valid key, and
+// its own transport errors in the trace service's shape. Serve it on
+// AdminListener.
 func (s *Server) AdminServer(handler fasthttp.RequestHandler) *fasthttp.Server {
 	sc := s.boot.Server
-	handler = RefuseBadFraming(handler)
+	handler = s.guard(handler)
 	return &fasthttp.Server{Handler: handler, Name: "tollgate-admin", ReadTimeout: sc.ReadTimeout,
 		IdleTimeout: sc.IdleTimeout, MaxRequestBodySize: sc.MaxBodyBytes, CloseOnShutdown: true,
 		SecureErrorLogMessage: true, Logger: fasthttpLogger{log: s.log},
@@ -282,6 +293,7 @@ func (s *Server) AdminServer(handler fasthttp.RequestHandler) *fasthttp.Server {
 			ctx.SetStatusCode(status)
 			ctx.SetContentType("application/json")
 			ctx.SetBody(append(jsonstr.Append([]byte(`{"detail":`), msg), '}'))
+			s.ensureRequestID(ctx)
 		},
 	}
 }
@@ -326,141 +338,13 @@ func waitZero(ctx context.Context, n *atomic.Int64) error {
 	return nil
 }
 
-// routeEntry is one entry of the proxy's routing table: a method and a
-// path pattern, and what serves them.
-type routeEntry struct {
-	// method is the HTTP method served; "" serves every method.
-	method string
-	// pattern is an exact path, or a path with one "{id}" segment (no
-	// slash in the id) or a trailing "{id...}" (the rest of the path,
-	// slashes included: model ids such as org/model have them).
-	pattern string
-	// serve handles the request, with the id the pattern captured. Nil
-	// hands the request to Options.Next: paths under /v1/ that the
-	// admin module serves.
-	serve func(ctx *fasthttp.RequestCtx, id []byte)
-}
-
-// routes is every path the proxy serves, in one table. Chat completions
-// come first: they are most of the traffic, and the scan stops there.
-func (s *Server) routes() []routeEntry {
-	return []routeEntry{
-		{fasthttp.MethodPost, "/v1/chat/completions", s.serveEndpoint(&chatEndpoint)},
-		{fasthttp.MethodPost, "/v1/chat/completions/", s.serveEndpoint(&chatEndpoint)},
-		{fasthttp.MethodPost, "/v1/completions", s.serveEndpoint(&completionsEndpoint)},
-		{fasthttp.MethodPost, "/v1/embeddings", s.serveEndpoint(&embeddingsEndpoint)},
-		{fasthttp.MethodPost, "/v1/responses", s.serveEndpoint(&responsesEndpoint)},
-		{fasthttp.MethodGet, "/v1/responses/{id}", s.serveStoredResponse("")},
-		{fasthttp.MethodDelete, "/v1/responses/{id}", s.serveStoredResponse("")},
-		{fasthttp.MethodPost, "/v1/responses/{id}/cancel", s.serveStoredResponse("/cancel")},
-		{fasthttp.MethodGet, "/v1/responses/{id}/input_items", s.serveStoredResponse("/input_items")},
-		{fasthttp.MethodGet, "/v1/models", func(ctx *fasthttp.RequestCtx, _ []byte) { s.serveModels(ctx) }},
-		{fasthttp.MethodGet, "/v1/models/{id...}", s.serveModel},
-		{"", "/v1/organization/usage/completions", nil},
-		{"", "/v1/organization/usage/embeddings", nil},
-		{"", "/v1/organization/usage/embeddings", nil},
-		{"", "/v1/tollgate/budgets", nil},
-		{"", "/v1/organization/projects", nil},
-		{"", "/v1/organization/projects/{path...}", nil},
-		{"", "/v1/organization/audit_logs", nil},
-		{"", "/healthz", func(ctx *fasthttp.RequestCtx, _ []byte) {
-			ctx.SetContentType("application/json")
-			ctx.SetBodyString(`{"status":"ok"}`)
-		}},
-		{"", "/readyz", func(ctx *fasthttp.RequestCtx, _ []byte) { s.serveReady(ctx) }},
-	}
-}
-
-// Handler routes a request. It is exported so that tests and other
-// listeners (admin_listen) can serve the same routes.
-//
-// A path in the table with another method gets a 405 naming the methods
-// it takes; any other path under /v1/ gets an OpenAI-shaped 404, since
-// OpenAI clients parse nothing else; every other path goes to Next.
-func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
-	defer s.ensureRequestID(ctx) // after recoverHandler, whose 500 starts the reply afresh
-	defer s.recoverHandler(ctx)
-	if refuseFraming(ctx) {
-		return
-	}
-	path := ctx.Path()
-	var allowed [4]string
-	nAllowed := 0
-	delegate := false
-	for i := range s.table {
-		r := &s.table[i]
-		id, ok := matchRoute(r.pattern, path)
-		if !ok {
-			continue
-		}
-		if r.method != "" && r.method != b2s(ctx.Method()) {
-			if nAllowed < len(allowed) {
-				allowed[nAllowed] = r.method
-				nAllowed++
-			}
-			continue
-		}
-		if r.serve == nil {
-			delegate = true
-			break
-		}
-		r.serve(ctx, id)
-		return
-	}
-	v1 := bytes.HasPrefix(path, []byte("/v1/"))
-	switch {
-	case nAllowed > 0:
-		s.methodNotAllowed(ctx, strings.Join(allowed[:nAllowed], ", "))
-	case s.next != nil && (delegate || !v1):
-		s.next(ctx)
-	case v1:
-		writeError(ctx, &openai.Error{Status: fasthttp.StatusNotFound, Type: "invalid_request_error", Code: "unknown_url",
-			Message: "Unknown request URL: " + string(ctx.Method()) + " " + openai.Clip(string(path)) + "."})
-	default:
-		writeError(ctx, &openai.Error{Status: fasthttp.StatusNotFound, Type: "invalid_request_error",
-			Message: "Unknown path " + openai.Clip(string(path)) + "."})
-	}
-}
-
-// matchRoute reports whether path matches pattern, and the id it
-// captured.
-func matchRoute(pattern string, path []byte) (id []byte, ok bool) {
-	open := strings.IndexByte(pattern, '{')
-	if open < 0 {
-		return nil, pattern == b2s(path)
-	}
-	prefix := pattern[:open]
-	if len(path) <= len(prefix) || b2s(path[:len(prefix)]) != prefix {
-		return nil, false
-	}
-	rest := path[len(prefix):]
-	if strings.HasSuffix(pattern, "{id...}") {
-		return rest, true
-	}
-	suffix := pattern[strings.IndexByte(pattern, '}')+1:]
-	slash := bytes.IndexByte(rest, '/')
-	if slash < 0 {
-		slash = len(rest)
-	}
-	if slash == 0 || b2s(rest[slash:]) != suffix {
-		return nil, false
-	}
-	return rest[:slash], true
-}
-
-func (s *Server) methodNotAllowed(ctx *fasthttp.RequestCtx, allow string) {
-	ctx.Response.Header.Set(fasthttp.HeaderAllow, allow)
-	writeError(ctx, &openai.Error{Status: fasthttp.StatusMethodNotAllowed, Type: "invalid_request_error",
-		Message: "Method " + string(ctx.Method()) + " is not allowed on " + string(ctx.Path()) + "; use " + allow + "."})
-}
-
 // serveTransportError answers requests fasthttp refused before they reached
 // the handler: a request not received in time (408), an oversized body
 // (413), headers too large (431) or a malformed request (400), in the
 // OpenAI error shape. The error's own text is never echoed: fasthttp's
 // parse errors can quote the request, Authorization header included.
 func (s *Server) serveTransportError(ctx *fasthttp.RequestCtx, err error) {
-	if s.serveWithoutKey(ctx, err, s.Handler) {
+	if s.serveWithoutKey(ctx, err, s.handler) {
 		return
 	}
 	status, msg := transportError(err)

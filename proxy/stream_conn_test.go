@@ -13,8 +13,8 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/tollgate-dev/tollgate/backends/hostile"
 	"github.com/tollgate-dev/tollgate/backends/simulated"
+	"github.com/tollgate-dev/tollgate/internal/hostile"
 )
 
 // rawChat is a chat completion request as it goes on the wire.

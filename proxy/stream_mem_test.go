@@ -17,8 +17,8 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/tollgate-dev/tollgate/backends/scripted"
 	"github.com/tollgate-dev/tollgate/backends/simulated"
+	"github.com/tollgate-dev/tollgate/internal/scripted"
 )
 
 // openStreamMem is what the process holds, measured once streams are open.

@@ -11,7 +11,7 @@ import (
 	"strings"
 
 	"github.com/tollgate-dev/tollgate/accounting"
-	"github.com/tollgate-dev/tollgate/jsonstr"
+	"github.com/tollgate-dev/tollgate/internal/jsonstr"
 )
 
 // gatewayOpName is the op of the call the gateway records for a request to

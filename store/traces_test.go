@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate-dev/tollgate/admin"
 	"github.com/tollgate-dev/tollgate/auth"
 	"github.com/tollgate-dev/tollgate/config"
+	"github.com/tollgate-dev/tollgate/internal/route"
 	"github.com/tollgate-dev/tollgate/store"
 	"github.com/tollgate-dev/tollgate/store/storetest"
 	"github.com/tollgate-dev/tollgate/trace"
@@ -497,9 +498,7 @@ func serveTraceUsage(t testing.TB, db *store.DB, pricing map[string]config.Prici
 	req.SetBodyString(body)
 	var ctx fasthttp.RequestCtx
 	ctx.Init(&req, nil, nil)
-	if !svc.Handle(&ctx) {
-		t.Fatal("/trace/usage not routed")
-	}
+	serveService(t, svc)(&ctx)
 	if ctx.Response.StatusCode() != fasthttp.StatusOK {
 		t.Fatalf("status %d: %s", ctx.Response.StatusCode(), ctx.Response.Body())
 	}
@@ -698,7 +697,7 @@ func benchmarkTraceUsage10k(b *testing.B, db *store.DB) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	svc := admin.New(admin.Options{Keys: kr, Store: db})
+	serve := serveService(b, admin.New(admin.Options{Keys: kr, Store: db}))
 	var req fasthttp.Request
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.SetRequestURI("/trace/usage")
@@ -709,7 +708,7 @@ func benchmarkTraceUsage10k(b *testing.B, db *store.DB) {
 	b.ResetTimer()
 	for b.Loop() {
 		rctx.Init(&req, nil, nil)
-		svc.Handle(&rctx)
+		serve(&rctx)
 		if rctx.Response.StatusCode() != fasthttp.StatusOK {
 			b.Fatalf("status %d", rctx.Response.StatusCode())
 		}
@@ -742,4 +741,14 @@ func TestAppendTraceTime(t *testing.T) {
 			t.Errorf("%v: %q, want %q", tm, got, "x"+want)
 		}
 	}
+}
+
+// serveService routes svc's rows alone, as the binary's router would.
+func serveService(tb testing.TB, svc *admin.Service) fasthttp.RequestHandler {
+	tb.Helper()
+	router, err := route.New(svc.Routes(), admin.NotFound, admin.MethodNotAllowed)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return router.Serve
 }

@@ -5,7 +5,7 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/tollgate-dev/tollgate/anthropic"
-	"github.com/tollgate-dev/tollgate/jsonstr"
+	"github.com/tollgate-dev/tollgate/internal/jsonstr"
 )
 
 // Usage is what a Messages reply tells the client it used, and what the

@@ -12,7 +12,7 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/tollgate-dev/tollgate/anthropic"
-	"github.com/tollgate-dev/tollgate/jsonstr"
+	"github.com/tollgate-dev/tollgate/internal/jsonstr"
 )
 
 // Reasoning says how a chat backend is asked to think, for a request whose

@@ -6,7 +6,7 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/tollgate-dev/tollgate/anthropic"
-	"github.com/tollgate-dev/tollgate/jsonstr"
+	"github.com/tollgate-dev/tollgate/internal/jsonstr"
 )
 
 // Stream turns a chat completion stream into a Messages API stream, one

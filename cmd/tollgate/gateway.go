@@ -22,10 +22,10 @@ import (
 	"github.com/tollgate-dev/tollgate/auth"
 	"github.com/tollgate-dev/tollgate/backends"
 	"github.com/tollgate-dev/tollgate/config"
-	"github.com/tollgate-dev/tollgate/logline"
+	"github.com/tollgate-dev/tollgate/internal/logline"
+	"github.com/tollgate-dev/tollgate/internal/route"
 	"github.com/tollgate-dev/tollgate/org"
 	"github.com/tollgate-dev/tollgate/proxy"
-	"github.com/tollgate-dev/tollgate/route"
 	"github.com/tollgate-dev/tollgate/store"
 )
 
@@ -44,6 +44,9 @@ type gateway struct {
 	admin    *fasthttp.Server // nil unless admin_listen is set
 	// routes is every route the binary serves (see routes.go).
 	routes []route.Route
+	// router serves the proxy's listener: every route, or with
+	// admin_listen only the proxy's (the admin listener serves the rest).
+	router *route.Router
 
 	// backendMetrics live across reloads; each generation's registry
 	// counts into them.
@@ -94,7 +97,7 @@ func serveListener(ctx context.Context, cfg *config.Config, ln net.Listener, std
 	g.warnDescriptors(cfg)
 	errc := make(chan error, 2)
 	servers := 1
-	go func() { errc <- g.proxy.Serve(ln) }()
+	go func() { errc <- g.proxy.Serve(ln, g.router.Serve) }()
 	g.log.Info("tollgate listening", zap.String("addr", ln.Addr().String()),
 		zap.Int("models", len(cfg.Models)), zap.String("store", cfg.Store.Path))
 	if g.admin != nil {
@@ -211,12 +214,6 @@ func build(ctx context.Context, cfg *config.Config, stderr io.Writer) (*gateway,
 		}
 		return ids
 	})
-	own := ownRoutes(cfg, keys, usageAPI, budgetAPI, orgAPI, metrics)
-	adminRoutes := serveOwnAndTraces(own, svc)
-	next := adminRoutes
-	if cfg.AdminListen != "" {
-		next = nil
-	}
 	g.proxy, err = proxy.New(proxy.Options{
 		Config:   cfg,
 		Registry: g.gen.registry,
@@ -225,7 +222,6 @@ func build(ctx context.Context, cfg *config.Config, stderr io.Writer) (*gateway,
 		Limiter:  g.gen.limiter,
 		Log:      g.log,
 		Metrics:  reg,
-		Next:     next,
 		// The store is shared by replicas on PostgreSQL; on SQLite it
 		// keeps which backend made a response across restarts.
 		ResponseOwners: g.store,
@@ -233,10 +229,20 @@ func build(ctx context.Context, cfg *config.Config, stderr io.Writer) (*gateway,
 	if err != nil {
 		return fail(err)
 	}
+	proxyRoutes := g.proxy.Routes()
+	g.routes = routeTable(proxyRoutes, ownRoutes(cfg, keys, usageAPI, budgetAPI, orgAPI, metrics), svc.Routes())
+	clientRoutes := g.routes
 	if cfg.AdminListen != "" {
-		g.admin = g.proxy.AdminServer(adminRoutes)
+		clientRoutes = proxyRoutes
+		adminRouter, err := newRouter(g.routes[len(proxyRoutes):])
+		if err != nil {
+			return fail(err)
+		}
+		g.admin = g.proxy.AdminServer(adminRouter.Serve)
 	}
-	g.routes = routeTable(g.proxy, own, svc)
+	if g.router, err = newRouter(clientRoutes); err != nil {
+		return fail(err)
+	}
 	return g, nil
 }
 

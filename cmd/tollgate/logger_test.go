@@ -9,7 +9,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/tollgate-dev/tollgate/config"
-	"github.com/tollgate-dev/tollgate/logline"
+	"github.com/tollgate-dev/tollgate/internal/logline"
 )
 
 // lineFields is a logline.Fields, as proxy's request line is.

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
+	"slices"
 	"sync"
 
 	"github.com/valyala/fasthttp"
@@ -10,45 +12,47 @@ import (
 	"github.com/tollgate-dev/tollgate/admin"
 	"github.com/tollgate-dev/tollgate/auth"
 	"github.com/tollgate-dev/tollgate/config"
+	"github.com/tollgate-dev/tollgate/internal/route"
 	"github.com/tollgate-dev/tollgate/proxy"
-	"github.com/tollgate-dev/tollgate/route"
 	"github.com/tollgate-dev/tollgate/ui"
 )
 
 // The binary's routes come from three places: the proxy's (completions,
 // responses, models, health), the ones this package serves itself (the
-// usage API, budgets, /metrics, the dashboard), and the trace service's.
-// routeTable lists them all, once; each part dispatches over its own rows.
-
-// servedRoute is a route this package serves, with its handler.
-type servedRoute struct {
-	route.Route
-	serve fasthttp.RequestHandler
-}
+// usage API, budgets, the Admin API, /metrics, the dashboard), and the
+// trace service's. routeTable lists them all, once, with their handlers;
+// newRouter dispatches over them (or, with admin_listen, over each
+// listener's part of them).
 
 // ownRoutes are the routes served beside the proxy's and the trace
 // service's. metrics is guarded as server.metrics_auth says (see
 // guardMetrics).
 func ownRoutes(cfg *config.Config, keys *auth.Keyring, usageAPI *admin.UsageAPI, budgetAPI *admin.BudgetAPI,
-	orgAPI *admin.OrgAPI, metrics fasthttp.RequestHandler) []servedRoute {
+	orgAPI *admin.OrgAPI, metrics fasthttp.RequestHandler) []route.Route {
 	metrics = guardMetrics(cfg.Server, keys, metrics)
 	// The dashboard's files (about 290 KB) are read into the heap on its
 	// first request rather than here: a gateway whose dashboard nobody
 	// opens would otherwise hold them for its life, and at GOGC=100 the
 	// heap may grow by as much again before each collection.
-	dashboard := onFirstRequest(ui.Handler)
-	return []servedRoute{
-		{route.Route{Pattern: "/v1/organization/usage/completions", Module: "usage API"}, usageAPI.ServeUsage},
-		{route.Route{Pattern: "/v1/organization/usage/embeddings", Module: "usage API"}, usageAPI.ServeEmbeddingsUsage},
-		{route.Route{Pattern: "/v1/tollgate/budgets", Module: "budgets"}, budgetAPI.ServeBudgets},
-		{route.Route{Pattern: admin.OrgProjectsPath, Module: "admin API"}, orgAPI.Serve},
-		{route.Route{Pattern: admin.OrgProjectsPath + "/{path...}", Module: "admin API"}, orgAPI.Serve},
-		{route.Route{Pattern: admin.OrgAuditLogsPath, Module: "admin API"}, orgAPI.Serve},
-		{route.Route{Pattern: "/metrics", Module: "metrics"}, metrics},
-		{route.Route{Pattern: "/ui", Module: "dashboard"}, dashboard},
-		{route.Route{Pattern: ui.Prefix, Module: "dashboard"}, dashboard},
-		{route.Route{Pattern: ui.Prefix + "{path...}", Module: "dashboard"}, dashboard},
+	dashboard := plain(onFirstRequest(ui.Handler))
+	org := plain(orgAPI.Serve)
+	return []route.Route{
+		{Pattern: "/v1/organization/usage/completions", Module: "usage API", Handler: plain(usageAPI.ServeUsage)},
+		{Pattern: "/v1/organization/usage/embeddings", Module: "usage API", Handler: plain(usageAPI.ServeEmbeddingsUsage)},
+		{Pattern: "/v1/tollgate/budgets", Module: "budgets", Handler: plain(budgetAPI.ServeBudgets)},
+		{Pattern: admin.OrgProjectsPath, Module: "admin API", Handler: org},
+		{Pattern: admin.OrgProjectsPath + "/{path...}", Module: "admin API", Handler: org},
+		{Pattern: admin.OrgAuditLogsPath, Module: "admin API", Handler: org},
+		{Pattern: "/metrics", Module: "metrics", Handler: plain(metrics)},
+		{Pattern: "/ui", Module: "dashboard", Handler: dashboard},
+		{Pattern: ui.Prefix, Module: "dashboard", Handler: dashboard},
+		{Pattern: ui.Prefix + "{path...}", Module: "dashboard", Handler: dashboard},
 	}
+}
+
+// plain adapts a handler that reads no path parameters.
+func plain(h fasthttp.RequestHandler) route.Handler {
+	return func(ctx *fasthttp.RequestCtx, _ route.Params) { h(ctx) }
 }
 
 // guardMetrics returns the /metrics handler server.metrics_auth asks for.
@@ -90,31 +94,29 @@ func onFirstRequest(newHandler func() fasthttp.RequestHandler) fasthttp.RequestH
 	return func(ctx *fasthttp.RequestCtx) { handler()(ctx) }
 }
 
-// serveOwnAndTraces serves own's routes, then the trace service's, and
-// answers 404 for any other path: what the proxy hands on (Options.Next),
-// and the whole admin listener when admin_listen is set.
-func serveOwnAndTraces(own []servedRoute, svc *admin.Service) fasthttp.RequestHandler {
-	return func(ctx *fasthttp.RequestCtx) {
-		path := string(ctx.Path())
-		for i := range own {
-			if _, ok := route.Match(own[i].Pattern, path); ok {
-				own[i].serve(ctx)
-				return
-			}
-		}
-		if !svc.Handle(ctx) {
-			ctx.Error(`{"detail":"Not Found"}`, fasthttp.StatusNotFound)
-			ctx.SetContentType("application/json")
-		}
-	}
+// routeTable is every route the binary serves, in one table: the proxy's
+// (chat completions first), then own, then the trace service's.
+func routeTable(proxyRoutes, own, traceRoutes []route.Route) []route.Route {
+	return slices.Concat(proxyRoutes, own, traceRoutes)
 }
 
-// routeTable is every route the binary serves, in one table: the proxy's,
-// then own, then the trace service's.
-func routeTable(p *proxy.Server, own []servedRoute, svc *admin.Service) []route.Route {
-	table := p.Routes()
-	for _, r := range own {
-		table = append(table, r.Route)
-	}
-	return append(table, svc.Routes()...)
+// newRouter dispatches over routes, refusing a path in its client's wire
+// shape: OpenAI's error JSON under /v1/, which OpenAI clients parse, and
+// the trace service's (FastAPI's) everywhere else.
+func newRouter(routes []route.Route) (*route.Router, error) {
+	return route.New(routes, func(ctx *fasthttp.RequestCtx) {
+		if isOpenAIPath(ctx.Path()) {
+			proxy.NotFound(ctx)
+			return
+		}
+		admin.NotFound(ctx)
+	}, func(ctx *fasthttp.RequestCtx, allow string) {
+		if isOpenAIPath(ctx.Path()) {
+			proxy.MethodNotAllowed(ctx, allow)
+			return
+		}
+		admin.MethodNotAllowed(ctx, allow)
+	})
 }
+
+func isOpenAIPath(path []byte) bool { return bytes.HasPrefix(path, []byte("/v1/")) }

@@ -10,11 +10,12 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/tollgate-dev/tollgate/config"
-	"github.com/tollgate-dev/tollgate/route"
+	"github.com/tollgate-dev/tollgate/internal/route"
 	"github.com/tollgate-dev/tollgate/ui"
 )
 
@@ -63,7 +64,10 @@ func TestEveryRouteAnswers(t *testing.T) {
 		seen[key] = true
 		modules[r.Module]++
 	}
-	for _, m := range []string{"proxy", "usage API", "budgets", "metrics", "dashboard", "trace service"} {
+	if r := routes[0]; r.Method != http.MethodPost || r.Pattern != "/v1/chat/completions" {
+		t.Errorf("the first row is %s %s; chat completions, the hot path, must be matched first", r.Method, r.Pattern)
+	}
+	for _, m := range []string{"proxy", "usage API", "budgets", "admin API", "metrics", "dashboard", "trace service"} {
 		if modules[m] == 0 {
 			t.Errorf("no route of %s in the table %v", m, modules)
 		}
@@ -93,43 +97,90 @@ func TestEveryRouteAnswers(t *testing.T) {
 }
 
 // TestEveryReplyHasRequestID checks that every route of the binary's table,
-// the router's 404s and 405, and a refused key answer with X-Request-Id:
-// the client's when it sent a valid one, a generated one otherwise.
+// the router's 404s and 405s, and a refused key answer with X-Request-Id:
+// the client's when it sent a valid one, a generated one otherwise. With
+// admin_listen set, it checks both listeners, each with its own routes.
 func TestEveryReplyHasRequestID(t *testing.T) {
-	cfg := gatewayConfig(t, t.TempDir(), "")
-	routes := gatewayRoutes(t, cfg)
-	gw := start(t, cfg)
 	type request struct{ method, path, key, what string }
-	var requests []request
-	for _, r := range routes {
-		method := r.Method
-		if method == "" {
-			method = http.MethodGet
-		}
-		requests = append(requests, request{method, samplePath(r.Pattern), adminKey, r.Module})
+	refusals := []request{
+		{http.MethodGet, "/v1/nope", adminKey, "a /v1/ 404"},
+		{http.MethodGet, "/nope", adminKey, "a 404"},
+		{http.MethodGet, "/v2/acme/routes/nope", adminKey, "a trace service 404"},
+		{http.MethodGet, "/v1/chat/completions", adminKey, "a 405"},
+		{http.MethodDelete, "/v1/models", adminKey, "a 405"},
+		{http.MethodGet, "/call/start", adminKey, "a trace service 405"},
+		{http.MethodGet, "/v1/models", "sk-wrong", "a 401"},
+		{http.MethodGet, "/v1/organization/usage/completions", "sk-wrong", "a 401"},
 	}
-	requests = append(requests,
-		request{http.MethodGet, "/v1/nope", adminKey, "a /v1/ 404"},
-		request{http.MethodGet, "/nope", adminKey, "a 404"},
-		request{http.MethodGet, "/v2/acme/routes/nope", adminKey, "a trace service 404"},
-		request{http.MethodGet, "/v1/chat/completions", adminKey, "a 405"},
-		request{http.MethodDelete, "/v1/models", adminKey, "a 405"},
-		request{http.MethodGet, "/v1/models", "sk-wrong", "a 401"},
-		request{http.MethodGet, "/v1/organization/usage/completions", "sk-wrong", "a 401"},
-	)
-	for i, r := range requests {
-		t.Run(r.method+" "+r.path+" ("+r.what+")", func(t *testing.T) {
-			status, h, body := gw.doHeader(t, r.method, r.path, r.key, "{}")
-			if got := h.Get("X-Request-Id"); got == "" {
-				t.Errorf("%d %.200s: no X-Request-Id", status, body)
+	check := func(t *testing.T, gw *running, requests []request) {
+		for i, r := range requests {
+			t.Run(r.method+" "+r.path+" ("+r.what+")", func(t *testing.T) {
+				status, h, body := gw.doHeader(t, r.method, r.path, r.key, "{}")
+				if got := h.Get("X-Request-Id"); got == "" {
+					t.Errorf("%d %.200s: no X-Request-Id", status, body)
+				}
+				sent := fmt.Sprintf("rid-%d-%s", i, r.what)
+				sent = strings.ReplaceAll(sent, " ", "-")
+				status, h, body = gw.doHeader(t, r.method, r.path, r.key, "{}", "X-Request-Id: "+sent)
+				if got := h.Get("X-Request-Id"); got != sent {
+					t.Errorf("%d %.200s: X-Request-Id %q, want the client's %q", status, body, got, sent)
+				}
+			})
+		}
+	}
+	// routed lists a request per route of routes, for which pick is true.
+	routed := func(routes []route.Route, pick func(route.Route) bool) []request {
+		var out []request
+		for _, r := range routes {
+			method := r.Method
+			if method == "" {
+				method = http.MethodGet
 			}
-			sent := fmt.Sprintf("rid-%d-%s", i, r.what)
-			sent = strings.ReplaceAll(sent, " ", "-")
-			status, h, body = gw.doHeader(t, r.method, r.path, r.key, "{}", "X-Request-Id: "+sent)
-			if got := h.Get("X-Request-Id"); got != sent {
-				t.Errorf("%d %.200s: X-Request-Id %q, want the client's %q", status, body, got, sent)
+			if pick(r) {
+				out = append(out, request{method, samplePath(r.Pattern), adminKey, r.Module})
 			}
+		}
+		return out
+	}
+	all := func(route.Route) bool { return true }
+
+	t.Run("one listener", func(t *testing.T) {
+		cfg := gatewayConfig(t, t.TempDir(), "")
+		routes := gatewayRoutes(t, cfg)
+		check(t, start(t, cfg), append(routed(routes, all), refusals...))
+	})
+	t.Run("admin_listen", func(t *testing.T) {
+		adminAddr := freePort(t)
+		cfg := gatewayConfig(t, t.TempDir(), "admin_listen: "+adminAddr)
+		routes := gatewayRoutes(t, cfg)
+		gw := start(t, cfg)
+		adm := &running{base: "http://" + adminAddr}
+		waitAnswers(t, adm.base+"/metrics")
+		isProxy := func(r route.Route) bool { return r.Module == "proxy" }
+		t.Run("client listener", func(t *testing.T) {
+			check(t, gw, append(routed(routes, isProxy), refusals...))
 		})
+		t.Run("admin listener", func(t *testing.T) {
+			check(t, adm, append(routed(routes, func(r route.Route) bool { return !isProxy(r) }), refusals...))
+		})
+	})
+}
+
+// waitAnswers waits until url answers at all, as a listener opened after
+// the first does once it is up.
+func waitAnswers(t *testing.T, url string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never answered: %v", url, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -182,7 +233,7 @@ func readmeRouteExists(routes []route.Route, method, path string, isPrefix bool)
 		if isPrefix && strings.HasPrefix(samplePath(r.Pattern), path) {
 			return true
 		}
-		if _, ok := route.Match(r.Pattern, path); ok {
+		if route.Match(r.Pattern, path) {
 			return true
 		}
 	}

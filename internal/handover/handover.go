@@ -6,48 +6,7 @@
 // does the bare proxy that holds its streams the same way (internal/bare).
 package handover
 
-import (
-	"errors"
-	"net"
-	"os"
-	"time"
-)
-
-// aLongTimeAgo is a read deadline already past: a read with it returns at
-// once what is buffered above the socket, and then a timeout.
-var aLongTimeAgo = time.Unix(1, 0)
-
-// TakeConn returns the connection under fasthttp's hijacked one, and the
-// bytes the client sent after its request (pipelined), which fasthttp's
-// reader holds and gives back to its pool once the hijack handler returns.
-// Reading the hijacked connection with a deadline already past returns
-// those bytes, then a timeout, without reading the socket; scratch is what
-// they are read into. ok is false when the connection could not be taken:
-// c is then returned as it is, to be closed after the stream.
-func TakeConn(c net.Conn, scratch []byte) (conn net.Conn, pipelined []byte, ok bool) {
-	u, ok := c.(interface{ UnsafeConn() net.Conn })
-	if !ok {
-		return c, nil, false
-	}
-	conn = u.UnsafeConn()
-	if err := conn.SetReadDeadline(aLongTimeAgo); err != nil {
-		return c, nil, false
-	}
-	for {
-		n, err := c.Read(scratch)
-		pipelined = append(pipelined, scratch[:n]...)
-		if err != nil {
-			if !errors.Is(err, os.ErrDeadlineExceeded) {
-				return c, nil, false
-			}
-			break
-		}
-	}
-	if err := conn.SetReadDeadline(time.Time{}); err != nil {
-		return c, nil, false
-	}
-	return conn, pipelined, true
-}
+import "net"
 
 // StopRead makes a read of conn that is waiting, or comes later, return at
 // once with a timeout: how a server ends a wait for a request on a

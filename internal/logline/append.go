@@ -8,94 +8,13 @@ package logline
 import (
 	"strconv"
 	"time"
-	"unicode/utf8"
+
+	"github.com/tollgate-dev/tollgate/internal/jsonstr"
 )
 
-// asIs holds the bytes zap's JSON encoder copies into a string unchanged:
-// the printable ASCII but '"' and '\\' (DEL included). Bytes from 0x80 are
-// decoded as UTF-8 first.
-var asIs = func() (t [256]bool) {
-	for b := 0x20; b < utf8.RuneSelf; b++ {
-		t[b] = b != '"' && b != '\\'
-	}
-	return t
-}()
-
 // AppendString appends s as a quoted JSON string, byte for byte as zap's
-// JSON encoder escapes it: '"' and '\\' escaped, \n, \r and \t as such,
-// the other control characters as \u00XX, each byte of invalid UTF-8 as
-// \ufffd, everything else (DEL and valid non-ASCII included) as it is.
-// The usual string, with nothing to escape, is checked eight bytes at a
-// time and copied whole (BenchmarkAppendString, the strings of a request
-// line: 1,680 -> 1,273 instructions).
-func AppendString(dst []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	i := 0
-	for i+8 <= len(s) && asIs8(word(s[i:])) {
-		i += 8
-	}
-	for i < len(s) && asIs[s[i]] {
-		i++
-	}
-	dst = append(dst, '"')
-	if i == len(s) { // the usual string: nothing to escape
-		dst = append(dst, s...)
-		return append(dst, '"')
-	}
-	last := 0
-	for i < len(s) {
-		b := s[i]
-		if asIs[b] {
-			i++
-			continue
-		}
-		if b >= utf8.RuneSelf {
-			r, size := utf8.DecodeRuneInString(s[i:])
-			if r != utf8.RuneError || size != 1 {
-				i += size
-				continue
-			}
-			dst = append(dst, s[last:i]...)
-			dst = append(dst, `\ufffd`...)
-			i++
-			last = i
-			continue
-		}
-		dst = append(dst, s[last:i]...)
-		switch b {
-		case '"', '\\':
-			dst = append(dst, '\\', b)
-		case '\n':
-			dst = append(dst, '\\', 'n')
-		case '\r':
-			dst = append(dst, '\\', 'r')
-		case '\t':
-			dst = append(dst, '\\', 't')
-		default:
-			dst = append(dst, '\\', 'u', '0', '0', hex[b>>4], hex[b&0xf])
-		}
-		i++
-		last = i
-	}
-	return append(append(dst, s[last:]...), '"')
-}
-
-// asIs8 reports whether all eight bytes of the word x are asIs, eight at a
-// time (the usual "has a byte less than n" and "has a zero byte" tests on
-// a word): none has its top bit set, none is below 0x20, none is '"' or
-// '\\'.
-func asIs8(x uint64) bool {
-	const ones, tops = 0x0101010101010101, 0x8080808080808080
-	q, b := x^(ones*'"'), x^(ones*'\\')
-	return (x|(x-ones*0x20)&^x|(q-ones)&^q|(b-ones)&^b)&tops == 0
-}
-
-// word is the first eight bytes of s, little-endian: one load.
-func word(s string) uint64 {
-	_ = s[7]
-	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
-		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
-}
+// JSON encoder escapes it (jsonstr.AppendZap).
+func AppendString(dst []byte, s string) []byte { return jsonstr.AppendZap(dst, s) }
 
 // AppendSeconds appends d as zap's production encoder config writes a
 // duration (zapcore.SecondsDurationEncoder): float64 seconds, as

@@ -2,6 +2,7 @@ package jsonstr
 
 import (
 	"encoding/json"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -62,5 +63,45 @@ func TestAppendJSONStringAllocs(t *testing.T) {
 		buf = Append(buf[:0], "a <model> \"name\"\u2028\xff")
 	}); n != 0 {
 		t.Errorf("Append: %v allocations, want 0", n)
+	}
+}
+
+// asIs8 agrees with asIs on every byte at every place in the word, and on
+// random words of bytes near the edges it tests, for both escapings.
+func TestAsIs8(t *testing.T) {
+	for name, e := range map[string]*escaping{"encoding/json": &encodingJSON, "zap": &zap} {
+		t.Run(name, func(t *testing.T) { testAsIs8(t, e) })
+	}
+}
+
+func testAsIs8(t *testing.T, e *escaping) {
+	check := func(w []byte) {
+		want := true
+		for _, b := range w {
+			want = want && e.asIs[b]
+		}
+		if got := e.asIs8(word(string(w))); got != want {
+			t.Fatalf("asIs8(%q) = %t, want %t", w, got, want)
+		}
+	}
+	for p := range 8 {
+		for b := range 256 {
+			w := []byte("aaaaaaaa")
+			w[p] = byte(b)
+			check(w)
+		}
+	}
+	edges := []byte{0x00, 0x01, 0x1f, 0x20, 0x21, '"', 0x23, 0x5b, '\\', 0x5d, 0x7e, 0x7f, '<', '>', '&', 0x25, 0x27, 0x3b, 0x3d, 0x3f, 0x80, 0x81, 0xa2, 0xdc, 0xff}
+	r := rand.New(rand.NewPCG(9, 10))
+	w := make([]byte, 8)
+	for range 200000 {
+		for i := range w {
+			if r.IntN(4) == 0 {
+				w[i] = edges[r.IntN(len(edges))]
+			} else {
+				w[i] = byte(0x20 + r.IntN(0x5f))
+			}
+		}
+		check(w)
 	}
 }

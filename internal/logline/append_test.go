@@ -164,43 +164,6 @@ func FuzzAppendSeconds(f *testing.F) {
 	})
 }
 
-// asIs8 agrees with asIs on every byte at every place in the word, and on
-// random words of bytes near the edges it tests.
-
-// asIs8 agrees with asIs on every byte at every place in the word, and on
-// random words of bytes near the edges it tests.
-func TestAsIs8(t *testing.T) {
-	check := func(w []byte) {
-		want := true
-		for _, b := range w {
-			want = want && asIs[b]
-		}
-		if got := asIs8(word(string(w))); got != want {
-			t.Fatalf("asIs8(%q) = %t, want %t", w, got, want)
-		}
-	}
-	for p := range 8 {
-		for b := range 256 {
-			w := []byte("aaaaaaaa")
-			w[p] = byte(b)
-			check(w)
-		}
-	}
-	edges := []byte{0x00, 0x01, 0x1f, 0x20, 0x21, '"', 0x23, 0x5b, '\\', 0x5d, 0x7e, 0x7f, 0x80, 0x81, 0xa2, 0xdc, 0xff}
-	r := rand.New(rand.NewPCG(9, 10))
-	w := make([]byte, 8)
-	for range 200000 {
-		for i := range w {
-			if r.IntN(4) == 0 {
-				w[i] = edges[r.IntN(len(edges))]
-			} else {
-				w[i] = byte(0x20 + r.IntN(0x5f))
-			}
-		}
-		check(w)
-	}
-}
-
 // BenchmarkAppendString appends the strings of a typical request line.
 func BenchmarkAppendString(b *testing.B) {
 	strs := []string{"request", "0193b2f0-7c1e-7a3b-9a51-3f0c2d9e8b71", "chat", "demo", "sim", "bench", "bench", "default", ""}
