@@ -535,3 +535,40 @@ func windowsAt(t time.Time) windows {
 		month:  time.Date(y, m, 1, 0, 0, 0, 0, time.UTC).UnixNano(),
 	}
 }
+
+// Derive returns a limiter enforcing limits that starts from l's counts:
+// a rule counting the same selection in the same windows as one of l's
+// takes over its counters' windows and counts, so that changing one limit
+// does not reset the others. Reservations made on l are still settled on
+// l: their estimates stay counted in the new limiter until its windows
+// roll over, which errs towards refusing. Per-value ("*") rules start
+// afresh.
+func (l *Limiter) Derive(limits []config.Limit) *Limiter {
+	n := NewLimiter(limits, l.now)
+	for i := range n.rules {
+		nr := &n.rules[i]
+		if nr.perValue {
+			continue
+		}
+		for j := range l.rules {
+			or := &l.rules[j]
+			if or.perValue || or.team != nr.team || or.project != nr.project || or.key != nr.key || or.monthly != nr.monthly {
+				continue
+			}
+			or.single.mu.Lock()
+			c := nr.single
+			c.minute, c.requests, c.tokens, c.window, c.spent = or.single.minute, or.single.requests, or.single.tokens, or.single.window, or.single.spent
+			or.single.mu.Unlock()
+			break
+		}
+	}
+	return n
+}
+
+// Reseed raises the budget counters of the current windows to the spend
+// st holds, keeping a counter's own count where it is higher (it holds
+// reservations in flight and records not yet written). Unlike Restore it
+// may be called while serving.
+func (l *Limiter) Reseed(ctx context.Context, st LimitsStore) error {
+	return l.restore(ctx, st, true)
+}

@@ -816,3 +816,30 @@ func registerOrAdopt[C prometheus.Collector](reg prometheus.Registerer, c C) (C,
 	}
 	return c, err
 }
+
+// Derive returns a limiter enforcing limits with l's Redis connections,
+// counters and settings, seeded from the store l was restored with: a
+// limit that selects what l's did counts on in the same Redis counters.
+// Its fall back to local counters is its own. Close only the limiter
+// NewRedisLimiter returned: it closes the connections of every one derived.
+func (l *RedisLimiter) Derive(ctx context.Context, limits []config.Limit) *RedisLimiter {
+	n := &RedisLimiter{
+		local: NewLimiter(limits, l.now), client: l.client, addr: l.addr, prefix: l.prefix, timeout: l.timeout,
+		now: l.now, log: l.log, redisErrors: l.redisErrors, fallbackActive: l.fallbackActive,
+		probeEvery: l.probeEvery, remindEvery: l.remindEvery,
+	}
+	if l.st != nil {
+		// Restore fails only when the store does; the limiter then seeds
+		// Redis from the store at its first reservation.
+		if err := n.Restore(ctx, l.st); err != nil {
+			n.st = l.st
+			n.log.Warn("seeding derived limits from the usage store failed", zap.Error(err))
+		}
+	}
+	return n
+}
+
+// SetStore makes st the store the limiter seeds budgets from, without
+// reading it: for a limiter with no budget yet, whose derived limiters
+// will have some.
+func (l *RedisLimiter) SetStore(st LimitsStore) { l.st = st }

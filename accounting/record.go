@@ -69,6 +69,17 @@ type Record struct {
 	// concatenated streamed content) only when traces.store_payloads is on.
 	Input  []byte
 	Output []byte
+
+	// Hold is what an admission beyond the configured limits (an Admin
+	// API project's rate and spend limits) reserved for the request; the
+	// Recorder settles it with the record's counts. Nil when nothing was.
+	Hold Hold
+}
+
+// Hold is a reservation an admission made for one request, settled once
+// with the request's record.
+type Hold interface {
+	Settle(rec *Record)
 }
 
 // Subject names whose usage a request counts against.

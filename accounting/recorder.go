@@ -212,8 +212,12 @@ func (r *Recorder) SetLabelPolicy(p *LabelPolicy) { r.labels.Store(p) }
 // Record queues rec to be written. It does not wait for the write; it waits
 // only when the queue is full (backpressure), until the writer makes room.
 // After Close has begun, rec is not queued: it is counted as lost and
-// logged at error level.
+// logged at error level. Its Hold is settled first, whatever happens to it.
 func (r *Recorder) Record(rec Record) {
+	if rec.Hold != nil {
+		rec.Hold.Settle(&rec)
+		rec.Hold = nil
+	}
 	if r.state.Add(1)&closedBit != 0 {
 		r.leave()
 		r.lose(rec, "recorded after the recorder was closed")

@@ -19,6 +19,9 @@ type Key struct {
 	Name        string
 	DefaultTeam string
 	Admin       bool
+	// Project is the OpenAI project (see package org) of a key created
+	// through the Admin API; "" for a configured key.
+	Project string
 	// anyTeam is true when the key's teams include "*".
 	anyTeam bool
 	teams   map[string]struct{}
@@ -55,8 +58,26 @@ func (k *Key) Teams() []string {
 // the process keeps no secret once it is built and key_sha256 entries need
 // no special case. Its keys can be replaced while it is in use (a config
 // reload): every holder of the Keyring sees the new keys at once.
+//
+// Beside them it holds the runtime keys, created through the Admin API,
+// in an immutable map by digest swapped whole when they change, so that a
+// lookup takes no lock and a replica holds thousands of them.
 type Keyring struct {
-	keys atomic.Pointer[[]*Key]
+	keys    atomic.Pointer[[]*Key]
+	runtime atomic.Pointer[map[[sha256.Size]byte]*Key]
+}
+
+// RuntimeKey is the key of an Admin API project's service account: named
+// by its id, it charges the team that is the project (its only team).
+func RuntimeKey(id, project string, digest [sha256.Size]byte) *Key {
+	return &Key{Name: id, DefaultTeam: project, Project: project,
+		teams: map[string]struct{}{project: {}}, digest: digest}
+}
+
+// SetRuntime installs the runtime keys, by digest; keys must not change
+// afterwards. Nil removes them all.
+func (kr *Keyring) SetRuntime(keys map[[sha256.Size]byte]*Key) {
+	kr.runtime.Store(&keys)
 }
 
 // NewKeyring builds a Keyring from validated configuration.
@@ -104,8 +125,10 @@ func buildKeys(cfg config.Auth) ([]*Key, error) {
 }
 
 // Lookup returns the key whose secret is secret, or nil. It compares the
-// digest against every key in constant time and does not stop at the first
-// match, so timing tells nothing about which key, if any, matched.
+// digest against every configured key in constant time and does not stop
+// at the first match, so timing tells nothing about which key, if any,
+// matched. Runtime keys are then found by digest in a map: a digest
+// reveals nothing of a secret, so the map's timing does not either.
 func (kr *Keyring) Lookup(secret []byte) *Key {
 	if len(secret) == 0 {
 		return nil
@@ -115,6 +138,11 @@ func (kr *Keyring) Lookup(secret []byte) *Key {
 	for _, k := range *kr.keys.Load() {
 		if subtle.ConstantTimeCompare(d[:], k.digest[:]) == 1 {
 			found = k
+		}
+	}
+	if found == nil {
+		if rt := kr.runtime.Load(); rt != nil {
+			found = (*rt)[d]
 		}
 	}
 	return found

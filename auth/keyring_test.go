@@ -99,3 +99,29 @@ func TestKeyringReplace(t *testing.T) {
 		t.Fatal("a failed Replace must keep the previous keys")
 	}
 }
+
+func TestKeyringRuntimeKeys(t *testing.T) {
+	kr, err := NewKeyring(config.Auth{Keys: []config.Key{{Name: "yaml", Key: "sk-yaml", Teams: []string{"*"}, DefaultTeam: "t"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest := sha256.Sum256([]byte("sk-svcacct-one"))
+	kr.SetRuntime(map[[sha256.Size]byte]*Key{digest: RuntimeKey("key_one", "proj_a", digest)})
+	k := kr.Lookup([]byte("sk-svcacct-one"))
+	if k == nil || k.Name != "key_one" || k.Project != "proj_a" || k.DefaultTeam != "proj_a" {
+		t.Fatalf("runtime key = %+v", k)
+	}
+	if !k.AllowsTeam("proj_a") || k.AllowsTeam("proj_b") || k.AllowsAnyTeam() || k.Admin {
+		t.Fatal("a runtime key may use its project's team only, and is no admin")
+	}
+	if y := kr.Lookup([]byte("sk-yaml")); y == nil || y.Name != "yaml" || y.Project != "" {
+		t.Fatalf("configured key = %+v", y)
+	}
+	if allocs := testing.AllocsPerRun(100, func() { kr.Lookup([]byte("sk-svcacct-one")) }); allocs != 0 {
+		t.Fatalf("runtime lookup allocates %v times", allocs)
+	}
+	kr.SetRuntime(nil)
+	if kr.Lookup([]byte("sk-svcacct-one")) != nil {
+		t.Fatal("a removed runtime key still authenticates")
+	}
+}

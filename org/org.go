@@ -193,4 +193,19 @@ type Store interface {
 	// RuntimeKeys lists the keys that authenticate now (those of active
 	// projects), with the version they were read at.
 	RuntimeKeys(ctx context.Context) ([]RuntimeKey, int64, error)
+	// Enforced reads, at one version, everything the hot path enforces:
+	// the runtime keys and the active projects' limits and permissions.
+	Enforced(ctx context.Context) (Enforced, error)
+}
+
+// Enforced is what the hot path holds in memory of the organization, read
+// at Version.
+type Enforced struct {
+	Version int64
+	Keys    []RuntimeKey
+	// Projects are the active projects' ids.
+	Projects    []string
+	RateLimits  []RateLimit
+	Permissions map[string]ModelPermissions
+	SpendLimits map[string]SpendLimit
 }

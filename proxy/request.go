@@ -250,7 +250,12 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, ep *endpoint) {
 		}
 		c.streamSlot = true
 	}
-	res, err := st.limiter.Reserve(accounting.Subject{Team: team, Project: project, Key: key.Name}, s.estimate(st, ep, c.req))
+	estimate := s.estimate(st, ep, c.req)
+	if e := s.admit(ctx, key, c.route.Name, estimate, &c.rec); e != nil {
+		s.finish(ctx, c, e)
+		return
+	}
+	res, err := st.limiter.Reserve(accounting.Subject{Team: team, Project: project, Key: key.Name}, estimate)
 	if err != nil {
 		s.metrics.countRefusal(err)
 		s.finish(ctx, c, limitError(err))

@@ -54,6 +54,9 @@ type Options struct {
 	Keys     *auth.Keyring
 	Recorder Recorder
 	Limiter  Limiter
+	// Admit checks requests against the Admin API's policies (see
+	// Admission). Nil means none.
+	Admit Admission
 	// Log is the request logger. Nil means no logging.
 	Log *zap.Logger
 	// Metrics registers the proxy's series. Nil means they are kept but
@@ -102,10 +105,12 @@ type Server struct {
 	state    atomic.Pointer[state]
 	keys     *auth.Keyring
 	recorder Recorder
-	log      *zap.Logger
-	metrics  *metrics
-	srv      *fasthttp.Server
-	started  time.Time
+	// admission is Options.Admit.
+	admission Admission
+	log       *zap.Logger
+	metrics   *metrics
+	srv       *fasthttp.Server
+	started   time.Time
 	// retryBudget caps retries across all requests; it lives as long as
 	// the server, across reloads, which reconfigure it.
 	retryBudget *backends.RetryBudget
@@ -151,12 +156,13 @@ func New(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("proxy: Config, Registry, Keys, Recorder and Limiter are required")
 	}
 	s := &Server{
-		keys:     opts.Keys,
-		recorder: opts.Recorder,
-		log:      opts.Log,
-		metrics:  newMetrics(opts.Metrics),
-		started:  time.Now(),
-		boot:     opts.Config,
+		keys:      opts.Keys,
+		recorder:  opts.Recorder,
+		admission: opts.Admit,
+		log:       opts.Log,
+		metrics:   newMetrics(opts.Metrics),
+		started:   time.Now(),
+		boot:      opts.Config,
 
 		retryBudget:     backends.NewRetryBudget(opts.Config.Retries),
 		listenerMetrics: newListenerMetrics(opts.Metrics),

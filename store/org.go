@@ -383,39 +383,92 @@ func (d *DB) AuditLogs(ctx context.Context, q org.AuditQuery) ([]org.AuditLog, b
 	return orgList(ctx, d.conn(), auditColumns, "org_audit_logs", strings.Join(where, " AND "), args, q.Page, true, scanAudit)
 }
 
-// RuntimeKeys implements org.Store: the version and the keys are read in
-// one transaction, so a caller that polls Version and sees the same value
-// holds every change.
+// RuntimeKeys implements org.Store.
 func (d *DB) RuntimeKeys(ctx context.Context) ([]org.RuntimeKey, int64, error) {
+	e, err := d.Enforced(ctx)
+	return e.Keys, e.Version, err
+}
+
+// Enforced implements org.Store: the version and the rest are read in one
+// transaction, so a caller that polls Version and sees the same value
+// holds every change.
+func (d *DB) Enforced(ctx context.Context) (org.Enforced, error) {
+	e := org.Enforced{Permissions: map[string]org.ModelPermissions{}, SpendLimits: map[string]org.SpendLimit{}}
 	tx, c, err := d.begin(ctx)
 	if err != nil {
-		return nil, 0, fmt.Errorf("runtime keys: %w", err)
+		return e, fmt.Errorf("enforced org: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // read-only
-	var version int64
-	if err := c.queryRow(ctx, `SELECT version FROM org_version WHERE id = 1`).Scan(&version); err != nil {
-		return nil, 0, fmt.Errorf("runtime keys: %w", err)
+	if err := c.queryRow(ctx, `SELECT version FROM org_version WHERE id = 1`).Scan(&e.Version); err != nil {
+		return e, fmt.Errorf("enforced org: %w", err)
 	}
-	rows, err := c.query(ctx, `SELECT k.id, k.project_id, k.digest FROM org_api_keys k
-		JOIN org_projects p ON p.id = k.project_id WHERE p.archived_at = 0 ORDER BY k.seq`)
+	const active = ` JOIN org_projects p ON p.id = t.project_id WHERE p.archived_at = 0`
+	err = eachRow(ctx, c, `SELECT id FROM org_projects WHERE archived_at = 0 ORDER BY seq`, func(r *sql.Rows) error {
+		var id string
+		err := r.Scan(&id)
+		e.Projects = append(e.Projects, id)
+		return err
+	})
+	if err == nil {
+		err = eachRow(ctx, c, `SELECT t.id, t.project_id, t.digest FROM org_api_keys t`+active+` ORDER BY t.seq`, func(r *sql.Rows) error {
+			var k org.RuntimeKey
+			var digest string
+			if err := r.Scan(&k.KeyID, &k.ProjectID, &digest); err != nil {
+				return err
+			}
+			if _, err := hex.Decode(k.Digest[:], []byte(digest)); err != nil {
+				return fmt.Errorf("key %s: %w", k.KeyID, err)
+			}
+			e.Keys = append(e.Keys, k)
+			return nil
+		})
+	}
+	if err == nil {
+		err = eachRow(ctx, c, `SELECT t.project_id, t.model, t.rpm, t.tpm FROM org_rate_limits t`+active+` ORDER BY t.project_id, t.model`, func(r *sql.Rows) error {
+			var rl org.RateLimit
+			err := r.Scan(&rl.ProjectID, &rl.Model, &rl.MaxRequestsPer1Minute, &rl.MaxTokensPer1Minute)
+			e.RateLimits = append(e.RateLimits, rl)
+			return err
+		})
+	}
+	if err == nil {
+		err = eachRow(ctx, c, `SELECT t.project_id, t.mode, t.model_ids FROM org_model_permissions t`+active, func(r *sql.Rows) error {
+			var id, ids string
+			var mp org.ModelPermissions
+			if err := r.Scan(&id, &mp.Mode, &ids); err != nil {
+				return err
+			}
+			err := json.Unmarshal([]byte(ids), &mp.ModelIDs)
+			e.Permissions[id] = mp
+			return err
+		})
+	}
+	if err == nil {
+		err = eachRow(ctx, c, `SELECT t.project_id, t.threshold_cents FROM org_spend_limits t`+active, func(r *sql.Rows) error {
+			var id string
+			var sl org.SpendLimit
+			err := r.Scan(&id, &sl.ThresholdCents)
+			e.SpendLimits[id] = sl
+			return err
+		})
+	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("runtime keys: %w", err)
+		return e, fmt.Errorf("enforced org: %w", err)
+	}
+	return e, nil
+}
+
+// eachRow runs q and calls fn on each row.
+func eachRow(ctx context.Context, c conn, q string, fn func(*sql.Rows) error) error {
+	rows, err := c.query(ctx, q)
+	if err != nil {
+		return err
 	}
 	defer rows.Close()
-	var out []org.RuntimeKey
 	for rows.Next() {
-		var k org.RuntimeKey
-		var digest string
-		if err := rows.Scan(&k.KeyID, &k.ProjectID, &digest); err != nil {
-			return nil, 0, fmt.Errorf("runtime keys: %w", err)
+		if err := fn(rows); err != nil {
+			return err
 		}
-		if _, err := hex.Decode(k.Digest[:], []byte(digest)); err != nil {
-			return nil, 0, fmt.Errorf("runtime keys: key %s: %w", k.KeyID, err)
-		}
-		out = append(out, k)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, 0, fmt.Errorf("runtime keys: %w", err)
-	}
-	return out, version, nil
+	return rows.Err()
 }

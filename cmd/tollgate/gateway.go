@@ -42,6 +42,13 @@ type gateway struct {
 	recorder *accounting.Recorder
 	proxy    *proxy.Server
 	admin    *fasthttp.Server // nil unless admin_listen is set
+	// enforcer holds the Admin API's keys and limits in memory; its
+	// poller runs until stopEnforcer, and enforcerDone closes when it
+	// has returned.
+	enforcer     *org.Enforcer
+	orgLimits    *accounting.RedisLimiter // nil unless the limits live in Redis
+	stopEnforcer context.CancelFunc
+	enforcerDone chan struct{}
 	// routes is every route the binary serves (see routes.go).
 	routes []route.Route
 	// router serves the proxy's listener: every route, or with
@@ -189,6 +196,9 @@ func build(ctx context.Context, cfg *config.Config, stderr io.Writer) (*gateway,
 		return fail(err)
 	}
 	g.backendMetrics.Track(g.gen.registry)
+	if err := g.startEnforcer(ctx, cfg); err != nil {
+		return fail(err)
+	}
 
 	svc := admin.New(admin.Options{Keys: keys, Store: g.store, Log: g.log,
 		CurrentPricing: func() map[string]config.Pricing {
@@ -220,6 +230,7 @@ func build(ctx context.Context, cfg *config.Config, stderr io.Writer) (*gateway,
 		Keys:     keys,
 		Recorder: g.recorder,
 		Limiter:  g.gen.limiter,
+		Admit:    g.enforcer,
 		Log:      g.log,
 		Metrics:  reg,
 		// The store is shared by replicas on PostgreSQL; on SQLite it
@@ -246,10 +257,61 @@ func build(ctx context.Context, cfg *config.Config, stderr io.Writer) (*gateway,
 	return g, nil
 }
 
+// startEnforcer builds the Admin API's enforcer, reads the organization
+// once (so that runtime keys work from the first request) and starts its
+// poller. Project limits count where the configured ones do: in this
+// process, or in Redis under their own prefix, shared by every replica.
+func (g *gateway) startEnforcer(ctx context.Context, cfg *config.Config) error {
+	factory := func(ctx context.Context, prev org.Limits, limits []config.Limit, spent accounting.LimitsStore) org.Limits {
+		l, ok := prev.(*accounting.Limiter)
+		if ok {
+			l = l.Derive(limits)
+		} else {
+			l = accounting.NewLimiter(limits, time.Now)
+		}
+		if err := l.Reseed(ctx, spent); err != nil {
+			g.log.Warn("seeding project spend from the usage store failed; it counts from this process's own", zap.Error(err))
+		}
+		return l
+	}
+	if cfg.LimitsBackend.Driver == "redis" {
+		rc := cfg.LimitsBackend
+		rc.Prefix += "org:"
+		base, err := accounting.NewRedisLimiter(nil, rc, time.Now, g.log, g.metrics)
+		if err != nil {
+			return err
+		}
+		g.orgLimits = base
+		factory = func(ctx context.Context, _ org.Limits, limits []config.Limit, spent accounting.LimitsStore) org.Limits {
+			base.SetStore(spent)
+			return base.Derive(ctx, limits)
+		}
+	}
+	g.enforcer = org.NewEnforcer(org.EnforcerOptions{Store: g.store, Usage: g.store, Keys: g.keys, Limits: factory, Log: g.log})
+	g.enforcer.SetPricing(g.gen.pricing)
+	if err := g.enforcer.Refresh(ctx); err != nil {
+		return fmt.Errorf("read the Admin API's keys and limits: %w", err)
+	}
+	pollCtx, stop := context.WithCancel(context.Background())
+	g.stopEnforcer, g.enforcerDone = stop, make(chan struct{})
+	go func() {
+		defer close(g.enforcerDone)
+		g.enforcer.Run(pollCtx)
+	}()
+	return nil
+}
+
 // close stops, in order, what build started: backends, then the usage
 // queue (drained into the store), then the store and the log.
 func (g *gateway) close(timeout time.Duration) error {
 	var errs []error
+	if g.stopEnforcer != nil {
+		g.stopEnforcer()
+		<-g.enforcerDone
+	}
+	if g.orgLimits != nil {
+		errs = append(errs, g.orgLimits.Close())
+	}
 	g.retiring.Wait()
 	if g.gen != nil {
 		errs = append(errs, g.gen.close())

@@ -118,6 +118,7 @@ func (g *gateway) reload(ctx, stop context.Context) (config.ReloadChanges, error
 	if err := g.keys.Replace(cfg.Auth); err != nil {
 		return config.ReloadChanges{}, errors.Join(err, gen.close())
 	}
+	g.enforcer.SetPricing(gen.pricing)
 	_, drained := g.proxy.Swap(proxy.Generation{Config: cfg, Registry: gen.registry, Limiter: gen.limiter})
 	// The metrics follow the new configuration: the teams and projects it
 	// names, and its backends' and models' gauges.
