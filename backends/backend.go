@@ -48,9 +48,11 @@ type Backend struct {
 
 	// continuousUsage says the backend honours continuous_usage_stats.
 	continuousUsage bool
-	// slots is signalled when a request ends, for requests queued for a
-	// free slot.
-	slots *slotSignal
+	// routes are the routes that send to the backend: a release serves
+	// the requests queued on them.
+	routes []*Route
+	// turn rotates which of several routes a release serves first.
+	turn atomic.Uint32
 
 	inflight atomic.Int64
 	health   health
@@ -259,12 +261,42 @@ func (b *Backend) tryAcquire() bool {
 	}
 }
 
-// Release frees the slot Pick took, and wakes requests queued for a free
-// slot.
+// Release frees the slot Pick took, and hands it to a request queued for
+// it, if any. With nothing queued it costs an atomic load per route.
 func (b *Backend) Release() {
 	b.inflight.Add(-1)
-	if b.slots != nil {
-		b.slots.notify()
+	if len(b.routes) == 1 {
+		if r := b.routes[0]; r.queued.Load() > 0 {
+			r.dispatch()
+		}
+		return
+	}
+	b.serveRoutes()
+}
+
+// serveRoutes serves the queues of a backend shared by several routes,
+// starting from a different route each time so that none always comes
+// first.
+func (b *Backend) serveRoutes() {
+	n := len(b.routes)
+	if n == 0 {
+		return
+	}
+	start := -1
+	for i := range n {
+		if b.routes[i].queued.Load() > 0 {
+			start = i
+			break
+		}
+	}
+	if start < 0 {
+		return
+	}
+	start = int(b.turn.Add(1) % uint32(n))
+	for i := range n {
+		if r := b.routes[(start+i)%n]; r.queued.Load() > 0 {
+			r.dispatch()
+		}
 	}
 }
 

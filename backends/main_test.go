@@ -28,14 +28,14 @@ func newTestBackend(name string, weight, maxConcurrency int) *Backend {
 	return b
 }
 
-// newTestRoute puts backends in a route that shares one slot signal with them, as NewRegistry
-// wires them.
+// newTestRoute puts backends in a route whose queue their releases serve, as NewRegistry wires
+// them.
 func newTestRoute(q config.Queue, bs ...*Backend) *Route {
-	r := &Route{Name: "m", Upstream: "m", backends: bs, queue: q, slots: newSlotSignal(),
+	r := &Route{Name: "m", Upstream: "m", backends: bs, queue: q,
 		signals: signalsOf(&config.Model{Routing: config.Routing{QueueCostTokens: testQueueCostTokens}})}
 	for _, b := range bs {
 		r.totalWeight += b.weight
-		b.slots = r.slots
+		b.routes = append(b.routes, r)
 	}
 	return r
 }

@@ -51,8 +51,8 @@ func TestMetricsCountBackendEvents(t *testing.T) {
 	if !a.tryAcquire() {
 		t.Fatal("no slot on a")
 	}
-	if rt.WaitForSlot(nil, nil, nil) {
-		t.Error("WaitForSlot got a slot on a full backend")
+	if got, err := rt.WaitForSlot(nil, nil, Claim{}, nil, nil); got != nil || err != ErrQueueTimeout {
+		t.Errorf("WaitForSlot on a full backend = %v, %v; want nil, ErrQueueTimeout", got, err)
 	}
 	a.Release()
 	// Two failures eject a; a probe of b fails.

@@ -20,7 +20,8 @@ type Route struct {
 	// Upstream is the model id sent to the backends; it equals Name when
 	// the config sets no upstream_model.
 	Upstream string
-	// PriorityScheduling says the backends honour a request's priority.
+	// PriorityScheduling says the backends schedule by a request's
+	// priority (vLLM's --scheduling-policy priority); see AcceptsPriority.
 	PriorityScheduling bool
 	// ToolCalling says the backends call tools, so tool_choice may ask for it.
 	ToolCalling bool
@@ -47,11 +48,23 @@ type Route struct {
 	// serves has bit e set for each Endpoint e the model serves.
 	serves uint8
 
-	queue  config.Queue
+	queue config.Queue
+	// queued counts the requests in waitq, for a release to read without
+	// its lock.
 	queued atomic.Int64
-	slots  *slotSignal
+	waitq  waitQueue
 	// queueWait observes waits in the queue; nil when not measured.
 	queueWait prometheus.Observer
+}
+
+// AcceptsPriority reports whether a request with this "priority" may be
+// sent to the model: any priority when its backends schedule by priority
+// (the body is forwarded as is, field included), else only 0, as vLLM
+// refuses a non-zero priority unless it runs with --scheduling-policy
+// priority. A request refused gets a 400 naming the priority parameter.
+// The gateway's own queue orders by priority either way.
+func (r *Route) AcceptsPriority(priority int64) bool {
+	return priority == 0 || r.PriorityScheduling
 }
 
 // Serves reports whether the model serves endpoint e.
@@ -81,8 +94,6 @@ type Registry struct {
 	backends []*Backend
 	routes   map[string]*Route
 	ordered  []*Route
-	// slots wakes requests queued for a free slot on any backend.
-	slots *slotSignal
 	// pollers read the metrics of the backends the scheduler scores on
 	// them, one goroutine each, from NewRegistry until Close.
 	pollers   []*metricsPoller
@@ -94,7 +105,7 @@ type Registry struct {
 // NewRegistry builds backends and routes from a validated configuration.
 // In-process simulated backends start serving at once; Close stops them.
 func NewRegistry(cfg *config.Config) (*Registry, error) {
-	r := &Registry{routes: make(map[string]*Route, len(cfg.Models)), slots: newSlotSignal()}
+	r := &Registry{routes: make(map[string]*Route, len(cfg.Models))}
 	byName := make(map[string]*Backend, len(cfg.Backends))
 	for _, bc := range cfg.Backends {
 		b, err := newBackend(bc)
@@ -102,7 +113,6 @@ func NewRegistry(cfg *config.Config) (*Registry, error) {
 			r.Close()
 			return nil, err
 		}
-		b.slots = r.slots
 		b.Guard(cfg.Server.MaxResponseBytes)
 		r.backends = append(r.backends, b)
 		byName[bc.Name] = b
@@ -110,7 +120,7 @@ func NewRegistry(cfg *config.Config) (*Registry, error) {
 	for i, mc := range cfg.Models {
 		rt := &Route{Name: mc.Name, Upstream: mc.Name, PriorityScheduling: mc.PriorityScheduling,
 			ToolCalling:        mc.ToolCalling,
-			FallbackKeepsModel: mc.FallbackKeepsModel, signals: signalsOf(&mc), queue: mc.Queue, slots: r.slots}
+			FallbackKeepsModel: mc.FallbackKeepsModel, signals: signalsOf(&mc), queue: mc.Queue}
 		if mc.UpstreamModel != "" {
 			rt.Upstream = mc.UpstreamModel
 		}
@@ -126,6 +136,7 @@ func NewRegistry(cfg *config.Config) (*Registry, error) {
 			}
 			rt.backends = append(rt.backends, b)
 			rt.totalWeight += b.weight
+			b.routes = append(b.routes, rt)
 		}
 		r.routes[mc.Name] = rt
 		r.ordered = append(r.ordered, rt)

@@ -285,7 +285,10 @@ type Model struct {
 	// Backends serving the model, by name; at least one.
 	Backends []string `yaml:"backends"`
 	// PriorityScheduling says the backends schedule by the request's
-	// "priority"; without it a non-zero priority is refused with 400.
+	// "priority" (vLLM started with --scheduling-policy priority), so the
+	// field is forwarded. Zero means false: a request with a non-zero
+	// priority gets a 400. The gateway's own queue orders waiting
+	// requests by priority either way.
 	PriorityScheduling bool `yaml:"priority_scheduling"`
 	// ToolCalling says the backends call tools (vLLM started with
 	// --enable-auto-tool-choice and a --tool-call-parser), so requests may

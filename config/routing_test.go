@@ -110,3 +110,25 @@ func TestValidateRouting(t *testing.T) {
 		})
 	}
 }
+
+// TestLoadPriorityScheduling loads models[].priority_scheduling: zero means false.
+func TestLoadPriorityScheduling(t *testing.T) {
+	for _, tt := range []struct {
+		name, model string
+		want        bool
+	}{
+		{"left out", "", false},
+		{"false", "    priority_scheduling: false\n", false},
+		{"true", "    priority_scheduling: true\n", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := Parse([]byte(minimalYAML+tt.model), "test.yaml")
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if got := cfg.Models[0].PriorityScheduling; got != tt.want {
+				t.Errorf("priority_scheduling = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

@@ -46,9 +46,9 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *exchange, body 
 	chain := c.route.Fallbacks
 	counted := c.route // the last route counted as a fallback taken
 	for route != nil && len(tried) < attempts {
-		if !route.Serves(c.ep.upstream) || !c.req.ToolChoiceServed(route.ToolCalling) {
-			// A fallback that does not serve the endpoint, or the
-			// tool_choice asked for, is skipped.
+		if !route.Serves(c.ep.upstream) || !c.req.ToolChoiceServed(route.ToolCalling) || !route.AcceptsPriority(c.req.Priority) {
+			// A fallback that does not serve the endpoint, the
+			// tool_choice asked for, or the priority, is skipped.
 			route = nil
 			if len(chain) > 0 {
 				route, chain = chain[0], chain[1:]
@@ -70,18 +70,22 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *exchange, body 
 		}
 		if b == nil {
 			if route.Full(tried) {
-				if route.WaitForSlot(tried, c.watch.gone, ctx.Done()) {
-					continue
+				claim := backends.Claim{Priority: c.req.Priority, Tenant: c.rec.Team + "/" + c.rec.Project, Tokens: s.estimate(st, c.ep, c.req)}
+				var err error
+				if b, err = route.WaitForSlot(tried, blocks, claim, c.watch.gone, ctx.Done()); b == nil && err == nil {
+					continue // nothing healthy is left to wait for: pick again
 				}
-				if c.watch.left() || isClosed(ctx.Done()) {
+				if b == nil && (c.watch.left() || isClosed(ctx.Done())) {
 					last = c.watch.waitError()
 					break
 				}
-				last = &openai.Error{Status: fasthttp.StatusServiceUnavailable, Type: "api_error", Code: "overloaded",
-					Message: "Every backend of model " + route.Name + " is at its concurrency limit; retry shortly.", RetryAfter: time.Second}
-				break
+				if b == nil {
+					last = &openai.Error{Status: fasthttp.StatusServiceUnavailable, Type: "api_error", Code: "overloaded",
+						Message: "Every backend of model " + route.Name + " is at its concurrency limit; retry shortly.", RetryAfter: time.Second}
+					break
+				}
 			}
-			if len(chain) == 0 {
+			if b == nil && len(chain) == 0 {
 				b = route.PickEjected(tried)
 			}
 			if b == nil {

@@ -220,7 +220,7 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, ep *endpoint) {
 		s.finish(ctx, c, e)
 		return
 	}
-	if c.req.Priority != 0 && !c.route.PriorityScheduling {
+	if !c.route.AcceptsPriority(c.req.Priority) {
 		s.finish(ctx, c, &openai.Error{Status: fasthttp.StatusBadRequest, Type: "invalid_request_error", Param: "priority",
 			Message: "priority must be 0: model " + c.route.Name + " is not served with priority scheduling."})
 		return
