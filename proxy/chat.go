@@ -38,6 +38,7 @@ var (
 	requestIDName   = []byte(headerRequestID)
 	callIDName      = []byte(headerCallID)
 	servedModelName = []byte(headerServedModel)
+	traceparentName = []byte(headerTraceparent)
 )
 
 var (
@@ -142,7 +143,8 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, ep *endpoint) {
 	c.rec.Started = time.Now()
 	c.payloads = st.cfg.Traces.StorePayloads
 
-	callID := s.callIDs.next(c.rec.Started)
+	call := s.callIDs.nextUUID(c.rec.Started)
+	callID := formatUUID(&call)
 	c.rec.CallID = callID
 	hdr := readClientHeaders(&ctx.Request.Header)
 	if rid := hdr.requestID; validID(rid) {
@@ -179,6 +181,7 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, ep *endpoint) {
 		return
 	}
 	c.rec.TraceID, c.rec.ParentID = tc.traceID, tc.parentID
+	c.rec.Span = callSpan(&tc, &call)
 	if c.rec.TraceID == "" {
 		// A root call: its trace is named after it, as evaluation runs are.
 		c.rec.TraceID = callID
@@ -436,6 +439,8 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *completion, bod
 			break
 		}
 		s.metrics.retries.WithLabelValues(route.Name).Inc()
+		c.rec.Attempts = append(c.rec.Attempts, accounting.Attempt{Backend: b.Name, Model: route.Name,
+			Status: res.err.Status, Error: res.err.Message, Started: res.sent, Ended: res.ended})
 		if !c.watch.sleep(retryDelay(backoff, res.retryAfter, retries.MaxBackoff), ctx.Done()) {
 			last = c.watch.waitError()
 			break
@@ -451,6 +456,8 @@ type attemptResult struct {
 	done       bool
 	err        *apiError
 	retryAfter time.Duration
+	// sent and ended time a failed attempt, for the record's Attempts.
+	sent, ended time.Time
 }
 
 // attempt sends the request to b, a backend of route whose slot Pick took,
@@ -466,6 +473,10 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *completion, route *backend
 	req.Header.DisableNormalizing()
 	forwardHeaders(&req.Header, &ctx.Request.Header)
 	req.Header.SetCanonical(requestIDName, s2b(c.rec.RequestID))
+	// The gateway's span is the backend's parent, whether or not the
+	// client sent a traceparent (which forwardHeaders drops).
+	var traceparent [55]byte
+	req.Header.SetCanonical(traceparentName, appendTraceparent(traceparent[:0], &c.rec.Span))
 	req.Header.SetContentTypeBytes(jsonContentType)
 	b.Prepare(req, c.ep.upstream)
 	req.SetBodyRaw(upBody)
@@ -502,7 +513,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *completion, route *backend
 			s.finish(ctx, c, e)
 			return attemptResult{done: true}
 		}
-		return attemptResult{err: e}
+		return attemptResult{err: e, sent: sent, ended: sent.Add(roundTrip)}
 	}
 	status := resp.StatusCode()
 	if status >= 500 {
@@ -544,7 +555,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *completion, route *backend
 		fasthttp.ReleaseResponse(resp)
 		b.Release()
 		if retryableStatus(status) {
-			return attemptResult{err: e, retryAfter: retryAfter}
+			return attemptResult{err: e, retryAfter: retryAfter, sent: sent, ended: sent.Add(roundTrip)}
 		}
 		s.finish(ctx, c, e)
 		return attemptResult{done: true}
