@@ -26,6 +26,7 @@ import (
 	"github.com/tollgate-dev/tollgate/proxy"
 	"github.com/tollgate-dev/tollgate/route"
 	"github.com/tollgate-dev/tollgate/store"
+	"github.com/tollgate-dev/tollgate/telemetry"
 )
 
 // gateway is every long-lived part of a running gateway, so that shutdown
@@ -39,8 +40,10 @@ type gateway struct {
 	keys     *auth.Keyring
 	metrics  *prometheus.Registry
 	recorder *accounting.Recorder
-	proxy    *proxy.Server
-	admin    *fasthttp.Server // nil unless admin_listen is set
+	// spans exports a span per request; nil when export is off.
+	spans *telemetry.Exporter
+	proxy *proxy.Server
+	admin *fasthttp.Server // nil unless admin_listen is set
 	// routes is every route the binary serves (see routes.go).
 	routes []route.Route
 
@@ -163,6 +166,10 @@ func build(ctx context.Context, cfg *config.Config, stderr io.Writer) (*gateway,
 		FlushInterval: cfg.Usage.FlushInterval,
 		Labels:        accounting.NewLabelPolicy(cfg),
 	}, g.log, reg)
+	g.spans, err = telemetry.New(cfg.Telemetry, cfg.Backends, reg)
+	if err != nil {
+		return fail(err)
+	}
 	g.backendMetrics = backends.NewMetrics(reg)
 	g.gen, err = g.newGeneration(ctx, cfg)
 	if err != nil {
@@ -197,7 +204,7 @@ func build(ctx context.Context, cfg *config.Config, stderr io.Writer) (*gateway,
 		Config:   cfg,
 		Registry: g.gen.registry,
 		Keys:     keys,
-		Recorder: g.recorder,
+		Recorder: g.spans.Recorder(g.recorder),
 		Limiter:  g.gen.limiter,
 		Log:      g.log,
 		Metrics:  reg,
@@ -213,13 +220,19 @@ func build(ctx context.Context, cfg *config.Config, stderr io.Writer) (*gateway,
 	return g, nil
 }
 
-// close stops, in order, what build started: backends, then the usage
-// queue (drained into the store), then the store and the log.
+// close stops, in order, what build started: backends, then the spans
+// queued (exported), the usage queue (drained into the store), then the
+// store and the log.
 func (g *gateway) close(timeout time.Duration) error {
 	var errs []error
 	g.retiring.Wait()
 	if g.gen != nil {
 		errs = append(errs, g.gen.close())
+	}
+	if g.spans != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		errs = append(errs, g.spans.Shutdown(ctx))
+		cancel()
 	}
 	if g.recorder != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)

@@ -1,0 +1,141 @@
+package telemetry
+
+import (
+	"context"
+	"strconv"
+	"strings"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/tollgate-dev/tollgate/accounting"
+)
+
+// The gateway's own attributes, beside the GenAI conventions'.
+const (
+	attrTeam       = attribute.Key("tollgate.team")
+	attrProject    = attribute.Key("tollgate.project")
+	attrKeyName    = attribute.Key("tollgate.key_name")
+	attrBackend    = attribute.Key("tollgate.backend")
+	attrRetries    = attribute.Key("tollgate.retries")
+	attrCallID     = attribute.Key("tollgate.call_id")
+	attrRequestID  = attribute.Key("tollgate.request_id")
+	attrStream     = attribute.Key("tollgate.stream")
+	attrModel      = attribute.Key("tollgate.model")
+	attrError      = attribute.Key("tollgate.error")
+	attrAttemptDur = attribute.Key("tollgate.attempt.duration_s")
+)
+
+// attemptEvent names the span event of a retried attempt.
+const attemptEvent = "tollgate.attempt_failed"
+
+// operation is the GenAI operation of an endpoint, as Record.Endpoint
+// names it, and the openai.api.type the OpenAI conventions give it (none
+// for the endpoints they do not name). The Responses API is a chat
+// operation of API type "responses".
+func operation(endpoint string) (op attribute.KeyValue, apiType attribute.KeyValue, hasAPIType bool) {
+	switch endpoint {
+	case "completions":
+		return semconv.GenAIOperationNameTextCompletion, attribute.KeyValue{}, false
+	case "embeddings":
+		return semconv.GenAIOperationNameEmbeddings, attribute.KeyValue{}, false
+	case "responses":
+		return semconv.GenAIOperationNameChat, semconv.OpenAIAPITypeResponses, true
+	}
+	return semconv.GenAIOperationNameChat, semconv.OpenAIAPITypeChatCompletions, true
+}
+
+// export makes rec's span: a CLIENT span named "{operation} {model}", from
+// rec.Started to rec.Ended, with rec.Span's ids (see recordIDs), a child of
+// the client's span when it named one.
+func (e *Exporter) export(rec *accounting.Record) {
+	ctx := context.WithValue(context.Background(), spanKey{}, &rec.Span)
+	if rec.Span.ParentSpanID != ([8]byte{}) {
+		flags := trace.FlagsSampled
+		if rec.Span.NotSampled {
+			flags = 0
+		}
+		ctx = trace.ContextWithRemoteSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{
+			TraceID: rec.Span.TraceID, SpanID: rec.Span.ParentSpanID, TraceFlags: flags, Remote: true}))
+	}
+	op, apiType, hasAPIType := operation(rec.Endpoint)
+	attrs := make([]attribute.KeyValue, 0, 24)
+	attrs = append(attrs, op, semconv.GenAIProviderNameOpenAI, semconv.GenAIRequestModel(rec.Model))
+	if hasAPIType {
+		attrs = append(attrs, apiType)
+	}
+	if s, ok := (*e.servers.Load())[rec.Backend]; ok {
+		attrs = append(attrs, semconv.ServerAddress(s.address), semconv.ServerPort(s.port))
+	}
+	// The sampler sees the attributes given at the start, as the
+	// conventions ask for the operation, provider, model and server.
+	_, span := e.tracer.Start(ctx, op.Value.AsString()+" "+rec.Model,
+		trace.WithSpanKind(trace.SpanKindClient), trace.WithTimestamp(rec.Started), trace.WithAttributes(attrs...))
+	if !span.IsRecording() {
+		return
+	}
+	attrs = attrs[:0]
+	if rec.Backend != "" && rec.Status >= 200 && rec.Status < 300 {
+		attrs = append(attrs, semconv.GenAIResponseModel(rec.ServedModel))
+	}
+	if rec.CompletionID != "" {
+		attrs = append(attrs, semconv.GenAIResponseID(rec.CompletionID))
+	}
+	if rec.TotalTokens > 0 || rec.Status >= 200 && rec.Status < 300 {
+		attrs = append(attrs, semconv.GenAIUsageInputTokens(int(rec.PromptTokens)),
+			semconv.GenAIUsageOutputTokens(int(rec.CompletionTokens)))
+	}
+	attrs = append(attrs,
+		attrTeam.String(rec.Team), attrProject.String(rec.Project), attrKeyName.String(rec.KeyName),
+		attrBackend.String(rec.Backend), attrRetries.Int(len(rec.Attempts)),
+		attrCallID.String(rec.CallID), attrRequestID.String(rec.RequestID), attrStream.Bool(rec.Stream))
+	if t := errorType(rec); t != "" {
+		attrs = append(attrs, semconv.ErrorTypeKey.String(t))
+		span.SetStatus(codes.Error, rec.Error)
+	}
+	span.SetAttributes(attrs...)
+	for i := range rec.Attempts {
+		a := &rec.Attempts[i]
+		span.AddEvent(attemptEvent, trace.WithTimestamp(a.Ended), trace.WithAttributes(
+			attrBackend.String(a.Backend), attrModel.String(a.Model),
+			semconv.ErrorTypeKey.String(strconv.Itoa(a.Status)), attrError.String(a.Error),
+			attrAttemptDur.Float64(a.Ended.Sub(a.Started).Seconds())))
+	}
+	span.End(trace.WithTimestamp(rec.Ended))
+}
+
+// errorType is the span's error.type: the status answered, for a request
+// that failed with one; for a stream that failed after its 200, how it
+// ended, as the usage API's group_by=status names it; "" on success.
+func errorType(rec *accounting.Record) string {
+	switch {
+	case rec.Status >= 400 || rec.Status != 0 && rec.Status < 200:
+		return strconv.Itoa(rec.Status)
+	case rec.Error == "":
+		return ""
+	case rec.Incomplete && strings.HasPrefix(rec.Error, "client closed"):
+		return "client_closed"
+	case rec.Incomplete:
+		return "stream_broken"
+	}
+	return "server_error"
+}
+
+// spanKey carries a record's span to recordIDs.
+type spanKey struct{}
+
+// recordIDs gives each span the ids its record holds: the trace id and
+// span id the gateway sent the backend as its parent. Every span of the
+// exporter's tracer is started with its record's (see export).
+type recordIDs struct{}
+
+func (recordIDs) NewIDs(ctx context.Context) (trace.TraceID, trace.SpanID) {
+	sp := ctx.Value(spanKey{}).(*accounting.SpanContext)
+	return sp.TraceID, sp.SpanID
+}
+
+func (recordIDs) NewSpanID(ctx context.Context, _ trace.TraceID) trace.SpanID {
+	return ctx.Value(spanKey{}).(*accounting.SpanContext).SpanID
+}
