@@ -18,6 +18,7 @@ import (
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"go.uber.org/goleak"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tollgate-dev/tollgate/accounting"
@@ -556,13 +557,62 @@ func TestDropsWhenExporterStuck(t *testing.T) {
 	if next.len() != spans {
 		t.Errorf("%d records reached the usage recorder, want %d", next.len(), spans)
 	}
-	// At most a batch in export and a full queue are kept.
-	if n := dropped(t, reg, "queue_full"); n < spans-2*queue || n > spans-queue {
+	// At most a batch in export and a full queue are kept, once the
+	// records still in the ring have been built.
+	var n float64
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if n = dropped(t, reg, "queue_full"); n >= spans-2*queue {
+			break
+		}
+	}
+	if n < spans-2*queue || n > spans-queue {
 		t.Errorf("dropped %v spans, want from %d to %d", n, spans-2*queue, spans-queue)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	_ = exp.Shutdown(ctx)
+}
+
+// TestShutdownExportsQueued checks that the records taken before Shutdown
+// are all built and exported by it, that one taken after it is counted,
+// and that no goroutine outlives it (the span builder's, the batch
+// processor's, the exporter's connections).
+func TestShutdownExportsQueued(t *testing.T) {
+	// Registered first, so run last: after the receiver is closed.
+	before := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, before) })
+	recv := newReceiver(t)
+	// No batch leaves before Shutdown flushes them.
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "60000")
+	reg := prometheus.NewRegistry()
+	exp, err := telemetry.New(config.Telemetry{Endpoint: recv.srv.URL}, nil, reg)
+	if err != nil || exp == nil {
+		t.Fatalf("New = %v, %v", exp, err)
+	}
+	rec := exp.Recorder(&memRecorder{})
+	const spans = 50
+	for i := range spans {
+		now := time.Now()
+		var sp accounting.SpanContext
+		sp.TraceID[0], sp.SpanID[0], sp.SpanID[1] = 1, 1, byte(i)
+		rec.Record(accounting.Record{CallID: fmt.Sprint(i), Model: "demo", Status: 200, Span: sp, Started: now, Ended: now})
+	}
+	if err := exp.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rec.Record(accounting.Record{CallID: "late", Model: "demo", Status: 200})
+	recv.mu.Lock()
+	var got []string
+	for _, s := range recv.spans {
+		got = append(got, attrs(s.Attributes)["tollgate.call_id"])
+	}
+	recv.mu.Unlock()
+	if len(got) != spans || got[0] != "0" || got[spans-1] != fmt.Sprint(spans-1) {
+		t.Errorf("exported by Shutdown: %d spans %v, want the %d recorded, in order", len(got), got, spans)
+	}
+	if n := dropped(t, reg, "shutdown"); n != 1 {
+		t.Errorf("dropped at shutdown: %v, want the record taken after it", n)
+	}
 }
 
 // dropped is tollgate_otel_spans_dropped_total{reason} as reg gathers it.

@@ -13,7 +13,7 @@ import (
 func newDropCounter(reg prometheus.Registerer) *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tollgate_otel_spans_dropped_total",
-		Help: "OpenTelemetry spans not exported: the export queue was full (queue_full), or the collector refused or did not answer an export (export_failed).",
+		Help: "OpenTelemetry spans not exported: a queue was full (queue_full), the collector refused or did not answer an export (export_failed), or the request ended as the exporter shut down (shutdown).",
 	}, []string{"reason"})
 	if reg != nil {
 		reg.MustRegister(c)

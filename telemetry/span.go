@@ -47,11 +47,56 @@ func operation(endpoint string) (op attribute.KeyValue, apiType attribute.KeyVal
 	return semconv.GenAIOperationNameChat, semconv.OpenAIAPITypeChatCompletions, true
 }
 
-// export makes rec's span: a CLIENT span named "{operation} {model}", from
+// maxCachedNames bounds spanBuilder's names: the models a gateway serves
+// are few, but a record names the model its client asked for.
+const maxCachedNames = 1024
+
+// spanBuilder makes the spans: one, owned by the ring's consumer
+// goroutine, so its buffers are reused from span to span unlocked.
+type spanBuilder struct {
+	e *Exporter
+	// ids is the context every span starts in (see recordIDs): its span
+	// is pointed at each record's in turn.
+	ids *idContext
+	// attrs is the attributes of the span being built; the SDK copies
+	// them into the span.
+	attrs []attribute.KeyValue
+	// names caches "{operation} {model}".
+	names map[spanName]string
+	// kind is the start option every span takes, made once.
+	kind trace.SpanStartOption
+}
+
+type spanName struct{ op, model string }
+
+func newSpanBuilder(e *Exporter) *spanBuilder {
+	return &spanBuilder{
+		e:     e,
+		ids:   &idContext{Context: context.Background()},
+		attrs: make([]attribute.KeyValue, 0, 24),
+		names: make(map[spanName]string),
+		kind:  trace.WithSpanKind(trace.SpanKindClient),
+	}
+}
+
+// name is the span's name, "{operation} {model}".
+func (b *spanBuilder) name(op, model string) string {
+	if n, ok := b.names[spanName{op, model}]; ok {
+		return n
+	}
+	n := op + " " + model
+	if len(b.names) < maxCachedNames {
+		b.names[spanName{op, model}] = n
+	}
+	return n
+}
+
+// build makes rec's span: a CLIENT span named "{operation} {model}", from
 // rec.Started to rec.Ended, with rec.Span's ids (see recordIDs), a child of
 // the client's span when it named one.
-func (e *Exporter) export(rec *accounting.Record) {
-	ctx := context.WithValue(context.Background(), spanKey{}, &rec.Span)
+func (b *spanBuilder) build(rec *accounting.Record) {
+	b.ids.span = &rec.Span
+	var ctx context.Context = b.ids
 	if rec.Span.ParentSpanID != ([8]byte{}) {
 		flags := trace.FlagsSampled
 		if rec.Span.NotSampled {
@@ -61,19 +106,20 @@ func (e *Exporter) export(rec *accounting.Record) {
 			TraceID: rec.Span.TraceID, SpanID: rec.Span.ParentSpanID, TraceFlags: flags, Remote: true}))
 	}
 	op, apiType, hasAPIType := operation(rec.Endpoint)
-	attrs := make([]attribute.KeyValue, 0, 24)
-	attrs = append(attrs, op, semconv.GenAIProviderNameOpenAI, semconv.GenAIRequestModel(rec.Model))
+	attrs := append(b.attrs[:0], op, semconv.GenAIProviderNameOpenAI, semconv.GenAIRequestModel(rec.Model))
 	if hasAPIType {
 		attrs = append(attrs, apiType)
 	}
-	if s, ok := (*e.servers.Load())[rec.Backend]; ok {
-		attrs = append(attrs, semconv.ServerAddress(s.address), semconv.ServerPort(s.port))
+	if s, ok := (*b.e.servers.Load())[rec.Backend]; ok {
+		attrs = append(attrs, s.address, s.port)
 	}
 	// The sampler sees the attributes given at the start, as the
 	// conventions ask for the operation, provider, model and server.
-	_, span := e.tracer.Start(ctx, op.Value.AsString()+" "+rec.Model,
-		trace.WithSpanKind(trace.SpanKindClient), trace.WithTimestamp(rec.Started), trace.WithAttributes(attrs...))
+	_, span := b.e.tracer.Start(ctx, b.name(op.Value.AsString(), rec.Model),
+		b.kind, trace.WithTimestamp(rec.Started), trace.WithAttributes(attrs...))
+	b.ids.span = nil
 	if !span.IsRecording() {
+		b.attrs = attrs[:0]
 		return
 	}
 	attrs = attrs[:0]
@@ -96,6 +142,7 @@ func (e *Exporter) export(rec *accounting.Record) {
 		span.SetStatus(codes.Error, rec.Error)
 	}
 	span.SetAttributes(attrs...)
+	b.attrs = attrs[:0]
 	for i := range rec.Attempts {
 		a := &rec.Attempts[i]
 		span.AddEvent(attemptEvent, trace.WithTimestamp(a.Ended), trace.WithAttributes(
@@ -123,12 +170,27 @@ func errorType(rec *accounting.Record) string {
 	return "server_error"
 }
 
-// spanKey carries a record's span to recordIDs.
+// spanKey names the record's span in idContext.
 type spanKey struct{}
+
+// idContext is the context a span starts in: it carries the record's span
+// to recordIDs. spanBuilder keeps one and points it at each record in
+// turn, rather than make a context per span.
+type idContext struct {
+	context.Context
+	span *accounting.SpanContext
+}
+
+func (c *idContext) Value(key any) any {
+	if key == (spanKey{}) {
+		return c.span
+	}
+	return c.Context.Value(key)
+}
 
 // recordIDs gives each span the ids its record holds: the trace id and
 // span id the gateway sent the backend as its parent. Every span of the
-// exporter's tracer is started with its record's (see export).
+// exporter's tracer is started in an idContext (see spanBuilder.build).
 type recordIDs struct{}
 
 func (recordIDs) NewIDs(ctx context.Context) (trace.TraceID, trace.SpanID) {

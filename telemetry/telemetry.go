@@ -4,9 +4,11 @@
 // The span is built from the request's usage record once the request is
 // over (Exporter.Recorder wraps the usage recorder), with the record's
 // start and end as its timestamps, so the request path holds no span while
-// it runs and never waits on the exporter: the span goes to the SDK's
-// batch processor, behind a bound that drops (and counts) rather than
-// blocks.
+// it runs. Nor does it build one: the record is copied into a ring of
+// preallocated slots, and one goroutine makes the spans and hands them to
+// the SDK's batch processor. The ring and the processor's queue are
+// bounded; past either bound a span is dropped (and counted) rather than
+// make the request wait.
 package telemetry
 
 import (
@@ -19,6 +21,7 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -48,12 +51,14 @@ type Exporter struct {
 	// servers maps a backend's name to its server.address and
 	// server.port; a reload replaces it (see SetBackends).
 	servers atomic.Pointer[map[string]server]
+	// records carries the records to the goroutine that builds their
+	// spans, which New starts and Shutdown stops.
+	records *recordRing
 }
 
 // server is a backend's address as the span names it.
 type server struct {
-	address string
-	port    int
+	address, port attribute.KeyValue
 }
 
 // New builds the exporter cfg and the standard OTEL_* environment
@@ -88,6 +93,7 @@ func New(cfg config.Telemetry, backends []config.Backend, reg prometheus.Registe
 		return nil, err
 	}
 	dropped := newDropCounter(reg)
+	records := newRecordRing(queue, dropped.WithLabelValues("queue_full"), dropped.WithLabelValues("shutdown"))
 	bounded := &boundedProcessor{max: int64(queue), dropped: dropped.WithLabelValues("queue_full")}
 	bounded.SpanProcessor = sdktrace.NewBatchSpanProcessor(
 		&countingExporter{SpanExporter: client, queued: &bounded.queued, failed: dropped.WithLabelValues("export_failed")},
@@ -105,9 +111,10 @@ func New(cfg config.Telemetry, backends []config.Backend, reg prometheus.Registe
 		// Otherwise the SDK reads OTEL_TRACES_SAMPLER(_ARG) itself.
 		popts = append(popts, sdktrace.WithSampler(sampler))
 	}
-	e := &Exporter{provider: sdktrace.NewTracerProvider(popts...)}
+	e := &Exporter{provider: sdktrace.NewTracerProvider(popts...), records: records}
 	e.tracer = e.provider.Tracer("github.com/tollgate-dev/tollgate", trace.WithSchemaURL(semconv.SchemaURL))
 	e.SetBackends(backends)
+	go records.run(newSpanBuilder(e).build)
 	return e, nil
 }
 
@@ -254,11 +261,12 @@ func serverOf(u *url.URL) server {
 			port = 443
 		}
 	}
-	return server{address: u.Hostname(), port: port}
+	return server{address: semconv.ServerAddress(u.Hostname()), port: semconv.ServerPort(port)}
 }
 
-// Recorder returns next wrapped so that every record it takes is exported
-// as a span first; next itself when e is nil (export off).
+// Recorder returns next wrapped so that every record it takes is queued to
+// be exported as a span, then handed on; next itself when e is nil (export
+// off).
 func (e *Exporter) Recorder(next Recorder) Recorder {
 	if e == nil {
 		return next
@@ -266,25 +274,33 @@ func (e *Exporter) Recorder(next Recorder) Recorder {
 	return &spanRecorder{e: e, next: next}
 }
 
-// Shutdown exports the spans queued and stops the exporter, within ctx.
-// Nil-safe.
+// Shutdown builds and exports the spans queued and stops the exporter and
+// its goroutines, within ctx; records taken after it began are dropped
+// (and counted). Nil-safe.
 func (e *Exporter) Shutdown(ctx context.Context) error {
 	if e == nil {
 		return nil
 	}
+	// The spans not built by the deadline are counted as dropped; the
+	// provider is shut down either way, so that no goroutine outlives
+	// Shutdown.
+	built := e.records.close(ctx)
 	if err := e.provider.Shutdown(ctx); err != nil {
 		return fmt.Errorf("telemetry: shutdown: %w", err)
+	}
+	if built != nil {
+		return fmt.Errorf("telemetry: shutdown: spans not built: %w", built)
 	}
 	return nil
 }
 
-// spanRecorder exports each record as a span, then hands it on.
+// spanRecorder queues each record to become a span, then hands it on.
 type spanRecorder struct {
 	e    *Exporter
 	next Recorder
 }
 
 func (r *spanRecorder) Record(rec accounting.Record) {
-	r.e.export(&rec)
+	r.e.records.push(&rec)
 	r.next.Record(rec)
 }
