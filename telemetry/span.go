@@ -65,6 +65,9 @@ type spanBuilder struct {
 	names map[spanName]string
 	// kind is the start option every span takes, made once.
 	kind trace.SpanStartOption
+	// start and end hold the options of the span being built.
+	start []trace.SpanStartOption
+	end   [1]trace.SpanEndOption
 }
 
 type spanName struct{ op, model string }
@@ -76,6 +79,7 @@ func newSpanBuilder(e *Exporter) *spanBuilder {
 		attrs: make([]attribute.KeyValue, 0, 24),
 		names: make(map[spanName]string),
 		kind:  trace.WithSpanKind(trace.SpanKindClient),
+		start: make([]trace.SpanStartOption, 0, 3),
 	}
 }
 
@@ -113,16 +117,6 @@ func (b *spanBuilder) build(rec *accounting.Record) {
 	if s, ok := (*b.e.servers.Load())[rec.Backend]; ok {
 		attrs = append(attrs, s.address, s.port)
 	}
-	// The sampler sees the attributes given at the start, as the
-	// conventions ask for the operation, provider, model and server.
-	_, span := b.e.tracer.Start(ctx, b.name(op.Value.AsString(), rec.Model),
-		b.kind, trace.WithTimestamp(rec.Started), trace.WithAttributes(attrs...))
-	b.ids.span = nil
-	if !span.IsRecording() {
-		b.attrs = attrs[:0]
-		return
-	}
-	attrs = attrs[:0]
 	if rec.Backend != "" && rec.Status >= 200 && rec.Status < 300 {
 		attrs = append(attrs, semconv.GenAIResponseModel(rec.ServedModel))
 	}
@@ -137,12 +131,24 @@ func (b *spanBuilder) build(rec *accounting.Record) {
 		attrTeam.String(rec.Team), attrProject.String(rec.Project), attrKeyName.String(rec.KeyName),
 		attrBackend.String(rec.Backend), attrRetries.Int(len(rec.Attempts)),
 		attrCallID.String(rec.CallID), attrRequestID.String(rec.RequestID), attrStream.Bool(rec.Stream))
-	if t := errorType(rec); t != "" {
-		attrs = append(attrs, semconv.ErrorTypeKey.String(t))
+	errType := errorType(rec)
+	if errType != "" {
+		attrs = append(attrs, semconv.ErrorTypeKey.String(errType))
+	}
+	// Every attribute is given at the start, where the sampler sees them
+	// (the conventions ask it for the operation, provider, model and
+	// server), rather than set after: the span copies them once.
+	b.start = append(b.start[:0], b.kind, trace.WithTimestamp(rec.Started), trace.WithAttributes(attrs...))
+	_, span := b.e.tracer.Start(ctx, b.name(op.Value.AsString(), rec.Model), b.start...)
+	b.ids.span = nil
+	b.attrs = attrs[:0]
+	clear(b.start)
+	if !span.IsRecording() {
+		return
+	}
+	if errType != "" {
 		span.SetStatus(codes.Error, rec.Error)
 	}
-	span.SetAttributes(attrs...)
-	b.attrs = attrs[:0]
 	for i := range rec.Attempts {
 		a := &rec.Attempts[i]
 		span.AddEvent(attemptEvent, trace.WithTimestamp(a.Ended), trace.WithAttributes(
@@ -150,7 +156,9 @@ func (b *spanBuilder) build(rec *accounting.Record) {
 			semconv.ErrorTypeKey.String(strconv.Itoa(a.Status)), attrError.String(a.Error),
 			attrAttemptDur.Float64(a.Ended.Sub(a.Started).Seconds())))
 	}
-	span.End(trace.WithTimestamp(rec.Ended))
+	b.end[0] = trace.WithTimestamp(rec.Ended)
+	span.End(b.end[:]...)
+	b.end[0] = nil
 }
 
 // errorType is the span's error.type: the status answered, for a request
