@@ -17,6 +17,15 @@ type Record struct {
 	CallID   string
 	TraceID  string
 	ParentID string
+	// Span is the request's place in W3C trace context: the span the
+	// gateway exports for it (when OpenTelemetry export is on) and names
+	// to the backend as its parent.
+	Span SpanContext
+	// Attempts are the upstream attempts that failed and were retried, on
+	// another backend or a fallback model, in order; nil when none was.
+	// The attempt that ended the request is described by the record
+	// itself (Backend, ServedModel, Status, Error).
+	Attempts []Attempt
 
 	// KeyName is the name of the API key used, never the secret.
 	KeyName string
@@ -80,6 +89,40 @@ type Record struct {
 // with the request's record.
 type Hold interface {
 	Settle(rec *Record)
+}
+
+// SpanContext is a request's span in W3C trace context (trace ids of 16
+// bytes, span ids of 8), as the traceparent header carries it.
+type SpanContext struct {
+	// TraceID is the trace's id: the client's traceparent's, else
+	// Record.TraceID's when that is a UUID (a call id, or a
+	// Compat-Trace-Id in that form), else derived from Record.TraceID.
+	TraceID [16]byte
+	// SpanID is the gateway's span for the request, the parent the
+	// backend is given in traceparent: the last 8 bytes of the call id.
+	SpanID [8]byte
+	// ParentSpanID is the client's span: its traceparent's parent id, or
+	// a Compat-Parent-Id of 16 hex digits. Zero means the span has no
+	// parent.
+	ParentSpanID [8]byte
+	// NotSampled says the client's traceparent had its sampled flag off.
+	// Zero (false) means it was on, or there was no traceparent.
+	NotSampled bool
+}
+
+// Attempt is one upstream attempt that failed and was retried.
+type Attempt struct {
+	// Backend is the backend tried, Model the public id of the model it
+	// was tried for (a fallback's, after a fallback).
+	Backend string
+	Model   string
+	// Status is the status the attempt would have answered the client
+	// with, Error what went wrong.
+	Status int
+	Error  string
+	// Started is when the request was sent, Ended when the attempt failed.
+	Started time.Time
+	Ended   time.Time
 }
 
 // Subject names whose usage a request counts against.

@@ -34,6 +34,9 @@ type Config struct {
 	Reload Reload `yaml:"reload"`
 	// Metrics bounds the label values of the Prometheus series.
 	Metrics Metrics `yaml:"metrics"`
+	// Telemetry exports an OpenTelemetry span for every request routed by
+	// model.
+	Telemetry Telemetry `yaml:"telemetry"`
 
 	// Path is the file the configuration was loaded from; empty when it
 	// came from the embedded default. It is not read from YAML.
@@ -515,4 +518,42 @@ type Metrics struct {
 	// Projects get a project label of their own. Zero means only the
 	// projects limits name, and usage.default_project.
 	Projects []string `yaml:"projects"`
+}
+
+// Telemetry configures the export of an OpenTelemetry span for every
+// request routed by model, over OTLP/HTTP (protobuf). Each field left zero
+// takes the standard OpenTelemetry environment variable it names, as every
+// OpenTelemetry SDK reads it; export is off when neither an endpoint here
+// nor OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is
+// set (and when OTEL_SDK_DISABLED is true or OTEL_TRACES_EXPORTER is
+// none).
+type Telemetry struct {
+	// Endpoint is the collector's OTLP/HTTP base URL; spans are posted to
+	// it with "/v1/traces" appended. Zero means OTEL_EXPORTER_OTLP_ENDPOINT.
+	Endpoint string `yaml:"endpoint"`
+	// TracesEndpoint is the full URL spans are posted to, taking
+	// precedence over Endpoint. Zero means
+	// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else Endpoint.
+	TracesEndpoint string `yaml:"traces_endpoint"`
+	// Headers are sent with every export (a collector's API key). Zero
+	// means OTEL_EXPORTER_OTLP_TRACES_HEADERS, else
+	// OTEL_EXPORTER_OTLP_HEADERS, else none.
+	Headers map[string]string `yaml:"headers"`
+	// ServiceName is the spans' service.name. Zero means
+	// OTEL_SERVICE_NAME, else "tollgate".
+	ServiceName string `yaml:"service_name"`
+	// Sampler decides which requests get a span: always_on, always_off,
+	// traceidratio, parentbased_always_on, parentbased_always_off or
+	// parentbased_traceidratio (parentbased_ ones follow the sampled flag
+	// of the client's traceparent). Zero means OTEL_TRACES_SAMPLER, else
+	// parentbased_always_on.
+	Sampler string `yaml:"sampler"`
+	// SamplerArg is the ratio of requests the traceidratio samplers keep,
+	// from "0" to "1". Zero means OTEL_TRACES_SAMPLER_ARG, else "1".
+	SamplerArg string `yaml:"sampler_arg"`
+	// MaxQueueSize bounds the spans waiting to be exported; past it a
+	// span is dropped (and counted in tollgate_otel_spans_dropped_total)
+	// rather than make a request wait. Zero means OTEL_BSP_MAX_QUEUE_SIZE,
+	// else 2048.
+	MaxQueueSize int `yaml:"max_queue_size"`
 }

@@ -10,8 +10,8 @@ import (
 // holds: the listeners and fasthttp's server (sizes, timeouts, the
 // connection cap, the shutdown timeout), the admin module (max_json_depth
 // and max_file_bytes bound trace ingest, metrics_auth and metrics_token
-// guard /metrics), the log, the store, the usage queue, the limiter's backend
-// and the reload watcher. A reload leaves them at the values the process
+// guard /metrics), the log, the store, the usage queue, the limiter's backend,
+// the reload watcher and the span exporter (telemetry). A reload leaves them at the values the process
 // started with, everywhere, until a restart. Each is a path as the YAML
 // file writes it, "[]" standing for any entry of a list.
 func RestartOnlySettings() []string {
@@ -28,6 +28,9 @@ func RestartOnlySettings() []string {
 		"limits_backend.db", "limits_backend.prefix", "limits_backend.timeout",
 		"traces.max_file_bytes",
 		"reload.watch", "reload.interval",
+		"telemetry.endpoint", "telemetry.traces_endpoint", "telemetry.headers",
+		"telemetry.service_name", "telemetry.sampler", "telemetry.sampler_arg",
+		"telemetry.max_queue_size",
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -68,6 +69,7 @@ func (c *Config) Validate() error {
 	v.limits(c.Limits, keyNames)
 	v.limitsBackend(&c.LimitsBackend)
 	v.retries(&c.Retries)
+	v.telemetry(&c.Telemetry)
 	v.positiveDuration("reload.interval", c.Reload.Interval)
 	for i, t := range c.Metrics.Teams {
 		v.name(indexPath("metrics.teams", i), t, false)
@@ -467,6 +469,34 @@ func (v *validator) retries(r *Retries) {
 		v.addf("retries.budget_ratio", "want a fraction in (0, 1], got %v", r.BudgetRatio)
 	}
 	v.nonNegative("retries.budget_min", int64(r.BudgetMin))
+}
+
+// telemetry checks the span export settings given in the file; those left
+// to the environment are checked when the exporter is built.
+func (v *validator) telemetry(t *Telemetry) {
+	if t.Endpoint != "" {
+		v.backendURL("telemetry.endpoint", t.Endpoint)
+	}
+	if t.TracesEndpoint != "" {
+		v.backendURL("telemetry.traces_endpoint", t.TracesEndpoint)
+	}
+	if t.Sampler != "" {
+		v.oneOf("telemetry.sampler", t.Sampler, TelemetrySamplers()...)
+	}
+	if t.SamplerArg != "" {
+		if f, err := strconv.ParseFloat(t.SamplerArg, 64); err != nil || !(f >= 0 && f <= 1) {
+			v.addf("telemetry.sampler_arg", "want a ratio from 0 to 1, got %q", t.SamplerArg)
+		}
+	}
+	v.nonNegative("telemetry.max_queue_size", int64(t.MaxQueueSize))
+}
+
+// TelemetrySamplers are the sampler names telemetry.sampler and
+// OTEL_TRACES_SAMPLER take, as the OpenTelemetry SDK configuration names
+// them.
+func TelemetrySamplers() []string {
+	return []string{"always_on", "always_off", "traceidratio",
+		"parentbased_always_on", "parentbased_always_off", "parentbased_traceidratio"}
 }
 
 // endpoints checks a model's endpoint names: known, and each listed once.

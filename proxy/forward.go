@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"errors"
+	"github.com/tollgate-dev/tollgate/accounting"
 	"math/rand/v2"
 	"strconv"
 	"time"
@@ -121,6 +122,8 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *exchange, body 
 			break
 		}
 		s.metrics.retries.WithLabelValues(route.Name).Inc()
+		c.rec.Attempts = append(c.rec.Attempts, accounting.Attempt{Backend: b.Name, Model: route.Name,
+			Status: res.err.Status, Error: res.err.Message, Started: res.sent, Ended: res.ended})
 		if !c.watch.sleep(retryDelay(backoff, res.retryAfter, retries.MaxBackoff), ctx.Done()) {
 			last = c.watch.waitError()
 			break
@@ -136,6 +139,8 @@ type attemptResult struct {
 	done       bool
 	err        *openai.Error
 	retryAfter time.Duration
+	// sent and ended time a failed attempt, for the record's Attempts.
+	sent, ended time.Time
 }
 
 // attempt sends the request to b, a backend of route whose slot Pick took,
@@ -151,6 +156,10 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *exchange, route *backends.
 	req.Header.DisableNormalizing()
 	forwardHeaders(&req.Header, &ctx.Request.Header)
 	req.Header.SetCanonical(requestIDName, s2b(c.rec.RequestID))
+	// The gateway's span is the backend's parent, whether or not the
+	// client sent a traceparent (which forwardHeaders drops).
+	var traceparent [55]byte
+	req.Header.SetCanonical(traceparentName, appendTraceparent(traceparent[:0], &c.rec.Span))
 	req.Header.SetContentTypeBytes(jsonContentType)
 	b.Prepare(req, c.ep.upstream)
 	req.SetBodyRaw(upBody)
@@ -187,7 +196,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *exchange, route *backends.
 			s.finish(ctx, c, e)
 			return attemptResult{done: true}
 		}
-		return attemptResult{err: e}
+		return attemptResult{err: e, sent: sent, ended: sent.Add(roundTrip)}
 	}
 	status := resp.StatusCode()
 	if status >= 500 {
@@ -229,7 +238,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *exchange, route *backends.
 		fasthttp.ReleaseResponse(resp)
 		b.Release()
 		if retryableStatus(status) {
-			return attemptResult{err: e, retryAfter: retryAfter}
+			return attemptResult{err: e, retryAfter: retryAfter, sent: sent, ended: sent.Add(roundTrip)}
 		}
 		s.finish(ctx, c, e)
 		return attemptResult{done: true}

@@ -28,6 +28,7 @@ var droppedRequestHeaders = [...][]byte{
 	[]byte("Cookie"),
 	[]byte("Accept-Encoding"),
 	[]byte("X-Request-Id"),
+	[]byte("Traceparent"),
 }
 
 // compatPrefix marks the gateway's own attribution and trace headers,
@@ -49,7 +50,7 @@ func forwardHeaders(dst, src *fasthttp.RequestHeader) {
 
 // droppedByLength indexes droppedRequestHeaders by length, so that a name
 // is compared only with the dropped names it could equal: one or two, not
-// all sixteen, for every header of every request.
+// all seventeen, for every header of every request.
 var droppedByLength = func() (idx [len("Proxy-Authorization") + 1][][]byte) {
 	for _, h := range droppedRequestHeaders {
 		idx[len(h)] = append(idx[len(h)], h)

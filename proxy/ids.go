@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/tollgate-dev/tollgate/openai"
+	"github.com/tollgate-dev/tollgate/accounting"
 )
 
 // validID reports whether a client-supplied id is safe to keep (see
@@ -82,6 +84,13 @@ func (g *callIDs) seedFromRand() error {
 // next returns a new call id for a call started at now, in the 36-character
 // form of uuid.UUID.String. It is safe for concurrent use.
 func (g *callIDs) next(now time.Time) string {
+	u := g.nextUUID(now)
+	return formatUUID(&u)
+}
+
+// nextUUID is next's id as its 16 bytes, which also name the call's span
+// in W3C trace context (see callSpan).
+func (g *callIDs) nextUUID(now time.Time) [16]byte {
 	ms := uint64(now.UnixMilli()) & (1<<48 - 1)
 	var tc uint64
 	for {
@@ -94,7 +103,35 @@ func (g *callIDs) next(now time.Time) string {
 	var u [16]byte
 	binary.BigEndian.PutUint64(u[0:8], tc>>12<<16|0x7000|tc&0xfff)
 	binary.BigEndian.PutUint64(u[8:16], (g.seed^mix64(tc))&(1<<62-1)|2<<62)
-	return formatUUID(&u)
+	return u
+}
+
+// callSpan completes tc's W3C span for the call whose id is call: its span
+// id is the call id's last 8 bytes, which the 62 bits of rand_b make
+// unique and never zero at no cost (no lock, no clock, no random draw),
+// and which tie the span to its call; a call that starts a trace names the
+// trace after itself, as Record.TraceID does.
+func callSpan(tc *traceContext, call *[16]byte) accounting.SpanContext {
+	sp := tc.span
+	copy(sp.SpanID[:], call[8:16])
+	if tc.traceID == "" {
+		sp.TraceID = *call
+	}
+	return sp
+}
+
+// appendTraceparent appends the traceparent header naming sp as the
+// parent: version 00, sp's trace and span ids, and the sampled flag unless
+// the client's traceparent had it off.
+func appendTraceparent(dst []byte, sp *accounting.SpanContext) []byte {
+	dst = append(dst, "00-"...)
+	dst = hex.AppendEncode(dst, sp.TraceID[:])
+	dst = append(dst, '-')
+	dst = hex.AppendEncode(dst, sp.SpanID[:])
+	if sp.NotSampled {
+		return append(dst, "-00"...)
+	}
+	return append(dst, "-01"...)
 }
 
 // mix64 is SplitMix64's finalizer, a bijection that spreads every bit of
@@ -142,6 +179,9 @@ func hex8(v uint32) uint64 {
 type traceContext struct {
 	traceID  string
 	parentID string
+	// span is the same place in W3C trace context, its span id aside
+	// (see callSpan).
+	span accounting.SpanContext
 }
 
 var (
@@ -164,7 +204,8 @@ func parseTraceHeaders(traceID, parentID, traceparent []byte) (traceContext, err
 		if len(parentID) > 0 && !validID(parentID) {
 			return traceContext{}, errBadParentID
 		}
-		return traceContext{traceID: string(traceID), parentID: string(parentID)}, nil
+		return traceContext{traceID: string(traceID), parentID: string(parentID),
+			span: accounting.SpanContext{TraceID: w3cTraceID(traceID), ParentSpanID: w3cSpanID(parentID)}}, nil
 	}
 	if len(traceparent) == 0 {
 		return traceContext{}, nil
@@ -202,7 +243,49 @@ func parseTraceparent(h []byte) (traceContext, error) {
 		// All-zero ids are invalid per the W3C spec.
 		return traceContext{}, errBadTraceparent
 	}
-	return traceContext{traceID: uuid.UUID(tid).String(), parentID: string(parent)}, nil
+	// Flags' bit 0 is "sampled"; the other bits are reserved.
+	notSampled := unhex(flags[1])&1 == 0
+	return traceContext{traceID: uuid.UUID(tid).String(), parentID: string(parent),
+		span: accounting.SpanContext{TraceID: tid, ParentSpanID: pid, NotSampled: notSampled}}, nil
+}
+
+// w3cTraceID is the W3C trace id of a Compat-Trace-Id: the UUID it spells
+// (as call ids and the trace ids of traceparents are written), or its 32
+// hex digits, or else the first 16 bytes of its SHA-256, so that every
+// call naming one trace lands in one OpenTelemetry trace.
+func w3cTraceID(id []byte) [16]byte {
+	if len(id) == 36 {
+		if u, err := uuid.ParseBytes(id); err == nil {
+			return u
+		}
+	}
+	var t [16]byte
+	if len(id) == 32 && isLowerHex(id) {
+		_, _ = hex.Decode(t[:], id)
+		return t
+	}
+	sum := sha256.Sum256(id)
+	copy(t[:], sum[:16])
+	return t
+}
+
+// w3cSpanID is the W3C span id of a Compat-Parent-Id of 16 lower-case hex
+// digits (a span id as traceparent writes it); zero, no parent span, for
+// any other id, which names no OpenTelemetry span.
+func w3cSpanID(id []byte) [8]byte {
+	var s [8]byte
+	if len(id) == 16 && isLowerHex(id) {
+		_, _ = hex.Decode(s[:], id)
+	}
+	return s
+}
+
+// unhex is the value of the lower-case hex digit c.
+func unhex(c byte) byte {
+	if c >= 'a' {
+		return c - 'a' + 10
+	}
+	return c - '0'
 }
 
 func isLowerHex(b []byte) bool {

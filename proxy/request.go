@@ -33,6 +33,7 @@ var (
 	requestIDName   = []byte(headerRequestID)
 	callIDName      = []byte(headerCallID)
 	servedModelName = []byte(headerServedModel)
+	traceparentName = []byte(headerTraceparent)
 )
 
 var (
@@ -138,7 +139,8 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, ep *endpoint) {
 	c.rec.Started = time.Now()
 	c.payloads = st.cfg.Traces.StorePayloads
 
-	callID := s.callIDs.next(c.rec.Started)
+	call := s.callIDs.nextUUID(c.rec.Started)
+	callID := formatUUID(&call)
 	c.rec.CallID = callID
 	hdr := readClientHeaders(&ctx.Request.Header)
 	if rid := hdr.requestID; validID(rid) {
@@ -175,6 +177,7 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, ep *endpoint) {
 		return
 	}
 	c.rec.TraceID, c.rec.ParentID = tc.traceID, tc.parentID
+	c.rec.Span = callSpan(&tc, &call)
 	if c.rec.TraceID == "" {
 		// A root call: its trace is named after it, as evaluation runs are.
 		c.rec.TraceID = callID

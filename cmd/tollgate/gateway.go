@@ -27,6 +27,7 @@ import (
 	"github.com/tollgate-dev/tollgate/org"
 	"github.com/tollgate-dev/tollgate/proxy"
 	"github.com/tollgate-dev/tollgate/store"
+	"github.com/tollgate-dev/tollgate/telemetry"
 )
 
 // gateway is every long-lived part of a running gateway, so that shutdown
@@ -40,6 +41,8 @@ type gateway struct {
 	keys     *auth.Keyring
 	metrics  *prometheus.Registry
 	recorder *accounting.Recorder
+	// spans exports a span per request; nil when export is off.
+	spans *telemetry.Exporter
 	proxy    *proxy.Server
 	admin    *fasthttp.Server // nil unless admin_listen is set
 	// enforcer holds the Admin API's keys and limits in memory; its
@@ -190,6 +193,10 @@ func build(ctx context.Context, cfg *config.Config, stderr io.Writer) (*gateway,
 		FlushInterval: cfg.Usage.FlushInterval,
 		Labels:        accounting.NewLabelPolicy(cfg),
 	}, g.log, reg)
+	g.spans, err = telemetry.New(cfg.Telemetry, cfg.Backends, reg)
+	if err != nil {
+		return fail(err)
+	}
 	g.backendMetrics = backends.NewMetrics(reg)
 	g.gen, err = g.newGeneration(ctx, cfg)
 	if err != nil {
@@ -228,7 +235,7 @@ func build(ctx context.Context, cfg *config.Config, stderr io.Writer) (*gateway,
 		Config:   cfg,
 		Registry: g.gen.registry,
 		Keys:     keys,
-		Recorder: g.recorder,
+		Recorder: g.spans.Recorder(g.recorder),
 		Limiter:  g.gen.limiter,
 		Admit:    g.enforcer,
 		Log:      g.log,
@@ -301,8 +308,9 @@ func (g *gateway) startEnforcer(ctx context.Context, cfg *config.Config) error {
 	return nil
 }
 
-// close stops, in order, what build started: backends, then the usage
-// queue (drained into the store), then the store and the log.
+// close stops, in order, what build started: backends, then the spans
+// queued (exported), the usage queue (drained into the store), then the
+// store and the log.
 func (g *gateway) close(timeout time.Duration) error {
 	var errs []error
 	if g.stopEnforcer != nil {
@@ -315,6 +323,11 @@ func (g *gateway) close(timeout time.Duration) error {
 	g.retiring.Wait()
 	if g.gen != nil {
 		errs = append(errs, g.gen.close())
+	}
+	if g.spans != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		errs = append(errs, g.spans.Shutdown(ctx))
+		cancel()
 	}
 	if g.recorder != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)

@@ -123,6 +123,7 @@ func (g *gateway) reload(ctx, stop context.Context) (config.ReloadChanges, error
 	// The metrics follow the new configuration: the teams and projects it
 	// names, and its backends' and models' gauges.
 	g.recorder.SetLabelPolicy(accounting.NewLabelPolicy(cfg))
+	g.spans.SetBackends(cfg.Backends)
 	g.backendMetrics.Track(gen.registry)
 	g.mu.Lock()
 	prev := g.gen

@@ -1,0 +1,83 @@
+package telemetry
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/tollgate-dev/tollgate/accounting"
+	"github.com/tollgate-dev/tollgate/config"
+)
+
+// benchExporter is an exporter posting to a collector that reads and
+// discards every export.
+func benchExporter(b *testing.B) (*Exporter, *prometheus.Registry) {
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+	}))
+	b.Cleanup(sink.Close)
+	reg := prometheus.NewRegistry()
+	e, err := New(config.Telemetry{Endpoint: sink.URL},
+		[]config.Backend{{Name: "vllm", URL: "http://10.0.0.7:8000/v1"}}, reg)
+	if err != nil || e == nil {
+		b.Fatalf("New = %v, %v", e, err)
+	}
+	b.Cleanup(func() { _ = e.Shutdown(context.Background()) })
+	return e, reg
+}
+
+// benchRecord is a plain chat completion's record, with a client's parent.
+func benchRecord() accounting.Record {
+	now := time.Now()
+	rec := accounting.Record{RequestID: "req-1", CallID: "0193a4d2-7c1e-7b3a-9f00-0123456789ab",
+		KeyName: "acme-key", Team: "acme", Project: "search", Model: "demo", ServedModel: "demo",
+		Backend: "vllm", CompletionID: "chatcmpl-123", Endpoint: "chat.completions", Status: 200,
+		PromptTokens: 57, CompletionTokens: 16, TotalTokens: 73,
+		Started: now.Add(-20 * time.Millisecond), Ended: now}
+	rec.Span.TraceID[0], rec.Span.SpanID[0], rec.Span.ParentSpanID[0] = 1, 2, 3
+	return rec
+}
+
+// BenchmarkRecord is the usage recorder's cost per request on the request
+// goroutine, with export off (the recorder itself) and on (the ring push).
+// With export on, allocs/op counts every goroutine's allocations, so it
+// includes the span builder's for the records it built.
+func BenchmarkRecord(b *testing.B) {
+	rec := benchRecord()
+	b.Run("off", func(b *testing.B) {
+		var e *Exporter
+		r := e.Recorder(discard{})
+		b.ReportAllocs()
+		for b.Loop() {
+			r.Record(rec)
+		}
+	})
+	b.Run("on", func(b *testing.B) {
+		e, _ := benchExporter(b)
+		r := e.Recorder(discard{})
+		b.ReportAllocs()
+		for b.Loop() {
+			r.Record(rec)
+		}
+		b.StopTimer()
+		b.ReportMetric(testutil.ToFloat64(e.records.full)/float64(b.N), "dropped/op")
+	})
+}
+
+// BenchmarkBuildSpan is the span builder's cost per record, on its own
+// goroutine: building the span and handing it to the batch processor.
+func BenchmarkBuildSpan(b *testing.B) {
+	e, _ := benchExporter(b)
+	build := newSpanBuilder(e).build
+	rec := benchRecord()
+	b.ReportAllocs()
+	for b.Loop() {
+		build(&rec)
+	}
+}
