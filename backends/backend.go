@@ -48,6 +48,9 @@ type Backend struct {
 
 	// continuousUsage says the backend honours continuous_usage_stats.
 	continuousUsage bool
+	// messagesNative says the backend serves the Messages API itself,
+	// for models that leave it to the backend (config.Backend.Messages).
+	messagesNative bool
 	// slots is signalled when a request ends, for requests queued for a
 	// free slot.
 	slots *slotSignal
@@ -79,6 +82,8 @@ func newBackend(cfg config.Backend) (*Backend, error) {
 		timeouts:       cfg.Timeouts,
 		// The simulator implements continuous_usage_stats.
 		continuousUsage: cfg.ContinuousUsage || cfg.Simulated != nil,
+		// The simulator serves /v1/messages, as vLLM does.
+		messagesNative: cfg.Messages == config.MessagesNative || cfg.Messages == "" && cfg.Simulated != nil,
 	}
 	b.health.init(cfg.Health)
 	if cfg.APIKey != "" {
@@ -183,6 +188,11 @@ const (
 	EndpointCompletions
 	EndpointEmbeddings
 	EndpointResponses
+	// EndpointMessages is Anthropic's Messages API, served natively (see
+	// Route.MessagesNative); EndpointMessagesCount its count_tokens, which
+	// models[].endpoints names with it, as "messages".
+	EndpointMessages
+	EndpointMessagesCount
 	numEndpoints
 )
 
@@ -195,6 +205,10 @@ func (e Endpoint) Path() string {
 		return "/embeddings"
 	case EndpointResponses:
 		return "/responses"
+	case EndpointMessages:
+		return "/messages"
+	case EndpointMessagesCount:
+		return "/messages/count_tokens"
 	}
 	return "/chat/completions"
 }
