@@ -242,7 +242,11 @@ function runClaude(args, env) {
   });
 }
 
-test('Claude Code: claude -p answers from the gateway', async (t) => {
+// Claude Code files its usage under a project of its own: how many calls
+// one prompt makes is the CLI's business, but their tokens must be exact.
+const claudeProject = uniqueProject('claude-code');
+
+test('Claude Code: claude -p answers from the gateway, its tokens exact in the usage API', async (t) => {
   const home = await mkdtemp(join(tmpdir(), 'tollgate-claude-'));
   t.after(() => rm(home, { recursive: true, force: true }));
   // Only what a user sets, a scratch HOME, and no proxy: the gateway is
@@ -251,7 +255,7 @@ test('Claude Code: claude -p answers from the gateway', async (t) => {
     PATH: process.env.PATH, HOME: home, TMPDIR: home,
     ANTHROPIC_BASE_URL: baseURL, ANTHROPIC_API_KEY: apiKey,
     ANTHROPIC_MODEL: 'demo', ANTHROPIC_SMALL_FAST_MODEL: 'demo', ANTHROPIC_DEFAULT_HAIKU_MODEL: 'demo',
-    ANTHROPIC_CUSTOM_HEADERS: `Compat-Project: ${project.id}`,
+    ANTHROPIC_CUSTOM_HEADERS: `Compat-Project: ${claudeProject.id}`,
     CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: '1', DISABLE_AUTOUPDATER: '1', NO_PROXY: '*',
   };
   let run;
@@ -268,9 +272,10 @@ test('Claude Code: claude -p answers from the gateway', async (t) => {
   assert.match(result.result, /tok0/, 'the answer is the simulated backend\'s');
   // Every call the CLI made is in modelUsage, by model; all went to demo.
   const used = result.modelUsage.demo;
-  told.input_tokens += used.inputTokens + used.cacheReadInputTokens + used.cacheCreationInputTokens;
-  told.output_tokens += used.outputTokens;
-  told.num_model_requests += result.num_turns;
+  const want = { input_tokens: used.inputTokens + used.cacheReadInputTokens + used.cacheCreationInputTokens, output_tokens: used.outputTokens };
+  const totals = await usageTotals(claudeProject.id, { want });
+  assert.deepEqual({ input_tokens: totals.input_tokens, output_tokens: totals.output_tokens }, want);
+  assert.ok(totals.num_model_requests >= result.num_turns, 'every call the CLI made is recorded');
 });
 
 test('the usage API shows exactly what the Anthropic clients were told', async () => {
