@@ -49,8 +49,9 @@ type Record struct {
 	// the join's key leads with it, so that links of one second are
 	// written together. 0 means the completion carried no date.
 	CompletionCreated int64
-	// Endpoint is the OpenAI endpoint called: "chat.completions",
-	// "completions", "embeddings" or "responses". Empty means
+	// Endpoint is the endpoint called: "chat.completions", "completions",
+	// "embeddings", "responses", or Anthropic's "messages" and
+	// "messages.count_tokens". Empty means
 	// "chat.completions" (records made before endpoints were told apart).
 	Endpoint string
 

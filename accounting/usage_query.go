@@ -61,7 +61,7 @@ type UsageRow struct {
 // accounting.Record.Endpoint names them: the usage API's endpoints= and
 // group_by=endpoint values.
 func UsageEndpoints() []string {
-	return []string{"chat.completions", "completions", "embeddings", "responses"}
+	return []string{"chat.completions", "completions", "embeddings", "responses", "messages", "messages.count_tokens"}
 }
 
 // UsageStatuses are the outcomes group_by=status tells apart, in the

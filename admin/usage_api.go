@@ -36,11 +36,12 @@ type usageKind struct {
 
 // completionsUsage is GET /v1/organization/usage/completions: OpenAI
 // counts every text generation there, chat completions, legacy
-// completions and Responses API responses alike.
+// completions and Responses API responses alike; the gateway counts
+// Anthropic's Messages API there too.
 func completionsUsage() usageKind {
 	return usageKind{
 		object:    "organization.usage.completions.result",
-		endpoints: []string{"chat.completions", "completions", "responses"},
+		endpoints: []string{"chat.completions", "completions", "responses", "messages"},
 		outputs:   true,
 	}
 }

@@ -51,6 +51,16 @@ type Request struct {
 	modelBuf [64]byte
 }
 
+// CheckMaxTokens refuses a max_tokens above limit, the most the model may
+// generate, as Anthropic refuses it; a zero limit is none.
+func (r *Request) CheckMaxTokens(limit int64) *Error {
+	if limit <= 0 || r.MaxTokens <= limit {
+		return nil
+	}
+	return Invalid("max_tokens", "max_tokens: "+strconv.FormatInt(r.MaxTokens, 10)+" > "+strconv.FormatInt(limit, 10)+
+		", which is the maximum allowed number of output tokens for "+string(r.Model)+".")
+}
+
 // ToolChoice is the kind of tool_choice a request sends.
 type ToolChoice uint8
 

@@ -53,6 +53,9 @@ type Backend struct {
 	routes []*Route
 	// turn rotates which of several routes a release serves first.
 	turn atomic.Uint32
+	// messagesNative says the backend serves the Messages API itself,
+	// for models that leave it to the backend (config.Backend.Messages).
+	messagesNative bool
 
 	inflight atomic.Int64
 	health   health
@@ -81,6 +84,8 @@ func newBackend(cfg config.Backend) (*Backend, error) {
 		timeouts:       cfg.Timeouts,
 		// The simulator implements continuous_usage_stats.
 		continuousUsage: cfg.ContinuousUsage || cfg.Simulated != nil,
+		// The simulator serves /v1/messages, as vLLM does.
+		messagesNative: cfg.Messages == config.MessagesNative || cfg.Messages == "" && cfg.Simulated != nil,
 	}
 	b.health.init(cfg.Health)
 	if cfg.APIKey != "" {
@@ -185,6 +190,11 @@ const (
 	EndpointCompletions
 	EndpointEmbeddings
 	EndpointResponses
+	// EndpointMessages is Anthropic's Messages API, served natively (see
+	// Route.MessagesNative); EndpointMessagesCount its count_tokens, which
+	// models[].endpoints names with it, as "messages".
+	EndpointMessages
+	EndpointMessagesCount
 	numEndpoints
 )
 
@@ -197,6 +207,10 @@ func (e Endpoint) Path() string {
 		return "/embeddings"
 	case EndpointResponses:
 		return "/responses"
+	case EndpointMessages:
+		return "/messages"
+	case EndpointMessagesCount:
+		return "/messages/count_tokens"
 	}
 	return "/chat/completions"
 }

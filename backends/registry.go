@@ -47,6 +47,12 @@ type Route struct {
 	adapter uint64
 	// serves has bit e set for each Endpoint e the model serves.
 	serves uint8
+	// messages is models[].messages: how the model serves the Messages
+	// API, "" leaving it to each backend.
+	messages string
+	// MaxOutputTokens is the most a Messages API request may ask the
+	// model to generate; zero means no limit.
+	MaxOutputTokens int64
 
 	queue config.Queue
 	// queued counts the requests in waitq, for a release to read without
@@ -69,6 +75,16 @@ func (r *Route) AcceptsPriority(priority int64) bool {
 
 // Serves reports whether the model serves endpoint e.
 func (r *Route) Serves(e Endpoint) bool { return r.serves&(1<<e) != 0 }
+
+// MessagesNative reports whether b serves the route's Messages API
+// requests itself, rather than as chat completions translated by the
+// gateway: the model's setting, or else the backend's.
+func (r *Route) MessagesNative(b *Backend) bool {
+	if r.messages != "" {
+		return r.messages == config.MessagesNative
+	}
+	return b.messagesNative
+}
 
 // endpointSet maps models[].endpoints to a bit set; none means all.
 func endpointSet(names []string) uint8 {
@@ -126,6 +142,7 @@ func NewRegistry(cfg *config.Config) (*Registry, error) {
 		}
 		rt.adapter = fnv1a([]byte(rt.Upstream))
 		rt.serves = endpointSet(mc.Endpoints)
+		rt.messages, rt.MaxOutputTokens = mc.Messages, mc.MaxOutputTokens
 		rt.NameJSON = quoteJSON(rt.Name)
 		rt.UpstreamJSON = quoteJSON(rt.Upstream)
 		for j, name := range mc.Backends {

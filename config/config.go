@@ -193,6 +193,13 @@ type Backend struct {
 	// it on. Zero means false, except for simulated backends, which always
 	// support it.
 	ContinuousUsage bool `yaml:"continuous_usage"`
+	// Messages is how the backend serves Anthropic's Messages API
+	// (POST /v1/messages) for a model that does not choose: "native" (the
+	// backend serves /messages itself, as vLLM's and llama.cpp's servers
+	// do; the body goes upstream as is) or "translate" (the gateway
+	// translates it to chat completions and back). Zero means "translate",
+	// except for simulated backends, which serve it natively.
+	Messages string `yaml:"messages"`
 
 	Timeouts BackendTimeouts `yaml:"timeouts"`
 	Health   Health          `yaml:"health"`
@@ -325,7 +332,21 @@ type Model struct {
 	// completions, embeddings, responses (see ModelEndpoints). A request to
 	// another endpoint gets a 400. Zero means all of them.
 	Endpoints []string `yaml:"endpoints"`
+	// Messages is how the model's backends serve Anthropic's Messages API:
+	// "native" or "translate" (see Backend.Messages). Zero means each
+	// backend's own setting.
+	Messages string `yaml:"messages"`
+	// MaxOutputTokens is the most tokens the model may generate in one
+	// Messages API reply: a larger max_tokens gets a 400 naming the limit.
+	// Zero means no limit of the gateway's (the backend's own applies).
+	MaxOutputTokens int64 `yaml:"max_output_tokens"`
 }
+
+// The values of Model.Messages and Backend.Messages.
+const (
+	MessagesNative    = "native"
+	MessagesTranslate = "translate"
+)
 
 // Signal turns one of the scheduler's signals on or off: "on", "off", or
 // empty, which means on.
@@ -377,7 +398,9 @@ func (m *Model) PrefixSignal() bool { return m.Routing.Prefix.On() || m.Affinity
 
 // ModelEndpoints returns the names models[].endpoints accepts, in the
 // order of the OpenAI API reference.
-func ModelEndpoints() []string { return []string{"chat", "completions", "embeddings", "responses"} }
+func ModelEndpoints() []string {
+	return []string{"chat", "completions", "embeddings", "responses", "messages"}
+}
 
 // Queue is the bounded wait for a backend slot.
 type Queue struct {

@@ -8,7 +8,7 @@ func TestValidateModelEndpoints(t *testing.T) {
 		endpoints []string
 		path, msg string
 	}{
-		{"unknown name", []string{"chat", "audio"}, "models[0].endpoints[1]", `want one of chat, completions, embeddings, responses, got "audio"`},
+		{"unknown name", []string{"chat", "audio"}, "models[0].endpoints[1]", `want one of chat, completions, embeddings, responses, messages, got "audio"`},
 		{"the OpenAI path is not a name", []string{"chat.completions"}, "models[0].endpoints[0]", `got "chat.completions"`},
 		{"listed twice", []string{"embeddings", "chat", "embeddings"}, "models[0].endpoints[2]", `endpoint "embeddings" is listed twice (also models[0].endpoints[0])`},
 	}
@@ -40,4 +40,32 @@ models: [{name: embed, backends: [b], endpoints: [embeddings]}]
 	if got := cfg.Models[0].Endpoints; len(got) != 1 || got[0] != "embeddings" {
 		t.Errorf("endpoints %v, want [embeddings]", got)
 	}
+}
+
+// TestValidateMessagesModes accepts "native", "translate" or nothing for
+// how a model or backend serves the Messages API, and refuses the rest.
+func TestValidateMessagesModes(t *testing.T) {
+	for _, mode := range []string{"", MessagesNative, MessagesTranslate} {
+		cfg := validConfig(t)
+		cfg.Models[0].Messages, cfg.Backends[0].Messages = mode, mode
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("messages %q: %v", mode, err)
+		}
+	}
+	for _, tt := range []struct {
+		name, path string
+		set        func(*Config)
+	}{
+		{"model", "models[0].messages", func(c *Config) { c.Models[0].Messages = "passthrough" }},
+		{"backend", "backends[0].messages", func(c *Config) { c.Backends[0].Messages = "passthrough" }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := validConfig(t)
+			tt.set(cfg)
+			requireFieldError(t, cfg.Validate(), tt.path, `want "native", "translate" or nothing, got "passthrough"`)
+		})
+	}
+	cfg := validConfig(t)
+	cfg.Models[0].MaxOutputTokens = -1
+	requireFieldError(t, cfg.Validate(), "models[0].max_output_tokens", "")
 }

@@ -264,6 +264,7 @@ func (v *validator) backends(backends []Backend) map[string]int {
 		}
 		v.nonNegative(p+".weight", int64(b.Weight))
 		v.nonNegative(p+".max_concurrency", int64(b.MaxConcurrency))
+		v.messagesMode(p+".messages", b.Messages)
 		v.positive(p+".max_conns", int64(b.MaxConns))
 		v.positiveDuration(p+".timeouts.connect", b.Timeouts.Connect)
 		v.positiveDuration(p+".timeouts.first_byte", b.Timeouts.FirstByte)
@@ -373,6 +374,8 @@ func (v *validator) models(models []Model, backendNames map[string]int) {
 		v.positive(p+".queue.depth", int64(m.Queue.Depth))
 		v.positiveDuration(p+".queue.wait", m.Queue.Wait)
 		v.endpoints(p+".endpoints", m.Endpoints)
+		v.messagesMode(p+".messages", m.Messages)
+		v.nonNegative(p+".max_output_tokens", m.MaxOutputTokens)
 	}
 	// Fallbacks are checked once every model name is known, so that a
 	// model may fall back to one listed after it.
@@ -497,6 +500,13 @@ func (v *validator) telemetry(t *Telemetry) {
 func TelemetrySamplers() []string {
 	return []string{"always_on", "always_off", "traceidratio",
 		"parentbased_always_on", "parentbased_always_off", "parentbased_traceidratio"}
+}
+
+// messagesMode checks how a model or backend serves the Messages API.
+func (v *validator) messagesMode(path, mode string) {
+	if mode != "" && mode != MessagesNative && mode != MessagesTranslate {
+		v.addf(path, "want %q, %q or nothing, got %q", MessagesNative, MessagesTranslate, mode)
+	}
 }
 
 // endpoints checks a model's endpoint names: known, and each listed once.

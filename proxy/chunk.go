@@ -54,6 +54,9 @@ type chunkProcessor struct {
 	// has remembered the backend of the response, completionID.
 	responses       bool
 	responseIDNoted bool
+	// messages, when not nil, makes the events a Messages API stream's
+	// (see processMessages).
+	messages *messagesStream
 
 	// completionID is the first chunk's id, copied, and created the last
 	// chunk's "created" that is not 0, which is what the Weave SDK's
@@ -74,12 +77,8 @@ func (c *chunkProcessor) reset(stripUsage, stripContinuous bool, publicModel []b
 // error: described by the gateway, since the backend's own message can
 // name internal hosts (it is kept in errMessage for the log and record).
 func (c *chunkProcessor) inBandError(dst []byte) []byte {
-	msg := "The backend reported an error during the stream."
-	if c.backend != "" {
-		msg = "Backend " + c.backend + " reported an error during the stream."
-	}
 	dst = append(dst, "data: "...)
-	dst = (&openai.Error{Type: "api_error", Code: "upstream_error", Message: msg}).AppendJSON(dst)
+	dst = (&openai.Error{Type: "api_error", Code: "upstream_error", Message: c.streamErrorMessage()}).AppendJSON(dst)
 	return append(dst, "\n\n"...)
 }
 
@@ -88,6 +87,14 @@ func (c *chunkProcessor) process(dst, ev []byte) []byte {
 	if c.responses {
 		return c.processResponseEvent(dst, ev)
 	}
+	if c.messages != nil {
+		return c.processMessages(dst, ev)
+	}
+	return c.processChat(dst, ev)
+}
+
+// processChat is process for a chat or text completion stream's event.
+func (c *chunkProcessor) processChat(dst, ev []byte) []byte {
 	start, end, ok := eventData(ev)
 	if !ok {
 		// Comments and multi-line events pass through untouched.

@@ -8,7 +8,7 @@ import (
 	"github.com/tollgate-dev/tollgate/openai"
 )
 
-// endpoint describes one OpenAI endpoint routed by model: how its body is
+// endpoint describes one endpoint routed by model: how its body is
 // validated, where it goes upstream and how its reply is accounted. Chat
 // completions, completions, embeddings and the Responses API share one
 // path through the proxy (serve, forward, attempt, the stream body), which
@@ -32,6 +32,9 @@ type endpoint struct {
 	// output tokens, stream events named by type with no [DONE], and each
 	// response remembered with the backend that made it.
 	responses bool
+	// messages, when not nil, marks an endpoint of Anthropic's Messages
+	// API, which validate does not serve (see messagesAPI).
+	messages *messagesAPI
 }
 
 // The endpoints routed by model. They are read-only.
@@ -56,6 +59,16 @@ func bodyLimits(srv *config.Server) openai.BodyLimits {
 // serveEndpoint is the routing table's handler for ep.
 func (s *Server) serveEndpoint(ep *endpoint) func(*fasthttp.RequestCtx, []byte) {
 	return func(ctx *fasthttp.RequestCtx, _ []byte) { s.serve(ctx, ep) }
+}
+
+// writeError answers e in the shape of the exchange's endpoint: OpenAI's,
+// or Anthropic's for the Messages API.
+func (c *exchange) writeError(ctx *fasthttp.RequestCtx, e *openai.Error) {
+	if c.ep.messages != nil {
+		writeMessagesError(ctx, e, c.rec.RequestID)
+		return
+	}
+	writeError(ctx, e)
 }
 
 // endpointNotServed is the 400 for a model that is configured without

@@ -17,11 +17,17 @@ import (
 func writeError(ctx *fasthttp.RequestCtx, e *openai.Error) {
 	ctx.Response.Header.SetContentType("application/json")
 	ctx.SetStatusCode(e.Status)
-	if e.RetryAfter > 0 {
-		secs := int64((e.RetryAfter + time.Second - 1) / time.Second)
+	setRetryAfter(ctx, e.RetryAfter)
+	ctx.Response.SetBodyRaw(e.AppendJSON(nil))
+}
+
+// setRetryAfter sets Retry-After to d in whole seconds, rounded up; zero
+// sets none.
+func setRetryAfter(ctx *fasthttp.RequestCtx, d time.Duration) {
+	if d > 0 {
+		secs := int64((d + time.Second - 1) / time.Second)
 		ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, strconv.FormatInt(secs, 10))
 	}
-	ctx.Response.SetBodyRaw(e.AppendJSON(nil))
 }
 
 // upstreamError maps an error of the upstream round trip to what the

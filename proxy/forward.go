@@ -148,7 +148,19 @@ type attemptResult struct {
 // the slot, or hands it to the stream body.
 func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *exchange, route *backends.Route, b *backends.Backend, body []byte) attemptResult {
 	bufp := bodyBufs.Get().(*[]byte)
-	upBody := buildUpstreamBody((*bufp)[:0], body, c.req, route, b.ContinuousUsage())
+	var upBody []byte
+	upstream := c.ep.upstream
+	if c.ep.messages != nil {
+		var e *openai.Error
+		if upBody, upstream, e = c.messagesUpstream((*bufp)[:0], body, route, b); e != nil {
+			bodyBufs.Put(bufp)
+			b.Release()
+			s.finish(ctx, c, e)
+			return attemptResult{done: true}
+		}
+	} else {
+		upBody = buildUpstreamBody((*bufp)[:0], body, c.req, route, b.ContinuousUsage())
+	}
 
 	req := fasthttp.AcquireRequest()
 	// The forwarded names come canonical from the server's parse, and the
@@ -161,7 +173,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *exchange, route *backends.
 	var traceparent [55]byte
 	req.Header.SetCanonical(traceparentName, appendTraceparent(traceparent[:0], &c.rec.Span))
 	req.Header.SetContentTypeBytes(jsonContentType)
-	b.Prepare(req, c.ep.upstream)
+	b.Prepare(req, upstream)
 	req.SetBodyRaw(upBody)
 
 	resp := fasthttp.AcquireResponse()
@@ -209,7 +221,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *exchange, route *backends.
 	if c.req.Stream && status == fasthttp.StatusOK && hasPrefixFold(resp.Header.ContentType(), eventStream) {
 		// Ownership of resp, b's acquisition and the reservation moves to
 		// the stream body, which releases them when the stream ends.
-		s.startStream(ctx, c, b, resp, replyModel)
+		s.startStream(ctx, c, b, resp, c.shownModel(route), replyModel)
 		return attemptResult{done: true}
 	}
 
@@ -241,6 +253,10 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *exchange, route *backends.
 			return attemptResult{err: e, retryAfter: retryAfter, sent: sent, ended: sent.Add(roundTrip)}
 		}
 		s.finish(ctx, c, e)
+		return attemptResult{done: true}
+	}
+	if c.ep.messages != nil {
+		s.answerMessages(ctx, c, route, b, resp, replyModel)
 		return attemptResult{done: true}
 	}
 	reply, ok := scanReply(rbody, c.gen.cfg.Server.MaxJSONDepth, c.ep.responses)

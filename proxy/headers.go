@@ -25,6 +25,7 @@ var droppedRequestHeaders = [...][]byte{
 	[]byte("Content-Length"),
 	[]byte("Content-Type"),
 	[]byte("Authorization"),
+	[]byte("X-Api-Key"),
 	[]byte("Cookie"),
 	[]byte("Accept-Encoding"),
 	[]byte("X-Request-Id"),
@@ -50,7 +51,7 @@ func forwardHeaders(dst, src *fasthttp.RequestHeader) {
 
 // droppedByLength indexes droppedRequestHeaders by length, so that a name
 // is compared only with the dropped names it could equal: one or two, not
-// all seventeen, for every header of every request.
+// all of them, for every header of every request.
 var droppedByLength = func() (idx [len("Proxy-Authorization") + 1][][]byte) {
 	for _, h := range droppedRequestHeaders {
 		idx[len(h)] = append(idx[len(h)], h)
@@ -101,6 +102,8 @@ func connectionNames(connection, name []byte) bool {
 // clientHeaders are the client's request headers serve reads.
 type clientHeaders struct {
 	authorization, requestID, project, traceID, parentID, traceparent []byte
+	// apiKey is X-Api-Key, where Anthropic's clients send the key.
+	apiKey []byte
 }
 
 // readClientHeaders finds the headers serve reads in one pass over h, each
@@ -132,6 +135,8 @@ func readClientHeaders(h *fasthttp.RequestHeader) clientHeaders {
 			dst, bit = &ch.parentID, 1<<4
 		case headerTraceparent:
 			dst, bit = &ch.traceparent, 1<<5
+		case headerAPIKey:
+			dst, bit = &ch.apiKey, 1<<6
 		default:
 			continue
 		}

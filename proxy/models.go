@@ -59,16 +59,22 @@ func appendBackendStates(dst []byte, reg *backends.Registry) []byte {
 // model, the same as its entry in the list, or 404 model_not_found.
 func (s *Server) serveModel(ctx *fasthttp.RequestCtx, id []byte) {
 	st := s.state.Load()
+	anthropicClient := fromAnthropicClient(ctx)
 	if _, e := s.authenticate(ctx, st); e != nil {
-		writeError(ctx, e)
+		writeErrorTo(ctx, e, anthropicClient)
 		return
 	}
 	rt := st.reg.Route(id)
 	if rt == nil {
-		writeError(ctx, modelNotFound(id))
+		writeErrorTo(ctx, modelNotFound(id), anthropicClient)
 		return
 	}
-	b, _ := json.Marshal(modelEntry{ID: rt.Name, Object: "model", Created: s.started.Unix(), OwnedBy: "tollgate"})
+	var b []byte
+	if anthropicClient {
+		b, _ = json.Marshal(anthropicModelOf(rt, s.started))
+	} else {
+		b, _ = json.Marshal(modelEntry{ID: rt.Name, Object: "model", Created: s.started.Unix(), OwnedBy: "tollgate"})
+	}
 	ctx.SetContentType("application/json")
 	ctx.SetBody(b)
 }

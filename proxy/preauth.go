@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"errors"
 
 	"github.com/valyala/fasthttp"
@@ -33,11 +34,26 @@ func (s *Server) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfi
 	return fasthttp.RequestConfig{MaxRequestBodySize: unauthenticatedBodyBytes}
 }
 
-// validKey reports whether the request's Authorization header holds a
-// known key.
+// validKey reports whether the request's Authorization header, or its
+// X-Api-Key, holds a known key.
 func (s *Server) validKey(h *fasthttp.RequestHeader) bool {
 	var basic [128]byte // decoded Basic credentials, kept off the heap
-	return s.keys.Lookup(auth.Secret(basic[:0], h.Peek(fasthttp.HeaderAuthorization))) != nil
+	return s.keys.Lookup(requestSecretInto(basic[:0], h.Peek(fasthttp.HeaderAuthorization), h.Peek(headerAPIKey))) != nil
+}
+
+// requestSecret is the key a request presents: its Authorization header's
+// (Bearer, or Basic as the trace service's clients send it), or else its
+// X-Api-Key, where Anthropic's clients send it.
+func requestSecret(authorization, apiKey []byte) []byte {
+	return requestSecretInto(nil, authorization, apiKey)
+}
+
+// requestSecretInto is requestSecret decoding Basic credentials into dst.
+func requestSecretInto(dst, authorization, apiKey []byte) []byte {
+	if len(authorization) == 0 {
+		return bytes.TrimSpace(apiKey)
+	}
+	return auth.Secret(dst, authorization)
 }
 
 // serveWithoutKey answers a request whose body fasthttp refused as too

@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/tollgate-dev/tollgate/accounting"
+	"github.com/tollgate-dev/tollgate/anthropic"
 	"github.com/tollgate-dev/tollgate/backends"
 	"github.com/tollgate-dev/tollgate/openai"
 )
@@ -22,6 +23,7 @@ const (
 	headerCallID      = "Compat-Call-Id"
 	headerTraceparent = "Traceparent"
 	headerServedModel = "Compat-Served-Model"
+	headerAPIKey      = "X-Api-Key"
 )
 
 // The names the request path sets on headers whose normalizing is off
@@ -57,8 +59,14 @@ type exchange struct {
 	// apart, so that a stream, which copies the exchange and needs none
 	// of it, does not hold it (see startStream).
 	req *openai.Request
-	rec accounting.Record
-	res accounting.Reservation
+	// msg is what validation found in a Messages API body (see
+	// validateMessages); like req, kept with the exchange.
+	msg *anthropic.Request
+	// native says the backend of the current attempt serves the Messages
+	// API itself (see messagesUpstream).
+	native bool
+	rec    accounting.Record
+	res    accounting.Reservation
 	// limiter made res; nil when nothing was reserved.
 	limiter Limiter
 	route   *backends.Route
@@ -96,13 +104,13 @@ type exchange struct {
 }
 
 // newExchange returns an exchange with its openai.Request, for the pool.
-func newExchange() *exchange { return &exchange{req: new(openai.Request)} }
+func newExchange() *exchange { return &exchange{req: new(openai.Request), msg: new(anthropic.Request)} }
 
-// reset clears c for its next request, keeping its openai.Request.
+// reset clears c for its next request, keeping its requests' storage.
 func (c *exchange) reset() {
-	req := c.req
+	req, msg := c.req, c.msg
 	*req = openai.Request{}
-	*c = exchange{req: req}
+	*c = exchange{req: req, msg: msg}
 }
 
 // serve is the path of every endpoint routed by model, chat completions
@@ -151,7 +159,7 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, ep *endpoint) {
 	ctx.Response.Header.SetCanonical(requestIDName, s2b(c.rec.RequestID))
 	ctx.Response.Header.SetCanonical(callIDName, s2b(callID))
 
-	key, e := s.authenticateKey(st, hdr.authorization)
+	key, e := s.authenticateKey(st, hdr.authorization, hdr.apiKey)
 	if e != nil {
 		s.reject(ctx, c, e)
 		return
@@ -189,7 +197,12 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, ep *endpoint) {
 		return
 	}
 	body := ctx.PostBody()
-	if verr := ep.validate(body, c.req, bodyLimits(&st.cfg.Server)); verr != nil {
+	if ep.messages != nil {
+		if e := c.validateMessages(body, &st.cfg.Server); e != nil {
+			s.reject(ctx, c, e)
+			return
+		}
+	} else if verr := ep.validate(body, c.req, bodyLimits(&st.cfg.Server)); verr != nil {
 		s.reject(ctx, c, &openai.Error{Status: fasthttp.StatusBadRequest, Type: "invalid_request_error", Param: verr.Param, Message: verr.Message})
 		return
 	}
@@ -210,6 +223,12 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, ep *endpoint) {
 	if !c.route.Serves(ep.upstream) {
 		s.finish(ctx, c, endpointNotServed(ep, c.route.Name))
 		return
+	}
+	if ep.messages != nil {
+		if e := c.checkMessagesRoute(); e != nil {
+			s.finish(ctx, c, e)
+			return
+		}
 	}
 	if c.previousResponse != "" {
 		owner, allowed := s.owners.ownerFor(c.previousResponse, key)

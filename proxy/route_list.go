@@ -20,6 +20,8 @@ func (s *Server) Routes() []route.Route {
 		{Method: fasthttp.MethodPost, Pattern: "/v1/completions", Handler: withoutID(s.serveEndpoint(&completionsEndpoint))},
 		{Method: fasthttp.MethodPost, Pattern: "/v1/embeddings", Handler: withoutID(s.serveEndpoint(&embeddingsEndpoint))},
 		{Method: fasthttp.MethodPost, Pattern: "/v1/responses", Handler: withoutID(s.serveEndpoint(&responsesEndpoint))},
+		{Method: fasthttp.MethodPost, Pattern: "/v1/messages", Handler: withoutID(s.serveEndpoint(&messagesEndpoint))},
+		{Method: fasthttp.MethodPost, Pattern: "/v1/messages/count_tokens", Handler: withoutID(s.serveEndpoint(&countTokensEndpoint))},
 		{Method: fasthttp.MethodGet, Pattern: "/v1/responses/{id}", Handler: withID(s.serveStoredResponse(""))},
 		{Method: fasthttp.MethodDelete, Pattern: "/v1/responses/{id}", Handler: withID(s.serveStoredResponse(""))},
 		{Method: fasthttp.MethodPost, Pattern: "/v1/responses/{id}/cancel", Handler: withID(s.serveStoredResponse("/cancel"))},
@@ -48,12 +50,12 @@ func withoutID(h func(*fasthttp.RequestCtx, []byte)) route.Handler {
 	return func(ctx *fasthttp.RequestCtx, _ route.Params) { h(ctx, nil) }
 }
 
-// NotFound answers a path no route serves in the OpenAI shape, which is
-// all an OpenAI client parses: unknown_url under /v1/.
+// NotFound answers a path no route serves in the shape its client parses:
+// Anthropic's under /v1/messages, else OpenAI's (unknown_url under /v1/).
 func NotFound(ctx *fasthttp.RequestCtx) {
 	path := ctx.Path()
 	if bytes.HasPrefix(path, []byte("/v1/")) {
-		writeError(ctx, &openai.Error{Status: fasthttp.StatusNotFound, Type: "invalid_request_error", Code: "unknown_url",
+		refuse(ctx, &openai.Error{Status: fasthttp.StatusNotFound, Type: "invalid_request_error", Code: "unknown_url",
 			Message: "Unknown request URL: " + string(ctx.Method()) + " " + openai.Clip(string(path)) + "."})
 		return
 	}
@@ -62,9 +64,19 @@ func NotFound(ctx *fasthttp.RequestCtx) {
 }
 
 // MethodNotAllowed answers a path served with other methods, named by
-// allow, in the OpenAI shape.
+// allow, in the shape its client parses.
 func MethodNotAllowed(ctx *fasthttp.RequestCtx, allow string) {
 	ctx.Response.Header.Set(fasthttp.HeaderAllow, allow)
-	writeError(ctx, &openai.Error{Status: fasthttp.StatusMethodNotAllowed, Type: "invalid_request_error",
+	refuse(ctx, &openai.Error{Status: fasthttp.StatusMethodNotAllowed, Type: "invalid_request_error",
 		Message: "Method " + string(ctx.Method()) + " is not allowed on " + string(ctx.Path()) + "; use " + allow + "."})
+}
+
+// refuse answers e in Anthropic's shape for a path of the Messages API,
+// whose SDKs parse nothing else, and in OpenAI's for every other path.
+func refuse(ctx *fasthttp.RequestCtx, e *openai.Error) {
+	if bytes.HasPrefix(ctx.Path(), []byte("/v1/messages")) {
+		writeMessagesError(ctx, e, string(ctx.Response.Header.Peek(headerRequestID)))
+		return
+	}
+	writeError(ctx, e)
 }

@@ -76,6 +76,8 @@ type state struct {
 	keys    *auth.Keyring
 	limiter Limiter
 	models  []byte // the /v1/models reply, built once
+	// anthropicModels is the /v1/models reply in Anthropic's shape.
+	anthropicModels []byte
 	// secrets redacts this configuration's keys from error text.
 	secrets *secretValues
 	// active counts chat completions using this generation, so that a
@@ -244,7 +246,8 @@ func (s *Server) Swap(g Generation) (Generation, func(ctx context.Context) error
 	cfg := config.Reloaded(s.boot, g.Config)
 	s.retryBudget.Configure(cfg.Retries)
 	st := &state{cfg: cfg, reg: g.Registry, keys: s.keys, limiter: g.Limiter, models: buildModelList(g.Registry, s.started),
-		secrets: newSecretValues(cfg)}
+		anthropicModels: buildAnthropicModelList(g.Registry, s.started),
+		secrets:         newSecretValues(cfg)}
 	old := s.state.Swap(st)
 	if old == nil {
 		return Generation{}, func(context.Context) error { return nil }
@@ -360,7 +363,7 @@ func (s *Server) serveTransportError(ctx *fasthttp.RequestCtx, err error) {
 	case fasthttp.StatusRequestHeaderFieldsTooLarge:
 		msg = "The request headers exceed the gateway's limit of " + strconv.Itoa(s.srv.ReadBufferSize) + " bytes."
 	}
-	writeError(ctx, &openai.Error{Status: status, Type: "invalid_request_error", Message: msg})
+	writeErrorTo(ctx, &openai.Error{Status: status, Type: "invalid_request_error", Message: msg}, isMessagesPath(ctx.Path()))
 	s.ensureRequestID(ctx)
 }
 
@@ -384,11 +387,16 @@ func transportError(err error) (status int, msg string) {
 
 func (s *Server) serveModels(ctx *fasthttp.RequestCtx) {
 	st := s.state.Load()
+	anthropicClient := fromAnthropicClient(ctx)
 	if _, e := s.authenticate(ctx, st); e != nil {
-		writeError(ctx, e)
+		writeErrorTo(ctx, e, anthropicClient)
 		return
 	}
 	ctx.SetContentType("application/json")
+	if anthropicClient {
+		ctx.SetBody(st.anthropicModels)
+		return
+	}
 	ctx.SetBody(st.models)
 }
 
@@ -403,16 +411,17 @@ func (s *Server) serveReady(ctx *fasthttp.RequestCtx) {
 
 // authenticate resolves the request's API key.
 func (s *Server) authenticate(ctx *fasthttp.RequestCtx, st *state) (*auth.Key, *openai.Error) {
-	return s.authenticateKey(st, ctx.Request.Header.Peek(fasthttp.HeaderAuthorization))
+	return s.authenticateKey(st, ctx.Request.Header.Peek(fasthttp.HeaderAuthorization), ctx.Request.Header.Peek(headerAPIKey))
 }
 
-// authenticateKey is authenticate for the Authorization header's value h.
-func (s *Server) authenticateKey(st *state, h []byte) (*auth.Key, *openai.Error) {
-	if len(h) == 0 {
+// authenticateKey is authenticate for the values of the Authorization and
+// X-Api-Key headers.
+func (s *Server) authenticateKey(st *state, authorization, apiKey []byte) (*auth.Key, *openai.Error) {
+	if len(authorization) == 0 && len(apiKey) == 0 {
 		return nil, &openai.Error{Status: fasthttp.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
-			Message: "You didn't provide an API key. Send it as 'Authorization: Bearer <key>'."}
+			Message: "You didn't provide an API key. Send it as 'Authorization: Bearer <key>' (or 'x-api-key: <key>')."}
 	}
-	key := st.keys.Lookup(auth.Secret(nil, h))
+	key := st.keys.Lookup(requestSecret(authorization, apiKey))
 	if key == nil {
 		return nil, &openai.Error{Status: fasthttp.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
 			Message: "Incorrect API key provided."}

@@ -32,7 +32,7 @@ func setRecordUsage(rec *accounting.Record, u *usageCounts, completion int64) {
 func (s *Server) reject(ctx *fasthttp.RequestCtx, c *exchange, e *openai.Error) {
 	c.closed = true
 	c.gen.release()
-	writeError(ctx, e)
+	c.writeError(ctx, e)
 	s.metrics.requests.WithLabelValues("", "", statusLabel(e.Status), c.ep.name).Inc()
 	if ce := s.log.Check(zap.InfoLevel, "request rejected"); ce != nil {
 		ce.Write(zap.String("request_id", c.rec.RequestID), zap.String("key", c.rec.KeyName),
@@ -44,7 +44,7 @@ func (s *Server) reject(ctx *fasthttp.RequestCtx, c *exchange, e *openai.Error) 
 // the reservation, and records usage, metrics and the log line.
 func (s *Server) finish(ctx *fasthttp.RequestCtx, c *exchange, e *openai.Error) {
 	if e != nil {
-		writeError(ctx, e)
+		c.writeError(ctx, e)
 		c.rec.Error = e.Message
 		if e.Cause != nil {
 			c.rec.Error += " (" + e.Cause.Error() + ")"

@@ -33,6 +33,8 @@ type streamBody struct {
 
 	scan  eventScanner
 	chunk chunkProcessor
+	// messages is the state of a Messages API stream (see startMessages).
+	messages messagesStream
 	// out holds what the client gets for the last events read, when it
 	// did not fit in the buffer Read was given (which is where it goes
 	// otherwise); pos is how much of it was sent. outPooled is out's
@@ -98,8 +100,9 @@ const eventHeadroom = 512
 
 // startStream answers 200 with an event stream fed by resp. Ownership of
 // resp, of b's acquisition and of c's reservation moves to the streamBody.
-// replyModel, when non-nil, is the quoted model id every chunk must name.
-func (s *Server) startStream(ctx *fasthttp.RequestCtx, c *exchange, b *backends.Backend, resp *fasthttp.Response, replyModel []byte) {
+// replyModel, when non-nil, is the quoted model id every chunk must name;
+// served is the id a translated Messages API stream names.
+func (s *Server) startStream(ctx *fasthttp.RequestCtx, c *exchange, b *backends.Backend, resp *fasthttp.Response, served string, replyModel []byte) {
 	sb := streamBodies.Get().(*streamBody)
 	if sb.onHijack == nil {
 		sb.onHijack = sb.hijacked
@@ -110,7 +113,7 @@ func (s *Server) startStream(ctx *fasthttp.RequestCtx, c *exchange, b *backends.
 	// prompt when it ends without the backend's count; the openai.Request
 	// stays with c, and its model and tool choice bytes, which point into
 	// the client's request body given back below, with it.
-	sb.c.req, sb.promptEstimate = nil, promptEstimate(c.req)
+	sb.c.req, sb.c.msg, sb.promptEstimate = nil, nil, promptEstimate(c.req)
 	// Nothing reads the request body again, and it holds the prompt, often
 	// many kilobytes: it goes back to fasthttp's pool now rather than when
 	// the stream ends, minutes later. (With the server's
@@ -124,6 +127,9 @@ func (s *Server) startStream(ctx *fasthttp.RequestCtx, c *exchange, b *backends.
 	sb.chunk.reset(!c.req.IncludeUsage, b.ContinuousUsage() && !c.req.ContinuousUsage, replyModel)
 	sb.chunk.backend = b.Name
 	sb.chunk.responses = c.ep.responses
+	if c.ep.messages != nil {
+		sb.startMessages(c, served, replyModel)
+	}
 	sb.releaseOut()
 	sb.upstreamErr, sb.ended, sb.eof, sb.firstEvent, sb.firstNoted, sb.shrunk = nil, false, false, false, false, false
 	sb.headersAt, sb.upstreamTTFT, sb.upstreamFirst = time.Now(), c.upstream, false
@@ -297,8 +303,11 @@ func (sb *streamBody) endUpstream(dst []byte, err error) []byte {
 	case errors.As(err, &ue):
 		e.Message = invalidUsageMessage(sb.backend.Name)
 	}
-	if sb.chunk.responses {
+	switch {
+	case sb.chunk.responses:
 		return appendResponsesError(dst, e, sb.chunk.events)
+	case sb.chunk.messages != nil:
+		return appendMessagesError(dst, e)
 	}
 	return appendInBandError(dst, e)
 }
@@ -394,8 +403,13 @@ func (sb *streamBody) recovered(p []byte, r any) (int, error) {
 		sb.upstreamErr = errors.New("internal error while relaying the stream")
 	}
 	sb.releaseOut()
-	sb.out = appendInBandError(nil, &openai.Error{Type: "api_error", Code: "internal_error",
-		Message: "The gateway failed while relaying the stream from backend " + sb.backend.Name + "."})
+	e := &openai.Error{Type: "api_error", Code: "internal_error",
+		Message: "The gateway failed while relaying the stream from backend " + sb.backend.Name + "."}
+	if sb.chunk.messages != nil {
+		sb.out = appendMessagesError(nil, e)
+	} else {
+		sb.out = appendInBandError(nil, e)
+	}
 	sb.pos = copy(p, sb.out)
 	return sb.pos, nil
 }

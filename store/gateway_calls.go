@@ -30,6 +30,11 @@ func gatewayOpName(endpoint string) string {
 		return "openai.embeddings.create"
 	case "responses":
 		return "openai.responses.create"
+	case "messages":
+		// The name Weave's Anthropic integration gives the SDK method.
+		return "anthropic.Messages.create"
+	case "messages.count_tokens":
+		return "anthropic.Messages.count_tokens"
 	}
 	return "openai." + endpoint + ".create"
 }

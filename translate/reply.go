@@ -87,6 +87,13 @@ func appendMessageID(dst []byte, chatID string) []byte {
 	return append(dst, '"')
 }
 
+// MessageID is the id of the Messages reply translated from the chat
+// completion chatID (see appendMessageID), without quotes.
+func MessageID(chatID string) string {
+	id := appendMessageID(make([]byte, 0, len(chatID)+8), chatID)
+	return string(id[1 : len(id)-1])
+}
+
 // reasoningOf is a message's or delta's reasoning: vLLM writes
 // "reasoning_content" (and, since 0.10, "reasoning").
 func reasoningOf(m gjson.Result) gjson.Result {

@@ -74,9 +74,8 @@ type ChatOptions struct {
 // A block translation cannot express (a PDF, a file id, a block type it does
 // not know) is an invalid_request_error naming it.
 func ChatRequest(dst, body []byte, req *anthropic.Request, opts ChatOptions) ([]byte, *anthropic.Error) {
-	if opts.MaxOutputTokens > 0 && req.MaxTokens > opts.MaxOutputTokens {
-		return dst, anthropic.Invalid("max_tokens", "max_tokens: "+itoa(req.MaxTokens)+" > "+itoa(opts.MaxOutputTokens)+
-			", which is the maximum allowed number of output tokens for "+string(req.Model)+".")
+	if e := req.CheckMaxTokens(opts.MaxOutputTokens); e != nil {
+		return dst, e
 	}
 	root := gjson.Parse(b2s(body))
 	dst = append(dst, `{"model":`...)
@@ -539,8 +538,6 @@ func appendEscaped(dst []byte, s string) []byte {
 	n := copy(dst[start:], dst[start+1:len(dst)-1])
 	return dst[:start+n]
 }
-
-func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 // b2s views b as a string without copying; the string must not outlive b.
 func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

@@ -1,0 +1,249 @@
+package proxy
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+
+	"github.com/tollgate-dev/tollgate/anthropic"
+	"github.com/tollgate-dev/tollgate/backends"
+	"github.com/tollgate-dev/tollgate/config"
+	"github.com/tollgate-dev/tollgate/openai"
+	"github.com/tollgate-dev/tollgate/translate"
+)
+
+// messagesAPI is what an endpoint of Anthropic's Messages API changes on
+// the request path every endpoint routed by model shares (serve, forward,
+// attempt, the stream body, settle): the body is validated by package
+// anthropic, errors are in Anthropic's shape, and a backend either serves
+// the API itself (the body goes upstream with the model spliced in) or
+// is sent chat completions that package translate makes from the request
+// and turns back. Nothing else differs: limits, budgets, retries and the
+// usage record are chat's.
+type messagesAPI struct {
+	// count is POST /v1/messages/count_tokens: no generation, nothing
+	// charged; a chat backend is asked for one token to learn the
+	// prompt's count.
+	count bool
+}
+
+// The endpoints of the Messages API. They are read-only.
+var (
+	messagesEndpoint = endpoint{name: "messages", path: "/v1/messages", config: "messages",
+		upstream: backends.EndpointMessages, generates: true, messages: &messagesAPI{}}
+	countTokensEndpoint = endpoint{name: "messages.count_tokens", path: "/v1/messages/count_tokens", config: "messages",
+		upstream: backends.EndpointMessages, messages: &messagesAPI{count: true}}
+)
+
+// messagesLimits are the bounds of srv a Messages API body obeys: chat's.
+func messagesLimits(srv *config.Server) anthropic.Limits {
+	return anthropic.Limits{MaxDepth: srv.MaxJSONDepth, MaxMessages: srv.MaxMessages, MaxStopSequences: srv.MaxStopStrings}
+}
+
+// validateMessages checks a Messages API body into c.msg, and copies into
+// c.req the facts the shared path reads (model, max_tokens, stream, sizes).
+// A Messages reply carries its usage itself, so the path asks the backend
+// for none on the client's behalf: IncludeUsage and ContinuousUsage say so.
+func (c *exchange) validateMessages(body []byte, srv *config.Server) *openai.Error {
+	m := c.msg
+	var e *anthropic.Error
+	if c.ep.messages.count {
+		e = anthropic.ValidateCountTokens(body, m, messagesLimits(srv))
+	} else {
+		e = anthropic.Validate(body, m, messagesLimits(srv))
+	}
+	if e != nil {
+		return fromAnthropic(e)
+	}
+	r := c.req
+	r.Model, r.ModelStart, r.ModelEnd = m.Model, m.ModelStart, m.ModelEnd
+	r.MaxTokens, r.Stream, r.Messages, r.PromptBytes = m.MaxTokens, m.Stream, m.Messages, m.PromptBytes
+	r.IncludeUsage, r.ContinuousUsage = true, true
+	return nil
+}
+
+// checkMessagesRoute refuses, before any backend, a max_tokens above the
+// model's models[].max_output_tokens.
+func (c *exchange) checkMessagesRoute() *openai.Error {
+	if e := c.msg.CheckMaxTokens(c.route.MaxOutputTokens); e != nil {
+		return fromAnthropic(e)
+	}
+	return nil
+}
+
+// fromAnthropic carries an Anthropic error on the shared path, which
+// renders it back in Anthropic's shape (see writeMessagesError).
+func fromAnthropic(e *anthropic.Error) *openai.Error {
+	return &openai.Error{Status: e.Type.Status(), Type: e.Type.String(), Param: e.Param, Message: e.Message}
+}
+
+// messagesErrorType is the Anthropic error type of a status the gateway
+// answers: Anthropic's own mapping, with every other 4xx (a wrong
+// Content-Type, a bad Compat-Project) an invalid_request_error.
+func messagesErrorType(status int) anthropic.ErrorType {
+	t := anthropic.TypeForStatus(status)
+	if t == anthropic.APIError && status >= 400 && status < 500 {
+		return anthropic.InvalidRequest
+	}
+	return t
+}
+
+// writeMessagesError answers e in Anthropic's shape, with its status
+// (503 stays 503: Anthropic's SDKs retry it as they retry 529).
+func writeMessagesError(ctx *fasthttp.RequestCtx, e *openai.Error, requestID string) {
+	ctx.Response.Header.SetContentType("application/json")
+	ctx.SetStatusCode(e.Status)
+	setRetryAfter(ctx, e.RetryAfter)
+	ae := anthropic.Error{Type: messagesErrorType(e.Status), Message: e.Message}
+	_, body := anthropic.Reply(ctx.Response.SwapBody(nil)[:0], &ae, requestID)
+	ctx.Response.SetBodyRaw(body)
+}
+
+// messagesUpstream appends to dst the body sent to b, a backend of route,
+// and returns the backend endpoint it goes to. A backend serving the API
+// natively gets the client's body with the upstream model id spliced in;
+// any other gets the chat completions request translation makes (for
+// count_tokens, one asking for a single token, whose prompt count is the
+// answer). It sets c.native for the reply's handling.
+func (c *exchange) messagesUpstream(dst, body []byte, route *backends.Route, b *backends.Backend) ([]byte, backends.Endpoint, *openai.Error) {
+	c.native = route.MessagesNative(b)
+	if c.native {
+		up := backends.EndpointMessages
+		if c.ep.messages.count {
+			up = backends.EndpointMessagesCount
+		}
+		return buildUpstreamBody(dst, body, c.req, route, false), up, nil
+	}
+	if c.ep.messages.count {
+		c.msg.MaxTokens = 1
+	}
+	out, e := translate.ChatRequest(dst, body, c.msg, translate.ChatOptions{Model: route.Upstream,
+		MaxOutputTokens: route.MaxOutputTokens, ContinuousUsage: b.ContinuousUsage()})
+	if e != nil {
+		return dst, backends.EndpointChat, fromAnthropic(e)
+	}
+	return out, backends.EndpointChat, nil
+}
+
+// shownModel is the model id a reply names (see replyModel).
+func (c *exchange) shownModel(served *backends.Route) string {
+	if served != c.route && c.route.FallbackKeepsModel {
+		return c.route.Name
+	}
+	return served.Name
+}
+
+// messagesReply turns a backend's 2xx non-streamed reply, rbody, into the
+// client's body, appended to dst, and fills c's usage and completion id.
+// A native reply passes with the model renamed (replyModel, when not nil);
+// a chat reply is translated. A count_tokens answer charges nothing.
+func (c *exchange) messagesReply(dst, rbody []byte, served *backends.Route, backend string, replyModel []byte) ([]byte, *openai.Error) {
+	if !validReply(rbody, c.gen.cfg.Server.MaxJSONDepth) {
+		return dst, &openai.Error{Status: fasthttp.StatusBadGateway, Type: "api_error", Code: "upstream_error",
+			Message: "Backend " + backend + " answered 200 with a body that is not a JSON object."}
+	}
+	var u usageCounts
+	switch {
+	case c.native && c.ep.messages.count:
+		return append(dst, rbody...), nil
+	case c.native:
+		root := gjson.Parse(b2s(rbody))
+		if err := u.setMessagesUsage(root.Get("usage"), false); err != nil {
+			return dst, invalidUsage(backend, err)
+		}
+		c.rec.CompletionID = strings.Clone(root.Get("id").Str)
+		if replyModel != nil {
+			dst = rewriteModel(dst, rbody, replyModel)
+		} else {
+			dst = append(dst, rbody...)
+		}
+	default:
+		reply, ok := scanReply(rbody, c.gen.cfg.Server.MaxJSONDepth, false)
+		if !ok {
+			return dst, &openai.Error{Status: fasthttp.StatusBadGateway, Type: "api_error", Code: "upstream_error",
+				Message: "Backend " + backend + " answered 200 with a body that is not a JSON chat completion."}
+		}
+		if err := u.parseValidUsage(reply.usage, &chatUsageFields); err != nil {
+			return dst, invalidUsage(backend, err)
+		}
+		if c.ep.messages.count {
+			dst = append(dst, `{"input_tokens":`...)
+			return append(strconv.AppendInt(dst, u.prompt, 10), '}'), nil
+		}
+		var ae *anthropic.Error
+		if dst, _, ae = translate.MessagesReply(dst, rbody, c.shownModel(served)); ae != nil {
+			return dst, &openai.Error{Status: fasthttp.StatusBadGateway, Type: "api_error", Code: "upstream_error",
+				Message: "Backend " + backend + ": " + ae.Message}
+		}
+		c.rec.CompletionID = translate.MessageID(reply.id)
+	}
+	c.setUsage(&u, u.completion)
+	return dst, nil
+}
+
+// messagesUsageFields are the counts of a Messages API usage object.
+var messagesUsageFields = [...]string{"input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "output_tokens"}
+
+// setMessagesUsage reads a Messages API usage object into u: the prompt
+// is input_tokens plus the tokens read from and written to the prompt
+// cache, of which the reads are the cached tokens, and the completion is
+// output_tokens. A stream's message_delta (update) carries the output
+// counted so far, and the prompt's counts only when it repeats
+// input_tokens: otherwise those message_start gave stand. Every count must
+// be an integer in range; on error u is left as it was.
+func (u *usageCounts) setMessagesUsage(v gjson.Result, update bool) error {
+	if !v.Exists() || v.Type == gjson.Null {
+		return nil
+	}
+	if !v.IsObject() {
+		return &usageError{"usage", "is not an object"}
+	}
+	var counts [len(messagesUsageFields)]gjson.Result
+	var n [len(messagesUsageFields)]int64
+	for i, name := range messagesUsageFields {
+		counts[i] = v.Get(name)
+		var err error
+		if n[i], err = tokenCount(counts[i], name); err != nil {
+			return err
+		}
+	}
+	next := *u
+	if !update || counts[0].Exists() {
+		// Each count is at most 2^40: the sum cannot overflow.
+		next.prompt, next.cached = n[0]+n[1]+n[2], n[1]
+	}
+	if !update || counts[3].Exists() {
+		next.completion = n[3]
+	}
+	next.total = next.prompt + next.completion
+	next.reported = true
+	*u = next
+	return nil
+}
+
+// answerMessages answers the client with a backend's 2xx non-streamed
+// reply to a Messages API request (see messagesReply), in the client
+// response's own buffer, and settles the exchange.
+func (s *Server) answerMessages(ctx *fasthttp.RequestCtx, c *exchange, served *backends.Route, b *backends.Backend,
+	resp *fasthttp.Response, replyModel []byte) {
+	rbody := resp.Body()
+	out, e := c.messagesReply(ctx.Response.SwapBody(nil)[:0], rbody, served, b.Name, replyModel)
+	if e == nil && c.payloads {
+		c.rec.Input = append([]byte(nil), ctx.PostBody()...)
+		c.rec.Output = append([]byte(nil), out...)
+	}
+	ctx.Response.SwapBody(out)
+	status := resp.StatusCode()
+	fasthttp.ReleaseResponse(resp)
+	b.Release()
+	if e != nil {
+		b.ReportFailure()
+		s.finish(ctx, c, e)
+		return
+	}
+	ctx.SetStatusCode(status)
+	ctx.Response.Header.SetContentTypeBytes(jsonContentType)
+	s.finish(ctx, c, nil)
+}
