@@ -14,8 +14,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/tollgate-dev/tollgate/openai"
 	"github.com/tollgate-dev/tollgate/accounting"
+	"github.com/tollgate-dev/tollgate/openai"
 )
 
 // validID reports whether a client-supplied id is safe to keep (see
