@@ -1,6 +1,7 @@
 package anthropic
 
 import (
+	"github.com/tollgate-dev/tollgate/internal/jsonscan"
 	"math"
 	"strconv"
 	"strings"
@@ -191,7 +192,7 @@ func validate(body []byte, req *Request, lim Limits, count bool) *Error {
 	if first == len(s) {
 		return Invalid("", `The request body is empty; send a JSON object with "model", "max_tokens" and "messages".`)
 	}
-	if depth := orDefault(lim.MaxDepth, DefaultMaxDepth); tooDeep(s, depth) {
+	if depth := orDefault(lim.MaxDepth, DefaultMaxDepth); jsonscan.TooDeep(s, depth) {
 		return Invalid("", "The request body nests arrays and objects more than "+itoa(depth)+" levels deep.")
 	}
 	if !utf8.Valid(body) {
@@ -798,33 +799,6 @@ func skipSpace(s string, i int) int {
 		i++
 	}
 	return i
-}
-
-// tooDeep reports whether s, which may be any bytes at all, nests deeper than
-// limit. gjson recurses once per level, so the depth is bounded before it
-// reads the body. Counting brackets is a fast pass that settles most bodies.
-func tooDeep(s string, limit int) bool {
-	if strings.Count(s, "[")+strings.Count(s, "{") <= limit {
-		return false
-	}
-	depth := 0
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '"':
-			for i++; i < len(s) && s[i] != '"'; i++ {
-				if s[i] == '\\' {
-					i++
-				}
-			}
-		case '[', '{':
-			if depth++; depth > limit {
-				return true
-			}
-		case ']', '}':
-			depth--
-		}
-	}
-	return false
 }
 
 // b2s views b as a string without copying; the string must not outlive b.
