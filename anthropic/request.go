@@ -1,7 +1,6 @@
 package anthropic
 
 import (
-	"github.com/tollgate-dev/tollgate/internal/jsonscan"
 	"math"
 	"strconv"
 	"strings"
@@ -9,6 +8,8 @@ import (
 	"unsafe"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/tollgate-dev/tollgate/internal/jsonscan"
 )
 
 // Request is what validation learned about a Messages API body. Byte slices
