@@ -127,9 +127,9 @@ func SummaryHoldsChild(parent, child string) bool {
 	return false
 }
 
-// CompletionOf returns the completion a traced OpenAI call's output stands
-// for (a chat completion, streamed or not, a text completion or a
-// response), and false when it stands for none. It reads the reply by the
+// CompletionOf returns the completion a traced call's output stands for (an
+// OpenAI chat completion, streamed or not, a text completion or a response;
+// an Anthropic message), and false when it stands for none. It reads the reply by the
 // gateway's own rule; the Weave SDK's reduction of a stream keeps the last
 // chunk's "created" that is not 0, as the gateway does.
 //
@@ -154,7 +154,7 @@ func CompletionOf(output []byte) (Completion, bool) {
 			return Completion{}, false
 		}
 	}
-	r := gjson.GetMany(obj.Raw, "id", "object", "created", "created_at")
+	r := gjson.GetMany(obj.Raw, "id", "object", "created", "created_at", "type")
 	if r[0].Type != gjson.String || r[0].Str == "" {
 		return Completion{}, false
 	}
@@ -163,6 +163,12 @@ func CompletionOf(output []byte) (Completion, bool) {
 		return Completion{r[0].Str, r[2].Int()}, true
 	case "response":
 		return Completion{r[0].Str, r[3].Int()}, true
+	case "":
+		// An Anthropic Messages reply names its kind in "type" and
+		// carries no date, so both writers key it at 0.
+		if r[4].Str == "message" {
+			return Completion{r[0].Str, 0}, true
+		}
 	}
 	return Completion{}, false
 }

@@ -20,6 +20,8 @@ func TestCompletionOf(t *testing.T) {
 		{"one streamed response", `{"responses":[{"id":"resp_5","object":"response","created_at":3}]}`, Completion{"resp_5", 3}, true},
 		{"two streamed responses are not one completion", `{"responses":[{"id":"a","object":"response"},{"id":"b","object":"response"}]}`, Completion{}, false},
 		{"responses member of a completion is ignored", `{"id":"c6","object":"chat.completion","responses":[]}`, Completion{"c6", 0}, true},
+		{"anthropic message has no date", `{"id":"msg_7","type":"message","role":"assistant","created":5}`, Completion{"msg_7", 0}, true},
+		{"anthropic error is no completion", `{"type":"error","error":{"type":"api_error"}}`, Completion{}, false},
 		{"other objects", `{"id":"emb","object":"list"}`, Completion{}, false},
 		{"id not a string", `{"id":7,"object":"chat.completion"}`, Completion{}, false},
 		{"empty id", `{"id":"","object":"chat.completion"}`, Completion{}, false},
