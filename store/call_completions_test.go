@@ -311,6 +311,9 @@ func TestCompletionFoldKey(t *testing.T) {
 			{"streamed response", 1764000007, `{"responses":[{"id":"resp_%s","object":"response","created_at":1764000007,"status":"completed","model":"demo",` +
 				`"output":[{"type":"message","content":[{"type":"output_text","text":"hi"}]}],"usage":{"input_tokens":7,"output_tokens":3,"total_tokens":10}}]}`, true},
 			{"streamed response of another second", 1764000008, `{"responses":[{"id":"resp_%s","object":"response","created_at":1764000009}]}`, false},
+			// An Anthropic message, as the Weave SDK logs a Messages call:
+			// it carries no date, and the gateway records it undated.
+			{"anthropic message", 0, `{"id":"msg_%s","type":"message","role":"assistant","model":"demo","content":[],"stop_reason":"end_turn"}`, true},
 			{"two streamed responses", 1764000010, `{"responses":[{"id":"resp_%s","object":"response","created_at":1764000010},` +
 				`{"id":"resp_other","object":"response","created_at":1764000010}]}`, false},
 		} {
