@@ -122,6 +122,12 @@ func newBackend(cfg config.Backend) (*Backend, error) {
 			// Zero means the simulator's default, as the config's zero does.
 			EmbeddingDimensions: cfg.Simulated.EmbeddingDimensions,
 			VariedText:          cfg.Simulated.VariedText,
+			Engine: simulated.Engine{
+				MaxNumSeqs: cfg.Simulated.MaxNumSeqs, PrefillPerToken: cfg.Simulated.PrefillPerToken,
+				KVCacheBlocks: cfg.Simulated.KVCacheBlocks, BlockSize: cfg.Simulated.BlockSize,
+				LoadFactor: cfg.Simulated.LoadFactor, LoRAs: cfg.Simulated.LoRAs,
+				MaxLoRAs: cfg.Simulated.MaxLoRAs, LoRALoadTime: cfg.Simulated.LoRALoadTime,
+			},
 		})
 		b.simDone = make(chan error, 1)
 		go func() { b.simDone <- b.sim.Serve(ln) }()

@@ -283,6 +283,37 @@ type Simulated struct {
 	// time, as a real model does. Zero (false) means they get the same
 	// counting text "tok0 tok1 …" every time.
 	VariedText bool `yaml:"varied_text"`
+
+	// The fields below give plain chat completions the physics of a vLLM
+	// server (docs/scheduler.md); with all of them zero, every request
+	// takes ttft and inter_token as they are.
+
+	// MaxNumSeqs is how many sequences run at once (vLLM's
+	// --max-num-seqs); more wait in a queue, by priority then arrival.
+	// Zero means no limit and no queue.
+	MaxNumSeqs int `yaml:"max_num_seqs"`
+	// PrefillPerToken is the prefill time of each prompt token not found
+	// in the prefix cache, added to ttft. Zero means the first token comes
+	// after ttft whatever the prompt.
+	PrefillPerToken time.Duration `yaml:"prefill_per_token"`
+	// KVCacheBlocks is the prefix cache's size in blocks of block_size
+	// tokens; cached leading blocks of a prompt skip prefill. Zero means
+	// no prefix cache.
+	KVCacheBlocks int `yaml:"kv_cache_blocks"`
+	// BlockSize is the tokens of a prefix cache block. Zero means 16.
+	BlockSize int `yaml:"block_size"`
+	// LoadFactor multiplies prefill and inter-token times when
+	// max_num_seqs sequences run, from 1 with one running. Zero means 1:
+	// no slowdown under load.
+	LoadFactor float64 `yaml:"load_factor"`
+	// LoRAs are LoRA adapters served besides the base model, by the model
+	// id a request names them with. Zero means none.
+	LoRAs []string `yaml:"loras"`
+	// MaxLoRAs is how many adapters are loaded at once. Zero means 1.
+	MaxLoRAs int `yaml:"max_loras"`
+	// LoRALoadTime delays the first token of a request whose adapter had
+	// to be loaded. Zero means loading is free.
+	LoRALoadTime time.Duration `yaml:"lora_load_time"`
 }
 
 // Model is a public model id and where it is served.

@@ -622,8 +622,23 @@ func TestParseSimulatedEmptyMapping(t *testing.T) {
 	if sim == nil {
 		t.Fatal("simulated: {} gave a nil *Simulated")
 	}
-	if *sim != (Simulated{Tokens: defaultSimulatedTokens}) {
+	if !reflect.DeepEqual(*sim, Simulated{Tokens: defaultSimulatedTokens}) {
 		t.Errorf("simulated = %+v, want only the default tokens", *sim)
+	}
+}
+
+func TestParseSimulatedEngine(t *testing.T) {
+	text := strings.Replace(minimalYAML, "simulated: {}", `simulated: {max_num_seqs: 8, prefill_per_token: 50us, kv_cache_blocks: 1536,
+      block_size: 16, load_factor: 2, loras: [sql-lora], max_loras: 2, lora_load_time: 30ms}`, 1)
+	cfg, err := parse([]byte(text), "m.yaml", "", noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Simulated{Tokens: defaultSimulatedTokens, MaxNumSeqs: 8, PrefillPerToken: 50 * time.Microsecond,
+		KVCacheBlocks: 1536, BlockSize: 16, LoadFactor: 2, LoRAs: []string{"sql-lora"}, MaxLoRAs: 2,
+		LoRALoadTime: 30 * time.Millisecond}
+	if got := *cfg.Backends[0].Simulated; !reflect.DeepEqual(got, want) {
+		t.Errorf("simulated = %+v, want %+v", got, want)
 	}
 }
 
@@ -910,6 +925,12 @@ func TestValidate(t *testing.T) {
 		{"negative total timeout", func(c *Config) { c.Backends[0].Timeouts.Total = -1 }, "backends[0].timeouts.total", "must be positive"},
 		{"negative simulated delay", func(c *Config) { c.Backends[1].Simulated.InterTokenDelay = -1 }, "backends[1].simulated.inter_token", "must not be negative"},
 		{"negative simulated tokens", func(c *Config) { c.Backends[1].Simulated.Tokens = -1 }, "backends[1].simulated.tokens", "must be positive"},
+		{"negative simulated max_num_seqs", func(c *Config) { c.Backends[1].Simulated.MaxNumSeqs = -1 }, "backends[1].simulated.max_num_seqs", "must not be negative"},
+		{"negative simulated prefill", func(c *Config) { c.Backends[1].Simulated.PrefillPerToken = -1 }, "backends[1].simulated.prefill_per_token", "must not be negative"},
+		{"negative simulated kv blocks", func(c *Config) { c.Backends[1].Simulated.KVCacheBlocks = -1 }, "backends[1].simulated.kv_cache_blocks", "must not be negative"},
+		{"simulated load factor below 1", func(c *Config) { c.Backends[1].Simulated.LoadFactor = 0.5 }, "backends[1].simulated.load_factor", "must be 0 or at least 1"},
+		{"empty simulated adapter", func(c *Config) { c.Backends[1].Simulated.LoRAs = []string{"a", ""} }, "backends[1].simulated.loras[1]", "must not be empty"},
+		{"negative simulated lora load", func(c *Config) { c.Backends[1].Simulated.LoRALoadTime = -1 }, "backends[1].simulated.lora_load_time", "must not be negative"},
 
 		{"no models", func(c *Config) { c.Models = nil }, "models", "at least one model is required"},
 		{"model without name", func(c *Config) { c.Models[1].Name = "" }, "models[1].name", "required"},

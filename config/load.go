@@ -417,6 +417,20 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 			w.lines[p] = c.Line
 			w.walk(c, t.Elem(), p)
 		}
+	case reflect.Map:
+		// A map of strings (telemetry.headers): any keys, each value
+		// checked as the map's element type.
+		if n.Kind != yaml.MappingNode {
+			w.fail(n, path, "want a mapping, got %s", describeNode(n))
+			return
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			w.walkScalar(k, t.Key(), path)
+			p := path + "." + k.Value
+			w.lines[p] = v.Line
+			w.walk(v, t.Elem(), p)
+		}
 	default:
 		w.walkScalar(n, t, path)
 	}

@@ -297,6 +297,20 @@ func (v *validator) backends(backends []Backend) map[string]int {
 			v.nonNegativeDuration(p+".simulated.inter_token", s.InterTokenDelay)
 			v.positive(p+".simulated.tokens", int64(s.Tokens))
 			v.nonNegative(p+".simulated.embedding_dimensions", int64(s.EmbeddingDimensions))
+			v.nonNegative(p+".simulated.max_num_seqs", int64(s.MaxNumSeqs))
+			v.nonNegativeDuration(p+".simulated.prefill_per_token", s.PrefillPerToken)
+			v.nonNegative(p+".simulated.kv_cache_blocks", int64(s.KVCacheBlocks))
+			v.nonNegative(p+".simulated.block_size", int64(s.BlockSize))
+			if s.LoadFactor != 0 && !(s.LoadFactor >= 1) {
+				v.addf(p+".simulated.load_factor", "must be 0 or at least 1, got %v", s.LoadFactor)
+			}
+			for i, a := range s.LoRAs {
+				if a == "" {
+					v.addf(fmt.Sprintf("%s.simulated.loras[%d]", p, i), "must not be empty")
+				}
+			}
+			v.nonNegative(p+".simulated.max_loras", int64(s.MaxLoRAs))
+			v.nonNegativeDuration(p+".simulated.lora_load_time", s.LoRALoadTime)
 		}
 	}
 	return names

@@ -43,21 +43,27 @@ func (s *Server) chat(ctx *fasthttp.RequestCtx) {
 		s.chatRich(ctx, &req, id, created, call)
 		return
 	}
+	failAfter, breakAfter := -1, -1
+	if req.stream {
+		var ok bool
+		if failAfter, breakAfter, ok = s.streamInjections(ctx); !ok {
+			return
+		}
+	}
+	// The engine admits the request once it has nothing left to refuse, since it may wait in
+	// the queue; every path from here finishes the sequence.
+	q := s.startSequence(ctx.PostBody(), &req)
 	if !req.stream {
-		s.waitFirstToken()
+		s.decodeWhole(q, req.n*tokens)
 		b := replyBuffer(ctx)
 		b = appendCompletion(b, id, created, req.modelRaw, req.n, tokens, finish, req.prompt, req.cached)
 		setJSON(ctx, b)
 		s.completed.Add(1)
 		return
 	}
-
-	failAfter, breakAfter, ok := s.streamInjections(ctx)
-	if !ok {
-		return
-	}
 	st := s.streams.Get().(*stream)
 	st.start(s, id, created, &req, tokens, finish, failAfter, breakAfter)
+	st.seq = q
 	startStream(ctx, st, breakAfter)
 }
 
@@ -310,7 +316,7 @@ func (s *Server) parseChat(body []byte, r *chatRequest) (e apiError) {
 // serves reports whether model is one of Options.Models, or true when that list is empty. A
 // linear scan beats a map for the handful of models a test configures.
 func (s *Server) serves(model string) bool {
-	if len(s.opts.Models) == 0 {
+	if len(s.opts.Models) == 0 || (s.engine != nil && s.engine.serves(model)) {
 		return true
 	}
 	for _, m := range s.opts.Models {

@@ -11,6 +11,9 @@ const defaultEmbeddingDimensions = 8
 // defaultStoredResponses is how many Responses API responses are kept when Options do not say.
 const defaultStoredResponses = 1024
 
+// defaultBlockSize is the tokens of a prefix cache block when Engine.BlockSize does not say.
+const defaultBlockSize = 16
+
 // defaultModel is the model id the server reports (in /v1/models, and in replies to requests that
 // name no model) when Options.Models is empty.
 const defaultModel = "sim"
@@ -51,6 +54,74 @@ type Options struct {
 	// StoredResponses is how many Responses API responses the server keeps for GET, DELETE,
 	// cancel and previous_response_id, oldest first out; zero means 1024.
 	StoredResponses int
+	// Engine gives plain chat completions the physics of a vLLM server: a running-sequence
+	// limit with a queue, per-token prefill over a block prefix cache, load-dependent latency,
+	// LoRA adapters (engine.go). Its zero value keeps the fixed TimeToFirstToken and
+	// InterTokenDelay of every request.
+	Engine Engine
+}
+
+// Engine is the scheduler and KV cache model of the simulated server, after the latency and KV
+// cache model of llm-d-inference-sim: prefill takes TimeToFirstToken (the fixed overhead) plus
+// PrefillPerToken for each prompt token not found in the prefix cache, decoding takes
+// InterTokenDelay per token, and both are slowed by LoadFactor as the running sequences approach
+// MaxNumSeqs. Every field's zero value turns its part off.
+type Engine struct {
+	// MaxNumSeqs is how many sequences run at once (vLLM's --max-num-seqs); later requests wait
+	// in a queue, in order of their "priority" (lower first) and then of arrival. Zero means no
+	// limit and no queue.
+	MaxNumSeqs int
+	// PrefillPerToken is the prefill time of each prompt token not found in the prefix cache,
+	// added to TimeToFirstToken. Zero means the first token comes after TimeToFirstToken
+	// whatever the prompt.
+	PrefillPerToken time.Duration
+	// KVCacheBlocks is the size of the prefix cache in blocks of BlockSize tokens (vLLM's
+	// num_gpu_blocks). The prompt is cut into blocks, each identified by a hash of its tokens
+	// and of every block before it; leading blocks found in the cache are hits and skip
+	// prefill; blocks of running sequences stay, the others leave least recently used first.
+	// Zero means no block cache (PrefixCache, when set, still reports cached_tokens).
+	KVCacheBlocks int
+	// BlockSize is the number of tokens in a block. Zero means 16, vLLM's default.
+	BlockSize int
+	// LoadFactor multiplies the prefill and inter-token times when MaxNumSeqs sequences run,
+	// growing linearly from 1 with one running (llm-d-inference-sim's time-factor-under-load).
+	// Zero (or anything up to 1, or MaxNumSeqs below 2) means no slowdown.
+	LoadFactor float64
+	// LoRAs are LoRA adapters served besides the base model; a request whose model names one
+	// runs with it. Empty means none.
+	LoRAs []string
+	// MaxLoRAs is how many adapters are loaded at once (vLLM's --max-loras); a request for
+	// another waits until a loaded adapter has no running request and can be swapped out. Zero
+	// means 1, vLLM's default.
+	MaxLoRAs int
+	// LoRALoadTime is added to the first token of a request whose adapter had to be loaded.
+	// Zero means loading is free.
+	LoRALoadTime time.Duration
+}
+
+// enabled reports whether any part of the engine is configured.
+func (e Engine) enabled() bool {
+	return e.MaxNumSeqs > 0 || e.PrefillPerToken > 0 || e.KVCacheBlocks > 0 || e.LoadFactor > 1 || len(e.LoRAs) > 0
+}
+
+// normalized returns e with out-of-range values replaced by their defaults, and its own copy of
+// LoRAs.
+func (e Engine) normalized() Engine {
+	e.MaxNumSeqs = max(e.MaxNumSeqs, 0)
+	e.PrefillPerToken = max(e.PrefillPerToken, 0)
+	e.KVCacheBlocks = max(e.KVCacheBlocks, 0)
+	if e.BlockSize <= 0 {
+		e.BlockSize = defaultBlockSize
+	}
+	if !(e.LoadFactor > 1) {
+		e.LoadFactor = 1
+	}
+	if e.MaxLoRAs <= 0 {
+		e.MaxLoRAs = 1
+	}
+	e.LoRALoadTime = max(e.LoRALoadTime, 0)
+	e.LoRAs = append([]string(nil), e.LoRAs...)
+	return e
 }
 
 // normalized returns a copy of o with zero and out-of-range values replaced by their defaults.
@@ -83,6 +154,7 @@ func (o Options) normalized() Options {
 		o.FailStatus = 0
 	}
 	o.Models = append([]string(nil), o.Models...)
+	o.Engine = o.Engine.normalized()
 	return o
 }
 

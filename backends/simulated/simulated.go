@@ -101,6 +101,8 @@ type Server struct {
 	ctl    control       // run-time knobs and routing counters; see control.go
 	varied atomic.Uint64 // seeds of requests without one, with Options.VariedText
 	prefix *prefixCache  // nil unless Options.PrefixCache is set; see prefixcache.go
+	engine *engine       // nil unless Options.Engine is set; see engine.go
+	clock  clock         // what delays wait on: the wall clock, or a test's
 
 	responses *responseStore // Responses API responses; see responses.go
 
@@ -150,6 +152,10 @@ func New(opts Options) *Server {
 	s.streams.New = func() any { return new(stream) }
 	s.ctl.failStatus.Store(int64(s.opts.FailStatus))
 	s.prefix = newPrefixCache(s.opts.PrefixCache)
+	s.clock = wallClock{}
+	if s.opts.Engine.enabled() {
+		s.engine = newEngine(s.opts.Engine)
+	}
 	s.responses = newResponseStore(s.opts.StoredResponses)
 	if len(s.opts.Models) > 0 {
 		s.defaultModelRaw = string(appendJSONString(nil, s.opts.Models[0]))
@@ -395,6 +401,10 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		ctx.SetContentType(contentTypeJSON)
 		ctx.SetBody(s.modelsBody)
 		s.ctl.listings.Add(1)
+	case "/metrics":
+		s.metrics(ctx)
+	case "/reset_prefix_cache":
+		s.resetPrefixCache(ctx)
 	case "/health":
 		if !getOnly(ctx) || s.inject(ctx) {
 			return
@@ -452,7 +462,7 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) bool {
 // real server sends once the whole generation is done.
 func (s *Server) waitFirstToken() {
 	if d := s.opts.TimeToFirstToken; d > 0 {
-		time.Sleep(d)
+		s.clock.Sleep(d)
 	}
 }
 
@@ -569,6 +579,7 @@ func (s *Server) buildModels(created int64) []byte {
 	if len(models) == 0 {
 		models = []string{defaultModel}
 	}
+	models = append(models[:len(models):len(models)], s.opts.Engine.LoRAs...)
 	b := []byte(`{"object":"list","data":[`)
 	for i, m := range models {
 		if i > 0 {

@@ -29,6 +29,7 @@ const (
 // how X-Mock-Break-After breaks a stream.
 type stream struct {
 	s    *Server
+	seq  *seq   // the engine's sequence, nil without an engine
 	head []byte // `data: {"id":...,"choices":[`, shared by every chunk of this stream
 	buf  []byte // the event being read out
 	off  int    // how much of buf has been read
@@ -81,6 +82,8 @@ func (st *stream) Read(p []byte) (int, error) {
 // after the end, or with the error that ended it (a write error when the client went away).
 func (st *stream) CloseWithError(error) error {
 	s := st.s
+	st.seq.finish()
+	st.seq = nil
 	if !st.finished {
 		s.cancelled.Add(1)
 	}
@@ -105,8 +108,8 @@ func (st *stream) next() error {
 	}
 	switch st.phase {
 	case phaseRole:
-		if st.choice == 0 && opts.TimeToFirstToken > 0 {
-			time.Sleep(opts.TimeToFirstToken)
+		if st.choice == 0 {
+			st.wait(opts.TimeToFirstToken, true)
 		}
 		st.chunkStart()
 		st.buf = append(st.buf, `,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]`...)
@@ -115,8 +118,8 @@ func (st *stream) next() error {
 			st.phase, st.choice = phaseTokens, 0
 		}
 	case phaseTokens:
-		if st.choice == 0 && st.tok > 0 && opts.InterTokenDelay > 0 {
-			time.Sleep(opts.InterTokenDelay)
+		if st.choice == 0 && st.tok > 0 {
+			st.wait(opts.InterTokenDelay, false)
 		}
 		st.chunkStart()
 		st.buf = append(st.buf, `,"delta":{"content":"`...)
@@ -169,7 +172,23 @@ func (st *stream) next() error {
 	return nil
 }
 
+// wait sleeps before the first token (first) or the next: the configured delay d, or with an
+// engine the sequence's prefill and its delay at the current load.
+func (st *stream) wait(d time.Duration, first bool) {
+	switch {
+	case st.seq != nil && first:
+		d = st.seq.firstToken(d)
+	case st.seq != nil:
+		d = st.seq.interToken(d)
+	}
+	if d > 0 {
+		st.s.clock.Sleep(d)
+	}
+}
+
 func (st *stream) complete() {
+	st.seq.finish()
+	st.seq = nil
 	if !st.finished {
 		st.finished = true
 		st.s.completed.Add(1)

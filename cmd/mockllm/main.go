@@ -55,18 +55,23 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	prefixCache := fs.Int("prefix-cache", 0, "prompt prefixes remembered for cached_tokens (0: no cache)")
 	varied := fs.Bool("varied", false, "requests without a seed sample different text each time (default: the same tok0 tok1 … text)")
 	stored := fs.Int("stored-responses", 1024, "Responses API responses kept for GET, DELETE and previous_response_id")
+	var e simulated.Engine
+	fs.IntVar(&e.MaxNumSeqs, "max-num-seqs", 0, "sequences running at once; more wait in a queue (0: no limit, no queue)")
+	fs.DurationVar(&e.PrefillPerToken, "prefill-per-token", 0, "prefill time of each prompt token not in the prefix cache, added to -ttft (0: -ttft whatever the prompt)")
+	fs.IntVar(&e.KVCacheBlocks, "kv-cache-blocks", 0, "prefix cache size in blocks; cached leading blocks skip prefill (0: no block cache)")
+	fs.IntVar(&e.BlockSize, "block-size", 16, "tokens of a prefix cache block")
+	fs.Float64Var(&e.LoadFactor, "load-factor", 0, "prefill and token delays multiply by this with -max-num-seqs running, from 1 with one (0: no slowdown)")
+	loras := fs.String("loras", "", "comma-separated LoRA adapters served besides the base model (empty: none)")
+	fs.IntVar(&e.MaxLoRAs, "max-loras", 1, "adapters loaded at once")
+	fs.DurationVar(&e.LoRALoadTime, "lora-load-time", 0, "added to the first token of a request whose adapter had to be loaded")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
-	var ids []string
-	for m := range strings.SplitSeq(*models, ",") {
-		if m = strings.TrimSpace(m); m != "" {
-			ids = append(ids, m)
-		}
-	}
+	ids := splitList(*models)
+	e.LoRAs = splitList(*loras)
 	return config{listen: *listen, opts: simulated.Options{
 		TimeToFirstToken:    *ttft,
 		InterTokenDelay:     *itl,
@@ -77,7 +82,19 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		PrefixCache:         *prefixCache,
 		StoredResponses:     *stored,
 		VariedText:          *varied,
+		Engine:              e,
 	}}, nil
+}
+
+// splitList splits a comma-separated flag, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for m := range strings.SplitSeq(s, ",") {
+		if m = strings.TrimSpace(m); m != "" {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // run serves until ctx is done, then shuts down gracefully.

@@ -40,6 +40,12 @@ func TestParseFlags(t *testing.T) {
 				o.Tokens == 4 && fmt.Sprint(o.Models) == "[a b]" && o.FailStatus == 503 && o.EmbeddingDimensions == 32 &&
 				o.PrefixCache == 10 && o.StoredResponses == 5 && o.VariedText
 		}, false},
+		{"engine flags", []string{"-max-num-seqs", "8", "-prefill-per-token", "50us", "-kv-cache-blocks", "1536", "-block-size", "32",
+			"-load-factor", "2", "-loras", "sql, chat", "-max-loras", "2", "-lora-load-time", "30ms"}, func(c config) bool {
+			e := c.opts.Engine
+			return e.MaxNumSeqs == 8 && e.PrefillPerToken == 50*time.Microsecond && e.KVCacheBlocks == 1536 && e.BlockSize == 32 &&
+				e.LoadFactor == 2 && fmt.Sprint(e.LoRAs) == "[sql chat]" && e.MaxLoRAs == 2 && e.LoRALoadTime == 30*time.Millisecond
+		}, false},
 		{"stray argument", []string{"extra"}, nil, true},
 		{"bad duration", []string{"-ttft", "soon"}, nil, true},
 	}

@@ -81,6 +81,13 @@ type options struct {
 	soakRate        int
 	soakStreamShare float64
 	soakAbandon     float64
+
+	// fleet runs the fleet measurement of issue 35 (fleet.go) instead of everything else.
+	fleet bool
+	// fleetPhase is the length of each of its phases.
+	fleetPhase time.Duration
+	// seed makes its workload.
+	seed int64
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -118,6 +125,11 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.soakRate, "soak-rate", 1000, "open-loop `rate` of the soak, in requests per second")
 	fs.Float64Var(&o.soakStreamShare, "soak-stream-share", 0.25, "share of the soak's requests that are streams (-stream-tokens events at -stream-itl)")
 	fs.Float64Var(&o.soakAbandon, "soak-abandon", 0.1, "share of the soak's streams the client closes after the first event")
+	fs.BoolVar(&o.fleet, "fleet", false, "measure placement instead: four simulated vLLM servers in this process behind the gateway, "+
+		"a seeded multi-turn chat workload through tollgate's scheduler, round-robin and a pinned-conversation oracle in alternated "+
+		"phases, then a fairness and a priority scenario; -rounds, -json, -keep, -bin-dir and -gateway-log-level apply")
+	fs.DurationVar(&o.fleetPhase, "fleet-duration", 20*time.Second, "length of each -fleet phase (the first fifth is not measured)")
+	fs.Int64Var(&o.seed, "seed", 1, "seed of the -fleet workload")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -148,6 +160,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, err
 	}
 	switch {
+	case o.fleetPhase < time.Second || o.fleetPhase > 10*time.Minute:
+		return o, fmt.Errorf("-fleet-duration %s: want 1s to 10m", o.fleetPhase)
 	case o.phase <= 0 || o.phase > 10*time.Minute:
 		return o, fmt.Errorf("-duration %s: want more than 0 and at most 10m", o.phase)
 	case o.rounds < 1 || o.rounds > 20:
@@ -218,6 +232,9 @@ func run(args []string, stdout, stderr io.Writer) (err error) {
 	// second Ctrl-C ends a shutdown that takes too long; the children then
 	// get SIGTERM from the kernel as their parent dies.
 	context.AfterFunc(ctx, stop)
+	if o.fleet {
+		return runFleet(ctx, o, args, stdout, stderr)
+	}
 	began := time.Now()
 
 	// Each open stream costs the process it goes through two sockets, and
