@@ -10,18 +10,18 @@ import (
 	"github.com/tollgate-dev/tollgate/openai"
 )
 
-// setUsage fills the record's counts from what the backend reported.
-func (c *exchange) setUsage(u *usageCounts, completion int64) {
-	setRecordUsage(&c.rec, u, completion)
-}
-
-// setRecordUsage fills rec's counts from what the backend reported.
-func setRecordUsage(rec *accounting.Record, u *usageCounts, completion int64) {
-	rec.PromptTokens = u.prompt
-	rec.CompletionTokens = completion
-	rec.CachedTokens = u.cached
-	rec.TotalTokens = u.total
-	if !u.reported || rec.TotalTokens < rec.PromptTokens+rec.CompletionTokens {
+// recordUsage fills rec's counts from what the backend reported, u, and
+// outputTokens, the generated tokens charged: u's own count, or for a
+// stream that reported none the content deltas streamed (see
+// openai.EventProcessor.OutputTokens). openai refuses a count above
+// openai.MaxTokenCount, which is accounting.MaxRecordTokens (see
+// TestTokenBoundsAgree), so every count read is recorded as it is.
+func recordUsage(rec *accounting.Record, u *openai.UsageCounts, outputTokens int64) {
+	rec.PromptTokens = u.Input
+	rec.CompletionTokens = outputTokens
+	rec.CachedTokens = u.Cached
+	rec.TotalTokens = u.Total
+	if !u.Reported || rec.TotalTokens < rec.PromptTokens+rec.CompletionTokens {
 		rec.TotalTokens = rec.PromptTokens + rec.CompletionTokens
 	}
 }
