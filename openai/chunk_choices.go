@@ -63,7 +63,7 @@ func readChunkFields(s string, wantID bool) chunkFields {
 // filled, for what it leaves to readGJSON (not a valid JSON object, an
 // escaped key, choices it does not read).
 func (f *chunkFields) readFlat(s string, wantID bool) bool {
-	i := SkipSpace(s, 0)
+	i := skipSpace(s, 0)
 	if i >= len(s) || s[i] != '{' {
 		return false
 	}
@@ -98,7 +98,7 @@ func (f *chunkFields) readFlat(s string, wantID bool) bool {
 		}
 		return true
 	})
-	return end >= 0 && SkipSpace(s, end) == len(s)
+	return end >= 0 && skipSpace(s, end) == len(s)
 }
 
 // readGJSON reads the chunk's members with gjson, whatever the chunk is.
@@ -146,9 +146,9 @@ func choicesContent(raw string) (elems, withContent int64, ok bool) {
 	if len(raw) == 0 || raw[0] != '[' || jsonscan.TooDeep(raw, maxChoicesDepth) {
 		return 0, 0, false
 	}
-	i := SkipSpace(raw, 1)
+	i := skipSpace(raw, 1)
 	if i < len(raw) && raw[i] == ']' {
-		return 0, 0, SkipSpace(raw, i+1) == len(raw)
+		return 0, 0, skipSpace(raw, i+1) == len(raw)
 	}
 	for {
 		if i >= len(raw) {
@@ -163,17 +163,17 @@ func choicesContent(raw string) (elems, withContent int64, ok bool) {
 			if has {
 				withContent++
 			}
-		} else if i, ok = ValidValue(raw, i); !ok {
+		} else if i, ok = validValue(raw, i); !ok {
 			return 0, 0, false
 		}
 		var closed bool
-		if i, closed, ok = Separator(raw, i, ']'); !ok {
+		if i, closed, ok = separator(raw, i, ']'); !ok {
 			return 0, 0, false
 		}
 		if closed {
-			return elems, withContent, SkipSpace(raw, i) == len(raw)
+			return elems, withContent, skipSpace(raw, i) == len(raw)
 		}
-		i = SkipSpace(raw, i)
+		i = skipSpace(raw, i)
 	}
 }
 
@@ -225,7 +225,7 @@ func deltaContent(s string, i int) (end int, has, ok bool) {
 // object ends, or -1 when it is not valid JSON, has an escaped key, or
 // member returned false.
 func membersAt(s string, i int, member func(key string, k, v, vEnd int) bool) int {
-	i = SkipSpace(s, i+1)
+	i = skipSpace(s, i+1)
 	if i < len(s) && s[i] == '}' {
 		return i + 1
 	}
@@ -235,28 +235,28 @@ func membersAt(s string, i int, member func(key string, k, v, vEnd int) bool) in
 		}
 		keyStart := i + 1
 		var ok bool
-		if i, ok = ValidString(s, keyStart); !ok {
+		if i, ok = validString(s, keyStart); !ok {
 			return -1
 		}
 		key := s[keyStart : i-1]
 		if strings.IndexByte(key, '\\') >= 0 {
 			return -1
 		}
-		i = SkipSpace(s, i)
+		i = skipSpace(s, i)
 		if i >= len(s) || s[i] != ':' {
 			return -1
 		}
-		v := SkipSpace(s, i+1)
-		if i, ok = ValidValue(s, v); !ok || !member(key, keyStart-1, v, i) {
+		v := skipSpace(s, i+1)
+		if i, ok = validValue(s, v); !ok || !member(key, keyStart-1, v, i) {
 			return -1
 		}
 		var closed bool
-		if i, closed, ok = Separator(s, i, '}'); !ok {
+		if i, closed, ok = separator(s, i, '}'); !ok {
 			return -1
 		}
 		if closed {
 			return i
 		}
-		i = SkipSpace(s, i)
+		i = skipSpace(s, i)
 	}
 }

@@ -41,7 +41,7 @@ func ScanReply(body []byte, maxDepth int, response bool) (m ReplyMembers, ok boo
 	if !looksLikeJSONObject(body) || jsonscan.TooDeep(s, maxDepth) {
 		return m, false
 	}
-	i := SkipSpace(s, 0)
+	i := skipSpace(s, 0)
 	if i >= len(s) || s[i] != '{' {
 		return m, false
 	}
@@ -54,7 +54,7 @@ func ScanReply(body []byte, maxDepth int, response bool) (m ReplyMembers, ok boo
 		haveUsage, haveID, haveDate bool
 		escaped                     bool
 	)
-	i = SkipSpace(s, i+1)
+	i = skipSpace(s, i+1)
 	if i < len(s) && s[i] == '}' {
 		i++
 	} else {
@@ -63,16 +63,16 @@ func ScanReply(body []byte, maxDepth int, response bool) (m ReplyMembers, ok boo
 				return m, false
 			}
 			keyStart := i + 1
-			if i, ok = ValidString(s, keyStart); !ok {
+			if i, ok = validString(s, keyStart); !ok {
 				return m, false
 			}
 			key := s[keyStart : i-1]
-			i = SkipSpace(s, i)
+			i = skipSpace(s, i)
 			if i >= len(s) || s[i] != ':' {
 				return m, false
 			}
-			valStart := SkipSpace(s, i+1)
-			if i, ok = ValidValue(s, valStart); !ok {
+			valStart := skipSpace(s, i+1)
+			if i, ok = validValue(s, valStart); !ok {
 				return m, false
 			}
 			if strings.IndexByte(key, '\\') >= 0 {
@@ -93,16 +93,16 @@ func ScanReply(body []byte, maxDepth int, response bool) (m ReplyMembers, ok boo
 				usageRaw, haveUsage = val, true
 			}
 			var closed bool
-			if i, closed, ok = Separator(s, i, '}'); !ok {
+			if i, closed, ok = separator(s, i, '}'); !ok {
 				return m, false
 			}
 			if closed {
 				break
 			}
-			i = SkipSpace(s, i)
+			i = skipSpace(s, i)
 		}
 	}
-	if SkipSpace(s, i) != len(s) {
+	if skipSpace(s, i) != len(s) {
 		return m, false
 	}
 	if escaped {

@@ -160,28 +160,28 @@ type rawMembers struct {
 // next returns the next member's key (as written) and value text; ok is
 // false at the end of the object, or when the walk stops (unread).
 func (m *rawMembers) next() (key, val string, ok bool) {
-	s, i := m.s, SkipSpace(m.s, m.i)
+	s, i := m.s, skipSpace(m.s, m.i)
 	if i < len(s) && s[i] == ',' {
-		i = SkipSpace(s, i+1)
+		i = skipSpace(s, i+1)
 	}
 	if i >= len(s) || s[i] != '"' {
 		return "", "", false
 	}
-	end, esc := KeyEnd(s, i)
+	end, esc := keyEnd(s, i)
 	if esc {
 		m.unread = true
 		return "", "", false
 	}
 	key = s[i+1 : end-1]
-	i = SkipSpace(s, end)
+	i = skipSpace(s, end)
 	if i >= len(s) || s[i] != ':' {
 		return "", "", false
 	}
-	start := SkipSpace(s, i+1)
+	start := skipSpace(s, i+1)
 	if start >= len(s) {
 		return "", "", false
 	}
-	m.i = ValueEnd(s, start)
+	m.i = valueEnd(s, start)
 	return key, s[start:m.i], true
 }
 
@@ -278,5 +278,5 @@ func tokenCount(r gjson.Result, path string) (int64, error) {
 // syntax check recurses once per level, and the body is the backend's.
 func validReply(body []byte, maxDepth int) bool {
 	s := b2s(body)
-	return looksLikeJSONObject(body) && !jsonscan.TooDeep(s, maxDepth) && ValidJSON(s)
+	return looksLikeJSONObject(body) && !jsonscan.TooDeep(s, maxDepth) && validJSON(s)
 }
