@@ -52,7 +52,7 @@ type EventProcessor struct {
 
 	usage UsageCounts
 	// deltas counts choice deltas that carried generated content: the
-	// completion tokens streamed, when the backend reported no usage.
+	// output tokens streamed, when the backend reported no usage.
 	deltas int64
 	events int64
 	done   bool

@@ -17,10 +17,10 @@ const (
 		`data: {"type":"response.completed","sequence_number":3,"response":{"id":"resp_0123abcd","object":"response","created_at":1764000007,"status":"completed","model":"up/model","output":[{"type":"message","id":"msg_1","status":"completed","role":"assistant","content":[{"type":"output_text","text":"tok1 tok1 "}]}],"usage":{"input_tokens":8,"output_tokens":2,"total_tokens":10,"input_tokens_details":{"cached_tokens":3}}}}` + "\n\n"
 )
 
-// TestResponseStreamKeepsCompletionKey: the events of a streamed response
+// TestResponseStreamKeepsReplyKey: the events of a streamed response
 // leave the response's id and created_at where a chat stream leaves its
 // completion's, for the usage record.
-func TestResponseStreamKeepsCompletionKey(t *testing.T) {
+func TestResponseStreamKeepsReplyKey(t *testing.T) {
 	var c EventProcessor
 	c.Reset(StreamOptions{StripUsage: false, StripContinuous: false, PublicModel: []byte(`"demo"`)})
 	c.opts.Responses = true

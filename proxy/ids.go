@@ -111,7 +111,7 @@ func hex8(v uint32) uint64 {
 	return x + 0x3030303030303030 + letters*39
 }
 
-// traceContext is where a chat completion joins a trace.
+// traceContext is where a model call joins a trace.
 type traceContext struct {
 	traceID  string
 	parentID string

@@ -40,7 +40,8 @@ import (
 	"github.com/tollgate-dev/tollgate/openai"
 )
 
-// Recorder takes the usage record of every chat completion.
+// Recorder takes the usage record of every model call, on any of the
+// endpoints routed by model.
 type Recorder interface {
 	Record(accounting.Record)
 }
@@ -83,7 +84,7 @@ type state struct {
 	models  []byte // the /v1/models reply, built once
 	// secrets redacts this configuration's keys from error text.
 	secrets *secretValues
-	// active counts chat completions using this generation, so that a
+	// active counts the exchanges using this generation, so that a
 	// retired generation is closed only once they are all done.
 	active atomic.Int64
 }

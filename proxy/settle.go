@@ -40,7 +40,7 @@ func (s *Server) reject(ctx *fasthttp.RequestCtx, c *exchange, e *openai.Error) 
 	}
 }
 
-// finish ends a non-streamed completion: it answers e if non-nil, settles
+// finish ends an exchange that is not streamed: it answers e if non-nil, settles
 // the reservation, and records usage, metrics and the log line.
 func (s *Server) finish(ctx *fasthttp.RequestCtx, c *exchange, e *openai.Error) {
 	if e != nil {
@@ -61,7 +61,7 @@ func (s *Server) finish(ctx *fasthttp.RequestCtx, c *exchange, e *openai.Error) 
 }
 
 // settle releases the reservation and the stream slot, and records a
-// finished completion.
+// finished exchange.
 func (s *Server) settle(c *exchange) {
 	c.closed = true
 	c.gen.release()

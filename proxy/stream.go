@@ -375,7 +375,7 @@ func (sb *streamBody) CloseWithError(clientErr error) error {
 		// No usage arrived (the backend does not send continuous usage),
 		// so the backend never counted the prompt: charge the gateway's
 		// estimate of it, and the content deltas streamed as the
-		// completion.
+		// output.
 		c.rec.PromptTokens = sb.promptEstimate
 		c.rec.TotalTokens = c.rec.PromptTokens + c.rec.CompletionTokens
 	}
