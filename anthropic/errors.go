@@ -1,7 +1,8 @@
 // Package anthropic is the wire format of Anthropic's Messages API
 // (POST /v1/messages and /v1/messages/count_tokens): what a request body may
 // hold, the facts a gateway needs from it, and errors in Anthropic's shape.
-// It reads bytes and reports facts; it knows nothing of HTTP servers, so the
+// It reads bytes and reports facts (a native stream's accounting too, see
+// EventProcessor); it knows nothing of HTTP servers, so the
 // proxy and the simulated backend share it. Translation to and from OpenAI's
 // chat completions lives in package translate.
 package anthropic

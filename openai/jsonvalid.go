@@ -5,7 +5,7 @@ import (
 	"unicode/utf8"
 )
 
-// ValidJSON reports whether s is exactly one JSON value (RFC 8259) with
+// validJSON reports whether s is exactly one JSON value (RFC 8259) with
 // optional whitespace around it, and is valid UTF-8. It accepts what
 // encoding/json.Valid accepts when s is valid UTF-8, and nothing else
 // (FuzzValidJSON checks both).
@@ -19,19 +19,19 @@ import (
 //
 // It recurses once per nesting level; callers bound the depth first
 // (tooDeep).
-func ValidJSON(s string) bool {
-	i, ok := ValidValue(s, SkipSpace(s, 0))
-	return ok && SkipSpace(s, i) == len(s)
+func validJSON(s string) bool {
+	i, ok := validValue(s, skipSpace(s, 0))
+	return ok && skipSpace(s, i) == len(s)
 }
 
-// ValidValue checks the value starting at s[i] and returns where it ends.
-func ValidValue(s string, i int) (int, bool) {
+// validValue checks the value starting at s[i] and returns where it ends.
+func validValue(s string, i int) (int, bool) {
 	if i >= len(s) {
 		return i, false
 	}
 	switch c := s[i]; {
 	case c == '"':
-		return ValidString(s, i+1)
+		return validString(s, i+1)
 	case c == '{':
 		return validObject(s, i+1)
 	case c == '[':
@@ -50,7 +50,7 @@ func ValidValue(s string, i int) (int, bool) {
 
 // validObject checks an object whose opening brace is just before s[i].
 func validObject(s string, i int) (int, bool) {
-	i = SkipSpace(s, i)
+	i = skipSpace(s, i)
 	if i < len(s) && s[i] == '}' {
 		return i + 1, true
 	}
@@ -59,47 +59,47 @@ func validObject(s string, i int) (int, bool) {
 			return i, false
 		}
 		var ok bool
-		if i, ok = ValidString(s, i+1); !ok {
+		if i, ok = validString(s, i+1); !ok {
 			return i, false
 		}
-		i = SkipSpace(s, i)
+		i = skipSpace(s, i)
 		if i >= len(s) || s[i] != ':' {
 			return i, false
 		}
-		if i, ok = ValidValue(s, SkipSpace(s, i+1)); !ok {
+		if i, ok = validValue(s, skipSpace(s, i+1)); !ok {
 			return i, false
 		}
 		var closed bool
-		if i, closed, ok = Separator(s, i, '}'); closed || !ok {
+		if i, closed, ok = separator(s, i, '}'); closed || !ok {
 			return i, ok
 		}
-		i = SkipSpace(s, i)
+		i = skipSpace(s, i)
 	}
 }
 
 // validArray checks an array whose opening bracket is just before s[i].
 func validArray(s string, i int) (int, bool) {
-	i = SkipSpace(s, i)
+	i = skipSpace(s, i)
 	if i < len(s) && s[i] == ']' {
 		return i + 1, true
 	}
 	for {
 		var ok, closed bool
-		if i, ok = ValidValue(s, i); !ok {
+		if i, ok = validValue(s, i); !ok {
 			return i, false
 		}
-		if i, closed, ok = Separator(s, i, ']'); closed || !ok {
+		if i, closed, ok = separator(s, i, ']'); closed || !ok {
 			return i, ok
 		}
-		i = SkipSpace(s, i)
+		i = skipSpace(s, i)
 	}
 }
 
-// Separator checks what follows a member or an element at s[i]: a comma,
+// separator checks what follows a member or an element at s[i]: a comma,
 // after which the next one follows at next (after whitespace), or the
 // closing bracket close, after which the object or array ends at next.
-func Separator(s string, i int, close byte) (next int, closed, ok bool) {
-	i = SkipSpace(s, i)
+func separator(s string, i int, close byte) (next int, closed, ok bool) {
+	i = skipSpace(s, i)
 	if i < len(s) && (s[i] == ',' || s[i] == close) {
 		return i + 1, s[i] == close, true
 	}
@@ -162,9 +162,9 @@ const (
 	highBits = 0x8080808080808080
 )
 
-// ValidString checks a string whose opening quote is just before s[i] and
+// validString checks a string whose opening quote is just before s[i] and
 // returns the index past its closing quote.
-func ValidString(s string, i int) (int, bool) {
+func validString(s string, i int) (int, bool) {
 	for {
 		// Skip eight bytes at a time while none of them needs a look: a
 		// quote, a backslash, a control character or a non-ASCII byte.

@@ -59,8 +59,8 @@ var validJSONCases = []struct {
 func TestValidJSON(t *testing.T) {
 	for _, tt := range validJSONCases {
 		t.Run(tt.in, func(t *testing.T) {
-			if got := ValidJSON(tt.in); got != tt.want {
-				t.Errorf("ValidJSON(%q) = %v, want %v", tt.in, got, tt.want)
+			if got := validJSON(tt.in); got != tt.want {
+				t.Errorf("validJSON(%q) = %v, want %v", tt.in, got, tt.want)
 			}
 			if ref := json.Valid([]byte(tt.in)) && utf8.ValidString(tt.in); ref != tt.want {
 				t.Errorf("the case is wrong: encoding/json and utf8 say %v", ref)
@@ -79,8 +79,8 @@ func TestValidJSONEveryByteInStrings(t *testing.T) {
 			b[1+pos] = byte(c)
 			b[9+pos] = byte(c)
 			want := json.Valid(b) && utf8.Valid(b)
-			if got := ValidJSON(string(b)); got != want {
-				t.Fatalf("ValidJSON(%q) = %v, want %v", b, got, want)
+			if got := validJSON(string(b)); got != want {
+				t.Fatalf("validJSON(%q) = %v, want %v", b, got, want)
 			}
 		}
 	}
@@ -98,8 +98,8 @@ func FuzzValidJSON(f *testing.F) {
 			t.Skip("deeper than the validator is ever asked to check")
 		}
 		want := json.Valid(b) && utf8.Valid(b)
-		if got := ValidJSON(string(b)); got != want {
-			t.Fatalf("ValidJSON(%q) = %v; encoding/json and utf8 say %v", b, got, want)
+		if got := validJSON(string(b)); got != want {
+			t.Fatalf("validJSON(%q) = %v; encoding/json and utf8 say %v", b, got, want)
 		}
 	})
 }
@@ -109,7 +109,7 @@ func BenchmarkValidJSON(b *testing.B) {
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if !ValidJSON(body) {
+		if !validJSON(body) {
 			b.Fatal("the benchmark body is not valid")
 		}
 	}

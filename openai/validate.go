@@ -124,12 +124,12 @@ func (e *ValidationError) Error() string { return e.Message }
 // The model-dependent rules are not checked here: Priority and ToolChoice are reported
 // and the handler, which knows the model, decides.
 func ValidateChat(body []byte, req *Request) *ValidationError {
-	return ValidateChatDepth(body, req, maxDepth)
+	return validateChatDepth(body, req, maxDepth)
 }
 
-// ValidateChatDepth is ValidateChat with nesting bounded at depth levels
+// validateChatDepth is ValidateChat with nesting bounded at depth levels
 // (the server's max_json_depth); depth is capped at maxDepth.
-func ValidateChatDepth(body []byte, req *Request, depth int) *ValidationError {
+func validateChatDepth(body []byte, req *Request, depth int) *ValidationError {
 	return ValidateChatLimits(body, req, BodyLimits{MaxDepth: depth})
 }
 
@@ -137,7 +137,7 @@ func ValidateChatDepth(body []byte, req *Request, depth int) *ValidationError {
 //
 // A body that passes is checked in one walk: the walk of its fields checks
 // the JSON syntax of every byte as it goes (see iter.check), instead of
-// ValidJSON reading the whole body first, which cost about as much as the
+// validJSON reading the whole body first, which cost about as much as the
 // walk itself. A body the walk finds anything wrong with, in its syntax or
 // its fields, is checked again the old way (validateChatTwoPasses): the
 // syntax first, so that a body both malformed and wrong in a field gets the
@@ -155,7 +155,7 @@ func ValidateChatLimits(body []byte, req *Request, lim BodyLimits) *ValidationEr
 // the walk cannot accept the body, not why: req is then to be refilled.
 func validateChatOnePass(body []byte, req *Request, lim BodyLimits) bool {
 	s := b2s(body)
-	first := SkipSpace(s, 0)
+	first := skipSpace(s, 0)
 	// The checked walk recurses once per level of the values it delimits,
 	// so the depth is bounded first, as for validJSON.
 	if first == len(s) || s[first] != '{' || jsonscan.TooDeep(s, depthLimit(lim.MaxDepth)) {
@@ -215,7 +215,7 @@ func (v *validator) walkChat(first int, check bool) (verr *ValidationError, chec
 	// A checked walk that met a syntax error has moved to the end of the
 	// body; one that did not stands on the closing brace, which only
 	// whitespace may follow.
-	checked = check && it.i < len(v.s) && SkipSpace(v.s, it.i+1) == len(v.s)
+	checked = check && it.i < len(v.s) && skipSpace(v.s, it.i+1) == len(v.s)
 	return v.crossChecks(), checked
 }
 
@@ -239,7 +239,7 @@ func (v *validator) start(body []byte, req *Request, lim BodyLimits, empty strin
 // the offset of its opening brace.
 func checkDocument(body []byte, depth int, empty string) (string, int, *ValidationError) {
 	s := b2s(body)
-	first := SkipSpace(s, 0)
+	first := skipSpace(s, 0)
 	if first == len(s) {
 		return "", 0, &ValidationError{Message: empty}
 	}
@@ -248,17 +248,17 @@ func checkDocument(body []byte, depth int, empty string) (string, int, *Validati
 		return "", 0, &ValidationError{Message: fmt.Sprintf(
 			"The request body nests arrays and objects more than %d levels deep.", depth)}
 	}
-	if !ValidJSON(s) {
+	if !validJSON(s) {
 		// JSON text is UTF-8 (RFC 8259); a backend decoding the body would
 		// refuse it, and invalid bytes must not reach logs or the store.
-		// ValidJSON refuses both; the message says which it was.
+		// validJSON refuses both; the message says which it was.
 		if !utf8.Valid(body) {
 			return "", 0, &ValidationError{Message: "The request body is not valid UTF-8."}
 		}
 		return "", 0, &ValidationError{Message: "The request body is not valid JSON."}
 	}
 	if s[first] != '{' {
-		top := value{raw: s[first:ValueEnd(s, first)], off: first}
+		top := value{raw: s[first:valueEnd(s, first)], off: first}
 		return "", 0, &ValidationError{Message: fmt.Sprintf("The request body must be a JSON object, got %s.", describe(top))}
 	}
 	return s, first, nil
@@ -795,7 +795,7 @@ func (v *validator) repetitionDetection(val value) *ValidationError {
 
 // emptyArray reports whether array val has no elements.
 func emptyArray(val value) bool {
-	return val.raw[SkipSpace(val.raw, 1)] == ']'
+	return val.raw[skipSpace(val.raw, 1)] == ']'
 }
 
 // nullableObject reports whether val is an object to look into. Null is accepted (with
@@ -1721,22 +1721,22 @@ func (it *iter) member() (key string, start int, ok bool) {
 		return it.checkedMember()
 	}
 	s := it.s
-	i := SkipSpace(s, it.i)
+	i := skipSpace(s, it.i)
 	if i < len(s) && s[i] == ',' {
-		i = SkipSpace(s, i+1)
+		i = skipSpace(s, i+1)
 	}
 	it.i = i
 	if i >= len(s) || s[i] == '}' || s[i] == ']' {
 		return "", 0, false
 	}
 	if it.obj {
-		e, esc := KeyEnd(s, i)
+		e, esc := keyEnd(s, i)
 		key = s[i+1 : e-1]
 		if esc {
 			key = unquote(s[i:e])
 		}
-		i = SkipSpace(s, e)
-		i = SkipSpace(s, i+1) // past the colon
+		i = skipSpace(s, e)
+		i = skipSpace(s, i+1) // past the colon
 		if i >= len(s) {
 			it.i = i
 			return "", 0, false
@@ -1754,7 +1754,7 @@ func (it *iter) checkedMember() (key string, start int, ok bool) {
 	if it.obj {
 		closing = '}'
 	}
-	i := SkipSpace(s, it.i)
+	i := skipSpace(s, it.i)
 	if i < len(s) && s[i] == closing {
 		it.i = i
 		return "", 0, false
@@ -1763,14 +1763,14 @@ func (it *iter) checkedMember() (key string, start int, ok bool) {
 		if i >= len(s) || s[i] != ',' {
 			return it.fail()
 		}
-		i = SkipSpace(s, i+1)
+		i = skipSpace(s, i+1)
 	}
 	it.more = true
 	if it.obj {
 		if i >= len(s) || s[i] != '"' {
 			return it.fail()
 		}
-		e, valid := ValidString(s, i+1)
+		e, valid := validString(s, i+1)
 		if !valid {
 			return it.fail()
 		}
@@ -1778,11 +1778,11 @@ func (it *iter) checkedMember() (key string, start int, ok bool) {
 		if strings.IndexByte(key, '\\') >= 0 {
 			key = unquote(s[i:e])
 		}
-		i = SkipSpace(s, e)
+		i = skipSpace(s, e)
 		if i >= len(s) || s[i] != ':' {
 			return it.fail()
 		}
-		i = SkipSpace(s, i+1)
+		i = skipSpace(s, i+1)
 	}
 	if i >= len(s) {
 		return it.fail()
@@ -1800,7 +1800,7 @@ func (it *iter) fail() (string, int, bool) {
 // finish delimits the value starting at start and moves past it.
 func (it *iter) finish(start int) value {
 	if it.check {
-		e, ok := ValidValue(it.s, start)
+		e, ok := validValue(it.s, start)
 		if !ok {
 			it.i = len(it.s)
 			return value{raw: "null", off: start}
@@ -1808,7 +1808,7 @@ func (it *iter) finish(start int) value {
 		it.i = e
 		return value{raw: it.s[start:e], off: start}
 	}
-	e := ValueEnd(it.s, start)
+	e := valueEnd(it.s, start)
 	it.i = e
 	return value{raw: it.s[start:e], off: start}
 }
@@ -1865,25 +1865,25 @@ func (v *validator) checkKnown(val value, fields []field) *ValidationError {
 	}
 }
 
-// SkipSpace returns the index of the first byte at or after s[i] that is not
+// skipSpace returns the index of the first byte at or after s[i] that is not
 // JSON whitespace. Nearly every call stands on a token already, so the test
 // first asks whether the byte is above the space, which no whitespace is:
 // one comparison instead of four for each of the couple of hundred calls a
 // request and its reply make.
-func SkipSpace(s string, i int) int {
+func skipSpace(s string, i int) int {
 	for i < len(s) && s[i] <= ' ' && (s[i] == ' ' || s[i] == '\n' || s[i] == '\r' || s[i] == '\t') {
 		i++
 	}
 	return i
 }
 
-// KeyEnd is jsonscan.StringEnd for object keys, which are short: IndexByte's set-up costs more
+// keyEnd is jsonscan.StringEnd for object keys, which are short: IndexByte's set-up costs more
 // than the key, and keyEnd also tells whether the key needs unescaping. It tests eight
 // bytes at a time for a quote or a backslash, as validString does (the lowest byte
 // marked is a true match), and a byte at a time only at the end of s: a plain loop over
 // every byte cost about 1,700 instructions per request in the keys of a chat body and
 // its reply's usage.
-func KeyEnd(s string, i int) (end int, esc bool) {
+func keyEnd(s string, i int) (end int, esc bool) {
 	for j := i + 1; j < len(s); j++ {
 		for j+8 <= len(s) {
 			t := s[j : j+8]
@@ -1911,8 +1911,8 @@ func KeyEnd(s string, i int) (end int, esc bool) {
 	return len(s), esc
 }
 
-// ValueEnd returns the index just past the value token starting at s[i].
-func ValueEnd(s string, i int) int {
+// valueEnd returns the index just past the value token starting at s[i].
+func valueEnd(s string, i int) int {
 	switch s[i] {
 	case '"':
 		return jsonscan.StringEnd(s, i)

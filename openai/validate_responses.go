@@ -112,7 +112,7 @@ func (v *validator) responseInput(val value, maxItems int) *ValidationError {
 			return &ValidationError{Param: "input", Message: "input must not be empty."}
 		}
 	case val.isArray():
-		if len(val.raw) == 2 || SkipSpace(val.raw, 1) == len(val.raw)-1 {
+		if len(val.raw) == 2 || skipSpace(val.raw, 1) == len(val.raw)-1 {
 			return &ValidationError{Param: "input", Message: "input must not be an empty array."}
 		}
 		// Walked here rather than by elements, to stop at the bound.

@@ -499,10 +499,10 @@ func TestValidateChatDepth(t *testing.T) {
 func TestValidateChatConfiguredDepth(t *testing.T) {
 	nested := `{"messages":[{"role":"user","content":"x"}],"x":` + strings.Repeat(`{"a":`, 9) + "1" + strings.Repeat("}", 9) + "}"
 	var req Request
-	if err := ValidateChatDepth([]byte(nested), &req, 64); err != nil {
+	if err := validateChatDepth([]byte(nested), &req, 64); err != nil {
 		t.Fatalf("depth 10 under a limit of 64: %v", err)
 	}
-	err := ValidateChatDepth([]byte(nested), &req, 8)
+	err := validateChatDepth([]byte(nested), &req, 8)
 	if err == nil || !strings.Contains(err.Message, "more than 8 levels") {
 		t.Fatalf("depth 10 under a limit of 8: %v", err)
 	}
@@ -863,10 +863,10 @@ func TestKeyEndMatchesBytes(t *testing.T) {
 		}
 		s := b.String()
 		for i := range len(s) {
-			gotEnd, gotEsc := KeyEnd(s, i)
+			gotEnd, gotEsc := keyEnd(s, i)
 			wantEnd, wantEsc := keyEndByBytes(s, i)
 			if gotEnd != wantEnd || gotEsc != wantEsc {
-				t.Fatalf("KeyEnd(%q, %d) = %d, %v; byte loop %d, %v", s, i, gotEnd, gotEsc, wantEnd, wantEsc)
+				t.Fatalf("keyEnd(%q, %d) = %d, %v; byte loop %d, %v", s, i, gotEnd, gotEsc, wantEnd, wantEsc)
 			}
 		}
 	}

@@ -146,7 +146,7 @@ func (b *backgroundResponses) take(id string) *pendingResponse {
 func pendingID(reply gjson.Result) string {
 	switch reply.Get("status").Str {
 	case "queued", "in_progress":
-		return strings.Clone(backendID(reply.Get("id").String()))
+		return strings.Clone(openai.BackendID(reply.Get("id").String()))
 	}
 	return ""
 }
@@ -215,15 +215,15 @@ func terminalStatus(status string) bool {
 // final response object; empty when it is not known) and problem as the
 // error if any, and settles its reservation at that usage.
 func (s *Server) endBackground(p *pendingResponse, reply gjson.Result, problem string) {
-	var u usageCounts
+	var u openai.UsageCounts
 	if reply.Exists() {
-		if err := u.setResponses(reply.Get("usage")); err != nil {
+		if err := u.SetResponses(reply.Get("usage")); err != nil {
 			problem = invalidUsageMessage(p.rec.Backend) + " (" + err.Error() + ")"
-			u = usageCounts{}
+			u = openai.UsageCounts{}
 		}
 		switch reply.Get("status").Str {
 		case "failed":
-			problem = "background response failed: " + inBandErrorMessage(reply.Get("error"))
+			problem = "background response failed: " + openai.InBandErrorMessage(reply.Get("error"))
 		case "cancelled":
 			problem = "background response cancelled"
 		}
@@ -232,7 +232,7 @@ func (s *Server) endBackground(p *pendingResponse, reply gjson.Result, problem s
 			p.rec.Output = []byte(reply.Raw)
 		}
 	}
-	setRecordUsage(&p.rec, &u, u.completion)
+	recordUsage(&p.rec, &u, u.Output)
 	p.rec.Error = problem
 	s.state.Load().secrets.record(&p.rec)
 	p.rec.Ended = time.Now()

@@ -52,3 +52,27 @@ func TestClientWatcherList(t *testing.T) {
 	d.stop()
 	cw.close()
 }
+
+// TestClientWatchSleep checks that a backoff ends with shutdown and with
+// the client, and runs its course otherwise.
+func TestClientWatchSleep(t *testing.T) {
+	w := &clientWatch{gone: make(chan struct{})}
+	if !w.sleep(time.Millisecond, nil) {
+		t.Error("a short sleep did not run its course")
+	}
+	shutdown := make(chan struct{})
+	close(shutdown)
+	if w.sleep(time.Hour, shutdown) {
+		t.Error("a sleep went on through shutdown")
+	}
+	if e := w.waitError(); e.Status != 503 || e.Code != "shutting_down" {
+		t.Errorf("shutdown error = %+v", e)
+	}
+	close(w.gone)
+	if w.sleep(time.Hour, nil) {
+		t.Error("a sleep went on after the client left")
+	}
+	if e := w.waitError(); e.Status != statusClientClosed {
+		t.Errorf("client-gone error = %+v", e)
+	}
+}

@@ -68,6 +68,19 @@ func upstreamError(err error, backend string) *openai.Error {
 	return e
 }
 
+// invalidUsage is the 502 for a reply whose usage block was refused; err,
+// the detail, goes to the log and the record.
+func invalidUsage(backend string, err error) *openai.Error {
+	return &openai.Error{Status: fasthttp.StatusBadGateway, Type: "api_error", Code: "upstream_invalid_usage",
+		Message: invalidUsageMessage(backend), Cause: err}
+}
+
+// invalidUsageMessage is what the client is told when a backend reported
+// token counts that are not counts.
+func invalidUsageMessage(backend string) string {
+	return "Backend " + backend + " reported token usage the gateway cannot accept; the reply was discarded."
+}
+
 // statusClientClosed is the status recorded for a request whose client
 // left before it was answered (nginx's 499).
 const statusClientClosed = 499

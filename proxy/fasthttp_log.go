@@ -6,6 +6,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
+
+	"github.com/tollgate-dev/tollgate/openai"
 )
 
 // fasthttpLogger is fasthttp's Logger, writing to the gateway's zap logger
@@ -34,25 +36,14 @@ func (l fasthttpLogger) Printf(format string, args ...any) {
 	}
 }
 
-var (
-	// quotedValue is a Go-quoted string, as %q writes it.
-	quotedValue = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
-	// credential is a bearer token or an OpenAI-style key written bare.
-	credential = regexp.MustCompile(`(?i)(bearer\s+|basic\s+)\S+|sk-[A-Za-z0-9_\-]{4,}`)
-)
+// quotedValue is a Go-quoted string, as %q writes it.
+var quotedValue = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
 
 // redactSecrets replaces every quoted value and every credential-looking
 // token in s. It is for text the gateway did not compose itself, and runs
 // only on error paths.
 func redactSecrets(s string) string {
-	return redactCredentials(quotedValue.ReplaceAllLiteralString(s, `"[redacted]"`))
-}
-
-// redactCredentials replaces what looks like a credential in s: a backend's
-// error message can echo the request's Authorization header, which holds
-// the gateway's upstream key.
-func redactCredentials(s string) string {
-	return credential.ReplaceAllString(s, "${1}[redacted]")
+	return openai.RedactCredentials(quotedValue.ReplaceAllLiteralString(s, `"[redacted]"`))
 }
 
 // NewFasthttpLogger is fasthttp's Logger for any other fasthttp server of

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
-	"github.com/tidwall/sjson"
 	"github.com/valyala/fasthttp"
 
 	"github.com/tollgate-dev/tollgate/backends"
@@ -159,7 +158,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *exchange, route *backends.
 			return attemptResult{done: true}
 		}
 	} else {
-		upBody = buildUpstreamBody((*bufp)[:0], body, c.req, route, b.ContinuousUsage())
+		upBody = openai.AppendUpstreamBody((*bufp)[:0], body, c.req, route.UpstreamJSON, b.ContinuousUsage())
 	}
 
 	req := fasthttp.AcquireRequest()
@@ -236,7 +235,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *exchange, route *backends.
 	}
 	rbody := resp.Body()
 	if status < 200 || status > 299 {
-		e := normalizeUpstreamError(status, rbody, b.Name, c.gen.secrets)
+		e := openai.NormalizeUpstreamError(status, rbody, b.Name, c.gen.secrets.redact)
 		if status == fasthttp.StatusNotFound && c.previousResponse != "" {
 			// The backend holding the conversation does not know it (any
 			// more): the client's id is wrong, not the configuration.
@@ -259,10 +258,10 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *exchange, route *backends.
 		s.answerMessages(ctx, c, route, b, resp, replyModel)
 		return attemptResult{done: true}
 	}
-	reply, ok := scanReply(rbody, c.gen.cfg.Server.MaxJSONDepth, c.ep.responses)
+	reply, ok := openai.ScanReply(rbody, c.gen.cfg.Server.MaxJSONDepth, c.ep.responses)
 	if !ok {
-		// A 200 that is not a chat completion (an HTML page from a proxy
-		// in front of the backend, a truncated body) must not reach a
+		// A 200 that is not a JSON reply (an HTML page from a proxy in
+		// front of the backend, a truncated body) must not reach a
 		// client that will fail to parse it.
 		fasthttp.ReleaseResponse(resp)
 		b.Release()
@@ -271,21 +270,21 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *exchange, route *backends.
 			Message: "Backend " + b.Name + " answered 200 with a body that is not a JSON chat completion."})
 		return attemptResult{done: true}
 	}
-	var u usageCounts
+	var u openai.UsageCounts
 	var uerr error
 	if c.ep.responses {
 		reply := gjson.Parse(b2s(rbody))
-		uerr = u.setResponses(reply.Get("usage"))
+		uerr = u.SetResponses(reply.Get("usage"))
 		// A reply whose id another team owns is still this request's
 		// reply, and charged to it, but gives it no access to that id;
 		// nor is it waited on as background, which would take the
 		// other's pending record.
-		owned := s.owners.claim(backendID(reply.Get("id").String()), responseOwner{backend: b.Name, team: c.rec.Team, project: c.rec.Project})
+		owned := s.owners.claim(openai.BackendID(reply.Get("id").String()), responseOwner{backend: b.Name, team: c.rec.Team, project: c.rec.Project})
 		if c.backgroundSlot && owned {
 			c.pendingResponse = pendingID(reply)
 		}
 	} else {
-		uerr = u.parseValidUsage(reply.usage, &chatUsageFields)
+		uerr = u.SetChatReply(reply.Usage)
 	}
 	if uerr != nil {
 		fasthttp.ReleaseResponse(resp)
@@ -293,8 +292,8 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *exchange, route *backends.
 		s.finish(ctx, c, invalidUsage(b.Name, uerr))
 		return attemptResult{done: true}
 	}
-	c.setUsage(&u, u.completion)
-	c.rec.CompletionID, c.rec.CompletionCreated = reply.id, reply.created
+	recordUsage(&c.rec, &u, u.Output)
+	c.rec.CompletionID, c.rec.CompletionCreated = reply.ID, reply.Created
 	if c.payloads {
 		c.rec.Input = append([]byte(nil), body...)
 		c.rec.Output = append([]byte(nil), rbody...)
@@ -303,7 +302,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *exchange, route *backends.
 	ctx.SetStatusCode(status)
 	ctx.Response.Header.SetContentTypeBytes(resp.Header.ContentType())
 	if replyModel != nil {
-		ctx.Response.SetBodyRaw(rewriteModel(nil, rbody, replyModel))
+		ctx.Response.SetBodyRaw(openai.RewriteModel(nil, rbody, replyModel))
 	} else {
 		// Move the upstream body into the client response without a copy,
 		// and give the client response's old buffer to resp, so both
@@ -358,79 +357,4 @@ func parseRetryAfter(v []byte) time.Duration {
 		return 0
 	}
 	return time.Duration(n) * time.Second
-}
-
-// buildUpstreamBody appends the body sent upstream: the client's body with
-// the model id rewritten and, for streams, usage requested on the client's
-// behalf: include_usage always, so that every stream reports its usage, and
-// continuous_usage_stats where the backend supports it, so that a stream cut
-// short is still counted exactly. It splices at the offsets validation
-// found instead of re-encoding the JSON.
-func buildUpstreamBody(dst, body []byte, req *openai.Request, rt *backends.Route, continuous bool) []byte {
-	type edit struct {
-		start, end int
-		with       []byte // nil: rewrite the stream_options value
-	}
-	var edits [2]edit
-	n := 0
-	// The model is rewritten whenever the body does not already name the
-	// route's upstream id: for a route with an upstream_model, and for a
-	// fallback route, whose backends serve another model than the one the
-	// client asked for.
-	if req.ModelEnd > req.ModelStart && !bytes.Equal(body[req.ModelStart:req.ModelEnd], rt.UpstreamJSON) {
-		edits[n] = edit{req.ModelStart, req.ModelEnd, rt.UpstreamJSON}
-		n++
-	}
-	if req.Stream && (!req.IncludeUsage || continuous && !req.ContinuousUsage) {
-		if req.StreamOptionsEnd > req.StreamOptionsStart {
-			edits[n] = edit{req.StreamOptionsStart, req.StreamOptionsEnd, nil}
-		} else {
-			// Insert the field right after the opening brace.
-			open := bytes.IndexByte(body, '{') + 1
-			edits[n] = edit{open, open, nil}
-		}
-		n++
-	}
-	if n == 2 && edits[1].start < edits[0].start {
-		edits[0], edits[1] = edits[1], edits[0]
-	}
-	pos := 0
-	for _, e := range edits[:n] {
-		dst = append(dst, body[pos:e.start]...)
-		switch {
-		case e.with != nil:
-			dst = append(dst, e.with...)
-		case e.start == e.end:
-			dst = append(dst, `"stream_options":`...)
-			dst = appendStreamOptions(dst, nil, continuous)
-			dst = append(dst, ',')
-		default:
-			dst = appendStreamOptions(dst, body[e.start:e.end], continuous)
-		}
-		pos = e.end
-	}
-	return append(dst, body[pos:]...)
-}
-
-// appendStreamOptions appends the client's stream_options object (nil or
-// null when it sent none) with include_usage, and continuous_usage_stats
-// when continuous, set to true, keeping its other options.
-func appendStreamOptions(dst, opts []byte, continuous bool) []byte {
-	if !bytes.HasPrefix(opts, []byte("{")) {
-		if continuous {
-			return append(dst, includeContinuousOn...)
-		}
-		return append(dst, includeUsageOn...)
-	}
-	// sjson edits the small options object; the body around it is spliced.
-	out, err := sjson.SetBytes(opts, "include_usage", true)
-	if err == nil && continuous {
-		out, err = sjson.SetBytes(out, "continuous_usage_stats", true)
-	}
-	if err != nil {
-		// Validation proved opts an object, which sjson always edits; keep
-		// a well-formed request regardless.
-		return append(dst, includeUsageOn...)
-	}
-	return append(dst, out...)
 }

@@ -10,7 +10,6 @@ import (
 	"math/bits"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -21,32 +20,6 @@ import (
 // validID reports whether a client-supplied id is safe to keep (see
 // openai.ValidID).
 func validID(b []byte) bool { return openai.ValidID(b2s(b)) }
-
-// maxBackendIDBytes bounds the id a backend gives its completion or
-// response: twice a client's id, room for the prefix a backend adds to
-// the request id it was given ("chatcmpl-", "resp_"), and well within what
-// every store indexes.
-const maxBackendIDBytes = 2 * openai.MaxIDBytes
-
-// backendID is id, read from a backend's reply, when it is 1 to 256 bytes
-// of UTF-8 without control characters, and "" otherwise. Every completion
-// and response id read from a reply goes through it where it is read: the
-// usage record joins traces by it and the response-owner map keys by it,
-// and a store cannot hold (or index) any text. A reply whose id it refuses
-// is still served as the backend sent it, since the tokens were spent and
-// the id concerns only the gateway's join: the record and the owner map
-// then have no id, as for a reply that carries none.
-func backendID(id string) string {
-	if len(id) == 0 || len(id) > maxBackendIDBytes || !utf8.ValidString(id) {
-		return ""
-	}
-	for i := 0; i < len(id); i++ {
-		if c := id[i]; c < ' ' || c == 0x7f {
-			return ""
-		}
-	}
-	return id
-}
 
 // callIDs makes the call ids of one server: UUIDv7s (RFC 9562, section
 // 5.7) whose 48-bit time prefix keeps the ids of one trace sortable by
@@ -175,7 +148,7 @@ func hex8(v uint32) uint64 {
 	return x + 0x3030303030303030 + letters*39
 }
 
-// traceContext is where a chat completion joins a trace.
+// traceContext is where a model call joins a trace.
 type traceContext struct {
 	traceID  string
 	parentID string

@@ -117,7 +117,7 @@ func FuzzTraceHeaders(f *testing.F) {
 
 // FuzzIDBounds checks the two id rules against an oracle of their own:
 // a client's id (openai.ValidID) is 1 to 128 visible ASCII characters but
-// '"' and '\'; a backend's (backendID) is kept whole when it is 1 to 256
+// '"' and '\'; a backend's (openai.BackendID) is kept whole when it is 1 to 256
 // bytes of UTF-8 without a control character, and dropped ("") otherwise,
 // never cut. Every valid client id is a valid backend id, as a backend
 // may echo it.
@@ -138,13 +138,13 @@ func FuzzIDBounds(f *testing.F) {
 		}
 		ok := len(s) >= 1 && len(s) <= 256 && utf8.ValidString(s) &&
 			!strings.ContainsFunc(s, func(r rune) bool { return r < ' ' || r == 0x7f })
-		switch got := backendID(s); {
+		switch got := openai.BackendID(s); {
 		case ok && got != s:
 			t.Errorf("backendID(%q) = %q, want it whole", s, got)
 		case !ok && got != "":
 			t.Errorf("backendID(%q) = %q, want it dropped", s, got)
 		}
-		if openai.ValidID(s) && backendID(s) != s {
+		if openai.ValidID(s) && openai.BackendID(s) != s {
 			t.Errorf("client id %q is not a valid backend id", s)
 		}
 	})

@@ -114,7 +114,7 @@ func (c *exchange) messagesUpstream(dst, body []byte, route *backends.Route, b *
 		if c.ep.messages.count {
 			up = backends.EndpointMessagesCount
 		}
-		return buildUpstreamBody(dst, body, c.req, route, false), up, nil
+		return openai.AppendUpstreamBody(dst, body, c.req, route.UpstreamJSON, false), up, nil
 	}
 	if c.ep.messages.count {
 		c.msg.MaxTokens = 1
@@ -140,87 +140,49 @@ func (c *exchange) shownModel(served *backends.Route) string {
 // A native reply passes with the model renamed (replyModel, when not nil);
 // a chat reply is translated. A count_tokens answer charges nothing.
 func (c *exchange) messagesReply(dst, rbody []byte, served *backends.Route, backend string, replyModel []byte) ([]byte, *openai.Error) {
-	if !validReply(rbody, c.gen.cfg.Server.MaxJSONDepth) {
+	if !anthropic.ValidReply(rbody, c.gen.cfg.Server.MaxJSONDepth) {
 		return dst, &openai.Error{Status: fasthttp.StatusBadGateway, Type: "api_error", Code: "upstream_error",
 			Message: "Backend " + backend + " answered 200 with a body that is not a JSON object."}
 	}
-	var u usageCounts
+	var u openai.UsageCounts
 	switch {
 	case c.native && c.ep.messages.count:
 		return append(dst, rbody...), nil
 	case c.native:
 		root := gjson.Parse(b2s(rbody))
-		if err := u.setMessagesUsage(root.Get("usage"), false); err != nil {
+		var au anthropic.Usage
+		if err := au.Set(root.Get("usage"), false); err != nil {
 			return dst, invalidUsage(backend, err)
 		}
+		u = messagesUsage(au)
 		c.rec.CompletionID = strings.Clone(root.Get("id").Str)
 		if replyModel != nil {
-			dst = rewriteModel(dst, rbody, replyModel)
+			dst = openai.RewriteModel(dst, rbody, replyModel)
 		} else {
 			dst = append(dst, rbody...)
 		}
 	default:
-		reply, ok := scanReply(rbody, c.gen.cfg.Server.MaxJSONDepth, false)
+		reply, ok := openai.ScanReply(rbody, c.gen.cfg.Server.MaxJSONDepth, false)
 		if !ok {
 			return dst, &openai.Error{Status: fasthttp.StatusBadGateway, Type: "api_error", Code: "upstream_error",
 				Message: "Backend " + backend + " answered 200 with a body that is not a JSON chat completion."}
 		}
-		if err := u.parseValidUsage(reply.usage, &chatUsageFields); err != nil {
+		if err := u.SetChatReply(reply.Usage); err != nil {
 			return dst, invalidUsage(backend, err)
 		}
 		if c.ep.messages.count {
 			dst = append(dst, `{"input_tokens":`...)
-			return append(strconv.AppendInt(dst, u.prompt, 10), '}'), nil
+			return append(strconv.AppendInt(dst, u.Input, 10), '}'), nil
 		}
 		var ae *anthropic.Error
 		if dst, _, ae = translate.MessagesReply(dst, rbody, c.shownModel(served)); ae != nil {
 			return dst, &openai.Error{Status: fasthttp.StatusBadGateway, Type: "api_error", Code: "upstream_error",
 				Message: "Backend " + backend + ": " + ae.Message}
 		}
-		c.rec.CompletionID = translate.MessageID(reply.id)
+		c.rec.CompletionID = translate.MessageID(reply.ID)
 	}
-	c.setUsage(&u, u.completion)
+	recordUsage(&c.rec, &u, u.Output)
 	return dst, nil
-}
-
-// messagesUsageFields are the counts of a Messages API usage object.
-var messagesUsageFields = [...]string{"input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "output_tokens"}
-
-// setMessagesUsage reads a Messages API usage object into u: the prompt
-// is input_tokens plus the tokens read from and written to the prompt
-// cache, of which the reads are the cached tokens, and the completion is
-// output_tokens. A stream's message_delta (update) carries the output
-// counted so far, and the prompt's counts only when it repeats
-// input_tokens: otherwise those message_start gave stand. Every count must
-// be an integer in range; on error u is left as it was.
-func (u *usageCounts) setMessagesUsage(v gjson.Result, update bool) error {
-	if !v.Exists() || v.Type == gjson.Null {
-		return nil
-	}
-	if !v.IsObject() {
-		return &usageError{"usage", "is not an object"}
-	}
-	var counts [len(messagesUsageFields)]gjson.Result
-	var n [len(messagesUsageFields)]int64
-	for i, name := range messagesUsageFields {
-		counts[i] = v.Get(name)
-		var err error
-		if n[i], err = tokenCount(counts[i], name); err != nil {
-			return err
-		}
-	}
-	next := *u
-	if !update || counts[0].Exists() {
-		// Each count is at most 2^40: the sum cannot overflow.
-		next.prompt, next.cached = n[0]+n[1]+n[2], n[1]
-	}
-	if !update || counts[3].Exists() {
-		next.completion = n[3]
-	}
-	next.total = next.prompt + next.completion
-	next.reported = true
-	*u = next
-	return nil
 }
 
 // answerMessages answers the client with a backend's 2xx non-streamed

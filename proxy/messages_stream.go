@@ -1,145 +1,120 @@
 package proxy
 
 import (
-	"bytes"
-	"strings"
-
-	"github.com/tidwall/gjson"
-
 	"github.com/tollgate-dev/tollgate/anthropic"
+	"github.com/tollgate-dev/tollgate/backends"
 	"github.com/tollgate-dev/tollgate/openai"
 	"github.com/tollgate-dev/tollgate/translate"
 )
 
-// messagesStream is what a Messages API stream adds to the chunk
-// processor: a native stream's events pass with their usage read and the
-// model renamed in message_start; a chat stream is accounted as chat's
-// and translated, event by event, into Anthropic's.
+// messagesStream is what a Messages API stream adds to the stream body: a
+// native stream's events go through anthropic's processor, which reads
+// their usage and renames the model in message_start; a chat stream is
+// accounted by openai's, as chat's, and translated, event by event, into
+// Anthropic's.
 type messagesStream struct {
+	// on says the stream is a Messages API stream.
+	on     bool
 	native bool
-	// publicModel is the quoted model id message_start must name, nil
-	// when the backend's is the one to show (native streams only:
-	// translation writes the model itself).
-	publicModel []byte
-	translated  translate.Stream
-	// idSet says the chat stream's id was turned into the reply's.
-	idSet bool
+	events anthropic.EventProcessor
+	// translated turns a chat stream into the client's events.
+	translated translate.Stream
 }
 
-// startMessages readies the stream body for a Messages API stream from b.
-func (sb *streamBody) startMessages(c *exchange, served string, replyModel []byte) {
+// startMessages readies the stream body for a Messages API stream of c
+// from b: served is the model a translated stream names, replyModel the
+// quoted one a native stream's message_start names (nil: the backend's).
+func (sb *streamBody) startMessages(c *exchange, b *backends.Backend, served string, replyModel []byte) {
 	m := &sb.messages
-	m.native, m.publicModel, m.idSet = c.native, replyModel, false
-	if !c.native {
-		m.translated.Reset(served)
+	m.on, m.native = true, c.native
+	if c.native {
+		m.events.Reset(anthropic.StreamOptions{PublicModel: replyModel, Backend: b.Name, Redact: redactInBand})
+		return
 	}
-	// Nothing is stripped from the events (see validateMessages), and the
-	// model is renamed here, not as in chat chunks.
-	sb.chunk.publicModel = nil
-	sb.chunk.messages = m
+	m.translated.Reset(served)
+	// Nothing is stripped from the chat events (see validateMessages), and
+	// the model is named by the translation.
+	sb.events.Reset(openai.StreamOptions{Backend: b.Name})
 }
 
-// processMessages appends what the client receives for one upstream event
-// of a Messages API stream.
-func (c *chunkProcessor) processMessages(dst, ev []byte) []byte {
-	m := c.messages
-	if m.native {
-		return c.processNativeMessages(dst, ev)
-	}
-	// The chat processor keeps the usage, the id and the count of deltas;
-	// its output, the event itself, is replaced by the translation.
-	n := len(dst)
-	dst = c.processChat(dst, ev)[:n]
-	if !m.idSet && c.completionID != "" {
-		m.idSet = true
-		c.completionID = translate.MessageID(c.completionID)
-	}
+// process appends to dst what the client receives for one upstream event,
+// from the processor of the stream's wire.
+func (sb *streamBody) process(dst, ev []byte) []byte {
+	m := &sb.messages
 	switch {
-	case c.usageErr != nil:
+	case !m.on:
+		return sb.events.Process(dst, ev)
+	case m.native:
+		return m.events.Process(dst, ev)
+	}
+	// openai's processor keeps the usage, the id and the count of deltas;
+	// its output, the chat event itself, is replaced by the translation.
+	n := len(dst)
+	dst = sb.events.Process(dst, ev)[:n]
+	switch {
+	case sb.events.UsageErr() != nil:
 		return dst // the stream ends with the gateway's error (see endUpstream)
-	case c.errMessage != "":
-		return m.translated.Fail(dst, &anthropic.Error{Type: anthropic.APIError, Message: c.streamErrorMessage()})
+	case sb.events.ErrorMessage() != "":
+		return m.translated.Fail(dst, &anthropic.Error{Type: anthropic.APIError, Message: anthropic.StreamErrorMessage(sb.backend.Name)})
 	}
 	return m.translated.Event(dst, ev)
 }
 
-// processNativeMessages accounts one event of a native Messages API
-// stream: message_start gives the id and the prompt's usage, message_delta
-// the output so far, content_block_delta counts as a generated token when
-// no usage comes, message_stop ends the stream, and an error event is
-// replaced by the gateway's (the backend's message can name internal
-// hosts; it is kept for the record).
-func (c *chunkProcessor) processNativeMessages(dst, ev []byte) []byte {
-	start, end, ok := messagesEventData(ev)
-	if !ok {
-		return append(dst, ev...)
-	}
-	c.events++
-	data := b2s(ev[start:end])
-	switch gjson.Get(data, "type").Str {
-	case "message_start":
-		if id := gjson.Get(data, "message.id"); id.Type == gjson.String && c.completionID == "" {
-			c.completionID = strings.Clone(id.Str)
-		}
-		if err := c.usage.setMessagesUsage(gjson.Get(data, "message.usage"), false); err != nil {
-			c.usageErr = err
-			return dst
-		}
-		if model := gjson.Get(data, "message.model"); c.messages.publicModel != nil && model.Type == gjson.String {
-			at := start + model.Index
-			dst = append(dst, ev[:at]...)
-			dst = append(dst, c.messages.publicModel...)
-			return append(dst, ev[at+len(model.Raw):]...)
-		}
-	case "message_delta":
-		if err := c.usage.setMessagesUsage(gjson.Get(data, "usage"), true); err != nil {
-			c.usageErr = err
-			return dst
-		}
-	case "content_block_delta":
-		c.deltas++
-	case "message_stop":
-		c.done = true
-	case "error":
-		c.errMessage = inBandErrorMessage(gjson.Get(data, "error"))
-		return anthropic.AppendErrorEvent(dst, &anthropic.Error{Type: anthropic.APIError, Message: c.streamErrorMessage()})
-	}
-	return append(dst, ev...)
+// streamFacts are what the stream's processor learnt, which settle
+// records.
+type streamFacts struct {
+	usage        openai.UsageCounts
+	outputTokens int64
+	replyID      string
+	created      int64
+	// errMessage is the backend's in-band error, "" when none came.
+	errMessage string
+	// usageErr is why a usage block was refused.
+	usageErr error
 }
 
-// streamErrorMessage is what the client is told of a backend's in-band
-// error (see inBandError).
-func (c *chunkProcessor) streamErrorMessage() string {
-	if c.backend != "" {
-		return "Backend " + c.backend + " reported an error during the stream."
+// facts reads the facts of the stream from the processor that ran.
+func (sb *streamBody) facts() streamFacts {
+	if m := &sb.messages; m.on && m.native {
+		return streamFacts{usage: messagesUsage(m.events.Usage()), outputTokens: m.events.OutputTokens(),
+			replyID: m.events.ReplyID(), errMessage: m.events.ErrorMessage(), usageErr: m.events.UsageErr()}
 	}
-	return "The backend reported an error during the stream."
+	f := streamFacts{usage: sb.events.Usage(), outputTokens: sb.events.OutputTokens(),
+		errMessage: sb.events.ErrorMessage(), usageErr: sb.events.UsageErr()}
+	f.replyID, f.created = sb.events.ReplyKey()
+	if sb.messages.on && f.replyID != "" {
+		f.replyID = translate.MessageID(f.replyID)
+	}
+	return f
 }
 
-// messagesEventData returns the offsets of the payload of an event's one
-// "data:" line, after its "event:" line, as Anthropic writes events; false
-// for an event without one (a comment).
-func messagesEventData(ev []byte) (start, end int, ok bool) {
-	for pos := 0; pos < len(ev); {
-		nl := bytes.IndexByte(ev[pos:], '\n')
-		if nl < 0 {
-			nl = len(ev) - pos
-		}
-		line := ev[pos : pos+nl]
-		if bytes.HasPrefix(line, dataPrefix) {
-			start, end = pos+len(dataPrefix), pos+nl
-			if end > start && ev[end-1] == '\r' {
-				end--
-			}
-			if end > start && ev[start] == ' ' {
-				start++
-			}
-			return start, end, true
-		}
-		pos += nl + 1
+// usageErr is why the stream's processor refused a usage block, or nil.
+func (sb *streamBody) usageErr() error {
+	if m := &sb.messages; m.on && m.native {
+		return m.events.UsageErr()
 	}
-	return 0, 0, false
+	return sb.events.UsageErr()
 }
+
+// done reports whether the stream's own end came.
+func (sb *streamBody) done() bool {
+	if m := &sb.messages; m.on && m.native {
+		return m.events.Done()
+	}
+	return sb.events.Done()
+}
+
+// messagesUsage is what a Messages API usage is charged as: the prompt is
+// the input with the tokens read from and written to the cache, of which
+// the reads are the cached tokens.
+func messagesUsage(u anthropic.Usage) openai.UsageCounts {
+	prompt := u.Prompt()
+	return openai.UsageCounts{Input: prompt, Output: u.Output, Total: prompt + u.Output, Cached: u.CacheRead, Reported: u.Reported}
+}
+
+// redactInBand is what the record keeps of a backend's in-band error
+// message: clipped, with anything shaped like a credential replaced.
+func redactInBand(s string) string { return openai.Clip(openai.RedactCredentials(s)) }
 
 // appendMessagesError appends the in-band error event that ends a Messages
 // API stream the gateway cannot complete: Anthropic's shape, no [DONE].

@@ -36,7 +36,7 @@ func (s *Server) countPanic(where string, r any) {
 		zap.String("panic", fmt.Sprint(r)), zap.ByteString("stack", debug.Stack()))
 }
 
-// abandon settles a completion a panic left open: the generation, the
+// abandon settles an exchange a panic left open: the generation, the
 // stream slot and the reservation are released, and the request is
 // recorded as a 500, so that a bug met by hostile input leaks nothing
 // that a reload, max_streams or a budget would wait on. A backend slot

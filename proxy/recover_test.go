@@ -1,10 +1,15 @@
 package proxy
 
 import (
+	"errors"
+	"io"
 	"net"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
 
@@ -88,5 +93,36 @@ models: [{name: m, backends: [s]}]
 	defer rec.mu.Unlock()
 	if len(rec.recs) != 3 || rec.recs[0].Status != 500 || rec.recs[0].Error == "" {
 		t.Errorf("records %+v, want three 500s with an error", rec.recs)
+	}
+}
+
+// panicReader is an upstream body whose Read panics, as a bug met by
+// hostile bytes would.
+type panicReader struct{}
+
+func (panicReader) Read([]byte) (int, error) { panic("hostile bytes") }
+
+// TestStreamReadRecovers makes the stream body's upstream read panic: Read
+// must answer an in-band error and [DONE], then EOF, count the panic, and
+// not let it reach fasthttp's worker, which would end the process.
+func TestStreamReadRecovers(t *testing.T) {
+	s := &Server{metrics: newMetrics(nil), log: zap.NewNop()}
+	sb := &streamBody{srv: s, backend: &backends.Backend{Name: "b"}}
+	sb.c.rec.Started = time.Now()
+	sb.scan.Reset(panicReader{}, 0)
+	buf := make([]byte, 4096)
+	n, err := sb.Read(buf)
+	if err != nil || n == 0 {
+		t.Fatalf("Read = %d, %v; want the in-band error", n, err)
+	}
+	got := string(buf[:n])
+	if !strings.Contains(got, `"code":"internal_error"`) || !strings.HasSuffix(got, "data: [DONE]\n\n") {
+		t.Errorf("events after the panic: %q", got)
+	}
+	if n, err := sb.Read(buf); n != 0 || !errors.Is(err, io.EOF) {
+		t.Errorf("second Read = %d, %v; want EOF", n, err)
+	}
+	if c := testutil.ToFloat64(s.metrics.panics.WithLabelValues("stream")); c != 1 {
+		t.Errorf("panics counted: %v, want 1", c)
 	}
 }

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"math"
 	"strconv"
 	"sync"
@@ -39,10 +38,8 @@ var (
 )
 
 var (
-	jsonContentType     = []byte("application/json")
-	eventStream         = []byte("text/event-stream")
-	includeUsageOn      = []byte(`{"include_usage":true}`)
-	includeContinuousOn = []byte(`{"include_usage":true,"continuous_usage_stats":true}`)
+	jsonContentType = []byte("application/json")
+	eventStream     = []byte("text/event-stream")
 )
 
 // exchanges recycles the per-request state of the endpoints routed by model.
@@ -342,14 +339,6 @@ func satMul(a, b int64) int64 {
 		return math.MaxInt64
 	}
 	return a * b
-}
-
-// looksLikeJSONObject is the cheap check that a reply is a JSON object:
-// its first and last non-space bytes are braces. Parsing it fully would
-// cost a microsecond per kilobyte on every reply.
-func looksLikeJSONObject(b []byte) bool {
-	b = bytes.TrimSpace(b)
-	return len(b) >= 2 && b[0] == '{' && b[len(b)-1] == '}'
 }
 
 // promptEstimate guesses a prompt's tokens before (or without) the

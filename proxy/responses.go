@@ -16,18 +16,12 @@ import (
 	"github.com/tollgate-dev/tollgate/openai"
 )
 
-// The Responses API differs from chat completions in three ways the proxy
-// cares about: usage is named input/output tokens, stream events carry an
-// "event:" line and end with response.completed rather than [DONE], and a
-// response is stored on the backend that made it, so every later request
-// about it must reach that backend. This file holds those differences; the
-// rest of the path is chat's.
-
-// setResponses takes the counts from a Responses API usage object, with
-// the checks of parseUsage.
-func (u *usageCounts) setResponses(v gjson.Result) error {
-	return u.parseUsage(v, &responsesUsageFields)
-}
+// The Responses API differs from chat in three ways: usage is named
+// input/output tokens, stream events carry an "event:" line and end with
+// response.completed rather than [DONE] (both are the wire's, in package
+// openai), and a response is stored on the backend that made it, so every
+// later request about it must reach that backend. This file holds that
+// last difference; the rest of the path is chat's.
 
 // pickOwner takes a slot on owner, the backend of route holding the
 // previous response. It returns nil when the route has no such backend any
@@ -267,7 +261,7 @@ func (s *Server) storedResponseAttempt(ctx *fasthttp.RequestCtx, st *state, b *b
 			Message: "Backend " + b.Name + " answered with a body over the gateway's limit of " + strconv.Itoa(st.cfg.Server.MaxResponseBytes) + " bytes."}
 	}
 	if status < 200 || status > 299 {
-		e := normalizeUpstreamError(status, body, b.Name, st.secrets)
+		e := openai.NormalizeUpstreamError(status, body, b.Name, st.secrets.redact)
 		if status == fasthttp.StatusNotFound {
 			e = responseNotFound(id, paramResponseID)
 		}
@@ -281,7 +275,7 @@ func (s *Server) storedResponseAttempt(ctx *fasthttp.RequestCtx, st *state, b *b
 	ctx.SetStatusCode(status)
 	ctx.Response.Header.SetContentTypeBytes(resp.Header.ContentType())
 	if public := publicModelOf(st, b, body); public != nil {
-		ctx.Response.SetBodyRaw(rewriteModel(nil, body, public))
+		ctx.Response.SetBodyRaw(openai.RewriteModel(nil, body, public))
 	} else {
 		ctx.Response.SetBody(body)
 	}
@@ -319,7 +313,7 @@ type storedStream struct {
 	backend *backends.Backend
 	aliases []modelAlias
 
-	scan eventScanner
+	scan openai.EventScanner
 	out  []byte
 	pos  int
 	// sequence is the sequence_number of the last event passed on, which
@@ -331,8 +325,7 @@ type storedStream struct {
 
 func (s *Server) startStoredStream(ctx *fasthttp.RequestCtx, st *state, resp *fasthttp.Response, b *backends.Backend) {
 	ss := &storedStream{srv: s, resp: resp, backend: b, aliases: modelAliasesOf(st, b)}
-	ss.scan.reset(resp.BodyStream())
-	ss.scan.limit = st.cfg.Server.MaxEventBytes
+	ss.scan.Reset(resp.BodyStream(), st.cfg.Server.MaxEventBytes)
 	ctx.SetStatusCode(resp.StatusCode())
 	ctx.Response.Header.SetContentTypeBytes(eventStream)
 	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
@@ -369,14 +362,14 @@ func (ss *storedStream) Read(p []byte) (n int, err error) {
 // fill reads one upstream event, plus any others already buffered, into
 // out; at the end of the upstream body it ends the replay.
 func (ss *storedStream) fill() {
-	ev, err := ss.scan.next()
+	ev, err := ss.scan.Next()
 	if err != nil {
 		ss.end(err, ev)
 		return
 	}
 	ss.appendEvent(ev)
 	for len(ss.out) < maxCoalesce {
-		ev := ss.scan.buffered()
+		ev := ss.scan.Buffered()
 		if ev == nil {
 			return
 		}
@@ -387,7 +380,7 @@ func (ss *storedStream) fill() {
 // appendEvent appends ev to out, with the public model id in place of the
 // upstream one in the response object it may carry.
 func (ss *storedStream) appendEvent(ev []byte) {
-	start, end, ok := responseEventData(ev)
+	start, end, ok := openai.ResponseEventData(ev)
 	if !ok {
 		ss.out = append(ss.out, ev...)
 		return
@@ -429,14 +422,14 @@ func (ss *storedStream) end(err error, rest []byte) {
 	switch {
 	case errors.Is(err, errUpstreamTruncated):
 		e.Message = "Backend " + ss.backend.Name + " ended the replay in the middle of an event."
-	case errors.Is(err, errEventTooLarge):
+	case errors.Is(err, openai.ErrEventTooLarge):
 		e.Message = "Backend " + ss.backend.Name + " sent an event over the gateway's limit of " +
-			strconv.Itoa(ss.scan.maxEvent()) + " bytes; it is not speaking SSE."
+			strconv.Itoa(ss.scan.MaxEvent()) + " bytes; it is not speaking SSE."
 	}
 	if ce := ss.srv.log.Check(zap.WarnLevel, "stored response replay broken"); ce != nil {
 		ce.Write(zap.String("backend", ss.backend.Name), zap.Error(err))
 	}
-	ss.out = appendResponsesError(ss.out, e, ss.sequence+1)
+	ss.out = openai.AppendResponsesError(ss.out, e, ss.sequence+1)
 }
 
 // CloseWithError ends the replay; fasthttp calls it once, with the error
@@ -450,7 +443,7 @@ func (ss *storedStream) CloseWithError(clientErr error) error {
 	ss.backend.Release()
 	ss.srv.streams.Add(-1)
 	ss.srv.metrics.streamsInFlight.Dec()
-	ss.scan.reset(nil)
+	ss.scan.Reset(nil, 0)
 	return nil
 }
 
@@ -504,118 +497,16 @@ func containsBackend(list []*backends.Backend, b *backends.Backend) bool {
 	return false
 }
 
-var eventPrefix = []byte("event:")
-
-// responseEventData returns the offsets of the data payload of a Responses
-// API event: an optional "event:" line, then one data line. Other events
-// (comments, several data lines) report false and pass through untouched.
-func responseEventData(ev []byte) (start, end int, ok bool) {
-	skip := 0
-	if bytes.HasPrefix(ev, eventPrefix) {
-		nl := bytes.IndexByte(ev, '\n')
-		if nl < 0 {
-			return 0, 0, false
-		}
-		skip = nl + 1
-	}
-	start, end, ok = eventData(ev[skip:])
-	return skip + start, skip + end, ok
-}
-
-// processResponseEvent is chunkProcessor.process for the Responses API: it
-// maps the model id of the response object back to the public one, keeps
-// the usage of the final event (response.completed, or response.failed and
-// response.incomplete, which end a stream too), counts output text deltas,
-// keeps the response id and created_at of response.created, and reports an
-// error event.
-func (c *chunkProcessor) processResponseEvent(dst, ev []byte) []byte {
-	start, end, ok := responseEventData(ev)
-	if !ok {
-		return append(dst, ev...)
-	}
-	data := ev[start:end]
-	c.events++
-	// Parsed in place, as chat's chunks are (ParseBytes would copy each
-	// event): results point into the scanner's buffer.
-	parsed := gjson.Parse(b2s(data))
-	response := parsed.Get("response")
-	switch typ := parsed.Get("type").String(); typ {
-	case "response.output_text.delta", "response.reasoning_text.delta", "response.function_call_arguments.delta":
-		c.deltas++
-	case "response.completed", "response.failed", "response.incomplete":
-		if err := c.usage.setResponses(response.Get("usage")); err != nil {
-			// The event is not passed on: the stream ends with the
-			// gateway's in-band error (see streamBody.fill).
-			c.usageErr = err
-			return dst
-		}
-		c.done = true
-		if typ == "response.failed" {
-			c.errMessage = inBandErrorMessage(response.Get("error"))
-		}
-	case "error":
-		// As for chat, the client gets the gateway's description: the
-		// backend's message can name internal hosts (it is kept in
-		// errMessage for the log and the record).
-		c.errMessage = inBandErrorMessage(parsed)
-		// An error event ends a Responses API stream, as response.failed
-		// does.
-		c.done = true
-		msg := "The backend reported an error during the stream."
-		if c.backend != "" {
-			msg = "Backend " + c.backend + " reported an error during the stream."
-		}
-		return appendResponsesError(dst, &openai.Error{Type: "api_error", Code: "upstream_error", Message: msg}, parsed.Get("sequence_number").Int())
-	}
-	if c.completionID == "" && response.IsObject() {
-		// The first response object, response.created's, is the whole
-		// response as a reply's body is: the record keeps its id and
-		// created_at, read by the rule of a reply, for the Weave SDK's
-		// trace of the stream to fold into (its reducer starts its
-		// output from this object). The id also names the response
-		// whose backend noteResponseOwner remembers. Later events carry
-		// the same values: one read per stream, one copy.
-		c.completionID, c.created = completionKeyOf(data[response.Index:response.Index+len(response.Raw)], true)
-	}
-	if c.publicModel == nil || !response.IsObject() {
-		return append(dst, ev...)
-	}
-	// A path from response gives the model's offset in data, as one from
-	// the top does.
-	model := response.Get("model")
-	if model.Type != gjson.String || model.Index <= 0 {
-		return append(dst, ev...)
-	}
-	at := start + model.Index
-	dst = append(dst, ev[:at]...)
-	dst = append(dst, c.publicModel...)
-	return append(dst, ev[at+len(model.Raw):]...)
-}
-
-// appendResponsesError appends the Responses API's in-band error event,
-// which is how a client learns of a failure after the 200.
-func appendResponsesError(dst []byte, e *openai.Error, sequence int64) []byte {
-	dst = append(dst, "event: error\ndata: {\"type\":\"error\",\"code\":"...)
-	code := e.Code
-	if code == "" {
-		code = e.Type
-	}
-	dst = strconv.AppendQuote(dst, code)
-	dst = append(dst, `,"message":`...)
-	msg := (&openai.Error{Message: e.Message}).AppendJSON(nil)
-	m := gjson.GetBytes(msg, "error.message")
-	dst = append(dst, m.Raw...)
-	dst = append(dst, `,"param":null,"sequence_number":`...)
-	dst = strconv.AppendInt(dst, sequence, 10)
-	return append(dst, "}\n\n"...)
-}
-
 // noteResponseOwner remembers the backend of a streamed response as soon
 // as its id is seen, before the client can ask about it.
 func (sb *streamBody) noteResponseOwner() {
-	if sb.chunk.responseIDNoted || sb.chunk.completionID == "" {
+	if sb.ownerNoted {
 		return
 	}
-	sb.srv.owners.claim(sb.chunk.completionID, responseOwner{backend: sb.backend.Name, team: sb.c.rec.Team, project: sb.c.rec.Project})
-	sb.chunk.responseIDNoted = true
+	id, _ := sb.events.ReplyKey()
+	if id == "" {
+		return
+	}
+	sb.srv.owners.claim(id, responseOwner{backend: sb.backend.Name, team: sb.c.rec.Team, project: sb.c.rec.Project})
+	sb.ownerNoted = true
 }

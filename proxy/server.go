@@ -1,13 +1,16 @@
 // Package proxy is the client-facing side of the gateway over fasthttp. It
-// does the orchestration, and leaves the OpenAI wire format (validation,
-// request facts, the error shape) to package openai. Its jobs:
+// does the orchestration, and leaves the OpenAI wire format to package
+// openai: bytes in, facts out (body validation and request facts, the
+// upstream body, reply, usage, SSE and event processing, the error shape).
+// Its jobs:
 //   - the request path of the four endpoints routed by model, read in
 //     order: request.go (handler, auth, headers, validation, limits),
-//     forward.go (backend choice, attempts, retries, upstream body),
-//     stream.go (the SSE relay and its hand-over) and settle.go (usage
-//     recorded, reservation and slots released);
-//   - reply, usage, chunk and SSE processing of backends' answers
-//     (reply_scan.go, usage_check.go, chunk*.go, sse.go);
+//     forward.go (backend choice, attempts, retries), stream.go (the SSE
+//     relay) and settle.go (usage recorded, reservation and slots
+//     released);
+//   - the stream's hand-over to its own goroutine and connection
+//     (stream_conn.go, clientwatch.go);
+//   - mapping failures to the client's answer (errors.go, secrets.go);
 //   - the Responses API's state (responses.go, background.go,
 //     response_owners.go);
 //   - observability (metrics.go, requestlog.go, recover.go).
@@ -35,7 +38,8 @@ import (
 	"github.com/tollgate-dev/tollgate/openai"
 )
 
-// Recorder takes the usage record of every chat completion.
+// Recorder takes the usage record of every model call, on any of the
+// endpoints routed by model.
 type Recorder interface {
 	Record(accounting.Record)
 }
@@ -80,7 +84,7 @@ type state struct {
 	anthropicModels []byte
 	// secrets redacts this configuration's keys from error text.
 	secrets *secretValues
-	// active counts chat completions using this generation, so that a
+	// active counts the exchanges using this generation, so that a
 	// retired generation is closed only once they are all done.
 	active atomic.Int64
 }

@@ -10,18 +10,18 @@ import (
 	"github.com/tollgate-dev/tollgate/openai"
 )
 
-// setUsage fills the record's counts from what the backend reported.
-func (c *exchange) setUsage(u *usageCounts, completion int64) {
-	setRecordUsage(&c.rec, u, completion)
-}
-
-// setRecordUsage fills rec's counts from what the backend reported.
-func setRecordUsage(rec *accounting.Record, u *usageCounts, completion int64) {
-	rec.PromptTokens = u.prompt
-	rec.CompletionTokens = completion
-	rec.CachedTokens = u.cached
-	rec.TotalTokens = u.total
-	if !u.reported || rec.TotalTokens < rec.PromptTokens+rec.CompletionTokens {
+// recordUsage fills rec's counts from what the backend reported, u, and
+// outputTokens, the generated tokens charged: u's own count, or for a
+// stream that reported none the content deltas streamed (see
+// openai.EventProcessor.OutputTokens). openai refuses a count above
+// openai.MaxTokenCount, which is accounting.MaxRecordTokens (see
+// TestTokenBoundsAgree), so every count read is recorded as it is.
+func recordUsage(rec *accounting.Record, u *openai.UsageCounts, outputTokens int64) {
+	rec.PromptTokens = u.Input
+	rec.CompletionTokens = outputTokens
+	rec.CachedTokens = u.Cached
+	rec.TotalTokens = u.Total
+	if !u.Reported || rec.TotalTokens < rec.PromptTokens+rec.CompletionTokens {
 		rec.TotalTokens = rec.PromptTokens + rec.CompletionTokens
 	}
 }
@@ -40,7 +40,7 @@ func (s *Server) reject(ctx *fasthttp.RequestCtx, c *exchange, e *openai.Error) 
 	}
 }
 
-// finish ends a non-streamed completion: it answers e if non-nil, settles
+// finish ends an exchange that is not streamed: it answers e if non-nil, settles
 // the reservation, and records usage, metrics and the log line.
 func (s *Server) finish(ctx *fasthttp.RequestCtx, c *exchange, e *openai.Error) {
 	if e != nil {
@@ -61,7 +61,7 @@ func (s *Server) finish(ctx *fasthttp.RequestCtx, c *exchange, e *openai.Error) 
 }
 
 // settle releases the reservation and the stream slot, and records a
-// finished completion.
+// finished exchange.
 func (s *Server) settle(c *exchange) {
 	c.closed = true
 	c.gen.release()

@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/tollgate-dev/tollgate/backends"
+	"github.com/tollgate-dev/tollgate/internal/bufpool"
 	"github.com/tollgate-dev/tollgate/openai"
 )
 
@@ -31,14 +32,20 @@ type streamBody struct {
 	backend *backends.Backend
 	resp    *fasthttp.Response
 
-	scan  eventScanner
-	chunk chunkProcessor
+	scan   openai.EventScanner
+	events openai.EventProcessor
 	// messages is the state of a Messages API stream (see startMessages).
 	messages messagesStream
+	// publicModelLen is the length of the public model id the events
+	// name in place of the upstream one (see eventHeadroom).
+	publicModelLen int
+	// ownerNoted is set once the backend of a streamed response is
+	// remembered (see noteResponseOwner).
+	ownerNoted bool
 	// out holds what the client gets for the last events read, when it
 	// did not fit in the buffer Read was given (which is where it goes
 	// otherwise); pos is how much of it was sent. outPooled is out's
-	// pool entry (see getBuf), nil when out is not from a pool. out is
+	// pool entry (see bufpool.Get), nil when out is not from a pool. out is
 	// given back once sent, so an idle stream holds none.
 	out       []byte
 	outPooled *[]byte
@@ -122,13 +129,18 @@ func (s *Server) startStream(ctx *fasthttp.RequestCtx, c *exchange, b *backends.
 	ctx.Request.ResetBody()
 	// The client watch ends, and is recycled, when forward returns.
 	sb.c.watch = nil
-	sb.scan.reset(resp.BodyStream())
-	sb.scan.limit = c.gen.cfg.Server.MaxEventBytes
-	sb.chunk.reset(!c.req.IncludeUsage, b.ContinuousUsage() && !c.req.ContinuousUsage, replyModel)
-	sb.chunk.backend = b.Name
-	sb.chunk.responses = c.ep.responses
+	sb.scan.Reset(resp.BodyStream(), c.gen.cfg.Server.MaxEventBytes)
+	sb.events.Reset(openai.StreamOptions{
+		StripUsage:      !c.req.IncludeUsage,
+		StripContinuous: b.ContinuousUsage() && !c.req.ContinuousUsage,
+		PublicModel:     replyModel,
+		Backend:         b.Name,
+		Responses:       c.ep.responses,
+	})
+	sb.publicModelLen, sb.ownerNoted = len(replyModel), false
+	sb.messages.on = false
 	if c.ep.messages != nil {
-		sb.startMessages(c, served, replyModel)
+		sb.startMessages(c, b, served, replyModel)
 	}
 	sb.releaseOut()
 	sb.upstreamErr, sb.ended, sb.eof, sb.firstEvent, sb.firstNoted, sb.shrunk = nil, false, false, false, false, false
@@ -219,16 +231,16 @@ func (sb *streamBody) noteFirstEvent() {
 // error event and [DONE], which is how clients learn of an error after
 // the 200.
 func (sb *streamBody) fill(p []byte) int {
-	defer sb.scan.release()
-	ev, err := sb.scan.nextInto(p)
-	room := len(sb.chunk.publicModel) + eventHeadroom
+	defer sb.scan.Release()
+	ev, err := sb.scan.NextInto(p)
+	room := sb.publicModelLen + eventHeadroom
 	if err == nil {
 		// At the end, the bytes of an unfinished event are dropped.
 		room += len(ev)
 	}
 	dst := p[:0:len(p)]
 	if room > len(p) {
-		sb.out, sb.outPooled = getBuf(room)
+		sb.out, sb.outPooled = bufpool.Get(room)
 		dst = sb.out[:0]
 	}
 	if err != nil {
@@ -238,18 +250,18 @@ func (sb *streamBody) fill(p []byte) int {
 		sb.upstreamFirst = true
 		sb.upstreamTTFT += time.Since(sb.headersAt)
 	}
-	dst = sb.chunk.process(dst, ev)
-	for len(dst) < maxCoalesce && sb.chunk.usageErr == nil {
-		ev := sb.scan.bufferedUpTo(cap(dst) - len(dst) - len(sb.chunk.publicModel) - eventHeadroom)
+	dst = sb.process(dst, ev)
+	for len(dst) < maxCoalesce && sb.usageErr() == nil {
+		ev := sb.scan.BufferedUpTo(cap(dst) - len(dst) - sb.publicModelLen - eventHeadroom)
 		if ev == nil {
 			break
 		}
-		dst = sb.chunk.process(dst, ev)
+		dst = sb.process(dst, ev)
 	}
-	if sb.chunk.usageErr != nil {
-		return sb.settle(p, sb.endUpstream(dst, sb.chunk.usageErr))
+	if err := sb.usageErr(); err != nil {
+		return sb.settle(p, sb.endUpstream(dst, err))
 	}
-	if sb.chunk.responses {
+	if sb.c.ep.responses {
 		sb.noteResponseOwner()
 	}
 	return sb.settle(p, dst)
@@ -272,7 +284,7 @@ func (sb *streamBody) settle(p, dst []byte) int {
 
 // releaseOut gives out back, once sent.
 func (sb *streamBody) releaseOut() {
-	putBuf(sb.outPooled)
+	bufpool.Put(sb.outPooled)
 	sb.out, sb.outPooled, sb.pos = nil, nil, 0
 }
 
@@ -282,31 +294,31 @@ func (sb *streamBody) endUpstream(dst []byte, err error) []byte {
 	sb.ended = true
 	if errors.Is(err, io.EOF) {
 		sb.eof = true
-		if sb.chunk.done {
+		if sb.done() {
 			return dst
 		}
 		err = errUpstreamTruncated
 	}
-	if sb.chunk.done {
+	if sb.done() {
 		// The stream was complete; whatever came after [DONE] is moot.
 		return dst
 	}
 	sb.upstreamErr = err
 	e := upstreamError(err, sb.backend.Name)
-	var ue *usageError
+	var ue *openai.UsageError
 	switch {
 	case errors.Is(err, errUpstreamTruncated):
 		e.Message = "Backend " + sb.backend.Name + " ended the stream before it was complete."
-	case errors.Is(err, errEventTooLarge):
+	case errors.Is(err, openai.ErrEventTooLarge):
 		e.Message = "Backend " + sb.backend.Name + " sent an event over the gateway's limit of " +
-			strconv.Itoa(sb.scan.maxEvent()) + " bytes; it is not speaking SSE."
+			strconv.Itoa(sb.scan.MaxEvent()) + " bytes; it is not speaking SSE."
 	case errors.As(err, &ue):
 		e.Message = invalidUsageMessage(sb.backend.Name)
 	}
 	switch {
-	case sb.chunk.responses:
-		return appendResponsesError(dst, e, sb.chunk.events)
-	case sb.chunk.messages != nil:
+	case sb.c.ep.responses:
+		return openai.AppendResponsesError(dst, e, sb.events.Events())
+	case sb.messages.on:
 		return appendMessagesError(dst, e)
 	}
 	return appendInBandError(dst, e)
@@ -338,8 +350,10 @@ func (sb *streamBody) CloseWithError(clientErr error) error {
 	s.metrics.streamsInFlight.Dec()
 
 	c := &sb.c
-	c.setUsage(&sb.chunk.usage, sb.chunk.completionTokens())
-	c.rec.CompletionID, c.rec.CompletionCreated = sb.chunk.completionID, sb.chunk.created
+	f := sb.facts()
+	usage := &f.usage
+	recordUsage(&c.rec, usage, f.outputTokens)
+	c.rec.CompletionID, c.rec.CompletionCreated = f.replyID, f.created
 	c.rec.Status = fasthttp.StatusOK
 	switch {
 	case clientErr != nil:
@@ -347,18 +361,18 @@ func (sb *streamBody) CloseWithError(clientErr error) error {
 		c.rec.Error = "client closed the stream: " + clientErr.Error()
 		s.metrics.streamErrors.WithLabelValues(c.rec.Model, "abandoned").Inc()
 		s.metrics.streamAborts.WithLabelValues(c.rec.Model, "client").Inc()
-	case sb.chunk.errMessage != "":
-		c.rec.Error = "in-band stream error: " + sb.chunk.errMessage
+	case f.errMessage != "":
+		c.rec.Error = "in-band stream error: " + f.errMessage
 		s.metrics.streamErrors.WithLabelValues(c.rec.Model, "inband").Inc()
-		if !sb.chunk.usage.reported {
+		if !usage.Reported {
 			// An error is charged only what the backend reported.
 			c.rec.PromptTokens, c.rec.CompletionTokens, c.rec.TotalTokens, c.rec.CachedTokens = 0, 0, 0, 0
 		}
-	case sb.chunk.usageErr != nil:
+	case f.usageErr != nil:
 		// The tokens recorded are the last valid cumulative count, if
 		// any: what the backend reported before its usage went bad.
-		c.rec.Error = "backend sent an invalid usage block: " + sb.chunk.usageErr.Error()
-		if !sb.chunk.usage.reported {
+		c.rec.Error = "backend sent an invalid usage block: " + f.usageErr.Error()
+		if !usage.Reported {
 			c.rec.PromptTokens, c.rec.CompletionTokens, c.rec.TotalTokens, c.rec.CachedTokens = 0, 0, 0, 0
 		}
 		s.metrics.streamErrors.WithLabelValues(c.rec.Model, "invalid_usage").Inc()
@@ -368,11 +382,11 @@ func (sb *streamBody) CloseWithError(clientErr error) error {
 		s.metrics.streamErrors.WithLabelValues(c.rec.Model, "broken").Inc()
 		s.metrics.streamAborts.WithLabelValues(c.rec.Model, "backend").Inc()
 	}
-	if c.rec.Incomplete && !sb.chunk.usage.reported {
+	if c.rec.Incomplete && !usage.Reported {
 		// No usage arrived (the backend does not send continuous usage),
 		// so the backend never counted the prompt: charge the gateway's
 		// estimate of it, and the content deltas streamed as the
-		// completion.
+		// output.
 		c.rec.PromptTokens = sb.promptEstimate
 		c.rec.TotalTokens = c.rec.PromptTokens + c.rec.CompletionTokens
 	}
@@ -381,7 +395,7 @@ func (sb *streamBody) CloseWithError(clientErr error) error {
 
 	sb.srv, sb.backend, sb.resp = nil, nil, nil
 	sb.c = exchange{}
-	sb.scan.reset(nil)
+	sb.scan.Reset(nil, 0)
 	sb.releaseOut()
 	sb.releaseHead()
 	sb.over, sb.writeErr, sb.keepAlive = false, nil, false
@@ -405,7 +419,7 @@ func (sb *streamBody) recovered(p []byte, r any) (int, error) {
 	sb.releaseOut()
 	e := &openai.Error{Type: "api_error", Code: "internal_error",
 		Message: "The gateway failed while relaying the stream from backend " + sb.backend.Name + "."}
-	if sb.chunk.messages != nil {
+	if sb.messages.on {
 		sb.out = appendMessagesError(nil, e)
 	} else {
 		sb.out = appendInBandError(nil, e)

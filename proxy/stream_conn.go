@@ -8,6 +8,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/tollgate-dev/tollgate/internal/bufpool"
 	"github.com/tollgate-dev/tollgate/internal/handover"
 )
 
@@ -89,9 +90,9 @@ func (s *Server) writeOnConn(ctx *fasthttp.RequestCtx, sb *streamBody) {
 // hijacked takes the connection fasthttp hands over, on fasthttp's
 // goroutine, and starts the stream's own.
 func (sb *streamBody) hijacked(c net.Conn) {
-	buf, bp := getBuf(scanBufSize)
+	buf, bp := bufpool.Get(bufpool.Small)
 	conn, pipelined, ok := handover.TakeConn(c, buf)
-	putBuf(bp)
+	bufpool.Put(bp)
 	if !ok {
 		sb.keepAlive = false
 	}
@@ -112,10 +113,10 @@ func (sb *streamBody) run(conn net.Conn, pipelined []byte) {
 			// where the stack is shallow: a stream idles far longer than
 			// it works, and a goroutine's stack is halved by a
 			// collection only while it uses under a quarter of it.
-			if sb.scan.drained() {
+			if sb.scan.Drained() {
 				sb.backend.AwaitStream(sb.resp)
 			}
-			sb.scan.await()
+			sb.scan.Await()
 		}
 		over, err = sb.writeNext(conn)
 	}
@@ -140,8 +141,8 @@ func (sb *streamBody) run(conn net.Conn, pipelined []byte) {
 // writeBodyEnd writes bodyEnd from a pooled buffer: a slice of the
 // constant would be allocated, since the write may keep it.
 func writeBodyEnd(conn net.Conn) error {
-	buf, bp := getBuf(len(bodyEnd))
-	defer putBuf(bp)
+	buf, bp := bufpool.Get(len(bodyEnd))
+	defer bufpool.Put(bp)
 	_, err := conn.Write(buf[:copy(buf, bodyEnd)])
 	return err
 }
@@ -241,8 +242,8 @@ func (sb *streamBody) writeNext(w net.Conn) (over bool, err error) {
 			over, err = true, errStreamWriter
 		}
 	}()
-	buf, bp := getBuf(scanBufSize)
-	defer putBuf(bp)
+	buf, bp := bufpool.Get(bufpool.Small)
+	defer bufpool.Put(bp)
 	lead := chunkLead + len(sb.head)
 	n, rerr := sb.Read(buf[lead : len(buf)-chunkTrail])
 	end := lead + n

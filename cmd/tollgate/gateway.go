@@ -43,8 +43,8 @@ type gateway struct {
 	recorder *accounting.Recorder
 	// spans exports a span per request; nil when export is off.
 	spans *telemetry.Exporter
-	proxy    *proxy.Server
-	admin    *fasthttp.Server // nil unless admin_listen is set
+	proxy *proxy.Server
+	admin *fasthttp.Server // nil unless admin_listen is set
 	// enforcer holds the Admin API's keys and limits in memory; its
 	// poller runs until stopEnforcer, and enforcerDone closes when it
 	// has returned.

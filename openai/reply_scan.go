@@ -1,38 +1,47 @@
-package proxy
+package openai
 
 import (
+	"bytes"
 	"strings"
 
 	"github.com/tidwall/gjson"
 
 	"github.com/tollgate-dev/tollgate/internal/jsonscan"
-	"github.com/tollgate-dev/tollgate/openai"
 )
 
-// replyMembers are what the gateway reads from the top level of a
+// ReplyMembers are what the gateway reads from the top level of a
 // non-streamed reply: its usage object, and the id and date by which the
-// usage record is joined to an SDK's trace (see completionKeyOf).
-type replyMembers struct {
-	// usage is the text of the first "usage" member's value, as gjson.Get
-	// finds it; "" when there is none.
-	usage   string
-	id      string
-	created int64
+// usage record is joined to an SDK's trace (see replyKeyOf).
+type ReplyMembers struct {
+	// Usage is the text of the first "usage" member's value, as gjson.Get
+	// finds it; "" when there is none (see UsageCounts.SetChatReply).
+	Usage string
+	// ID is the reply's id, a copy ("" when absent or refused by
+	// BackendID); Created its date ("created", or the Responses API's
+	// "created_at"), 0 when absent.
+	ID      string
+	Created int64
 }
 
-// scanReply does validReply's check and finds the reply's members in the
+// ScanReply reports whether a non-streamed 200 body, a reply to the
+// endpoint (response says the Responses API), is one JSON object nested no
+// deeper than maxDepth, and finds its members. A body that is not (an HTML
+// page from a proxy in front of the backend, a truncated body) must not
+// reach a client that will fail to parse it.
+//
+// It does validReply's check and finds the reply's members in the
 // same walk over the top-level object. Looking them up afterwards walked
 // the reply twice more (gjson.Get for usage skips the choices, with the
 // whole generated text, byte by byte), which cost more than the check.
-// It finds what gjson.Get(body, "usage") and completionKeyOf(body,
+// It finds what gjson.Get(body, "usage") and replyKeyOf(body,
 // response) find; a reply with an escaped top-level key (which those
 // unescape before comparing) is left to them.
-func scanReply(body []byte, maxDepth int, response bool) (m replyMembers, ok bool) {
+func ScanReply(body []byte, maxDepth int, response bool) (m ReplyMembers, ok bool) {
 	s := b2s(body)
 	if !looksLikeJSONObject(body) || jsonscan.TooDeep(s, maxDepth) {
 		return m, false
 	}
-	i := openai.SkipSpace(s, 0)
+	i := skipSpace(s, 0)
 	if i >= len(s) || s[i] != '{' {
 		return m, false
 	}
@@ -45,7 +54,7 @@ func scanReply(body []byte, maxDepth int, response bool) (m replyMembers, ok boo
 		haveUsage, haveID, haveDate bool
 		escaped                     bool
 	)
-	i = openai.SkipSpace(s, i+1)
+	i = skipSpace(s, i+1)
 	if i < len(s) && s[i] == '}' {
 		i++
 	} else {
@@ -54,23 +63,23 @@ func scanReply(body []byte, maxDepth int, response bool) (m replyMembers, ok boo
 				return m, false
 			}
 			keyStart := i + 1
-			if i, ok = openai.ValidString(s, keyStart); !ok {
+			if i, ok = validString(s, keyStart); !ok {
 				return m, false
 			}
 			key := s[keyStart : i-1]
-			i = openai.SkipSpace(s, i)
+			i = skipSpace(s, i)
 			if i >= len(s) || s[i] != ':' {
 				return m, false
 			}
-			valStart := openai.SkipSpace(s, i+1)
-			if i, ok = openai.ValidValue(s, valStart); !ok {
+			valStart := skipSpace(s, i+1)
+			if i, ok = validValue(s, valStart); !ok {
 				return m, false
 			}
 			if strings.IndexByte(key, '\\') >= 0 {
 				escaped = true
 			}
 			val := s[valStart:i]
-			// completionKeyOf stops at the member where it has both; the
+			// replyKeyOf stops at the member where it has both; the
 			// last id and date before that point are the ones it keeps.
 			if !haveID || !haveDate {
 				switch key {
@@ -84,42 +93,42 @@ func scanReply(body []byte, maxDepth int, response bool) (m replyMembers, ok boo
 				usageRaw, haveUsage = val, true
 			}
 			var closed bool
-			if i, closed, ok = openai.Separator(s, i, '}'); !ok {
+			if i, closed, ok = separator(s, i, '}'); !ok {
 				return m, false
 			}
 			if closed {
 				break
 			}
-			i = openai.SkipSpace(s, i)
+			i = skipSpace(s, i)
 		}
 	}
-	if openai.SkipSpace(s, i) != len(s) {
+	if skipSpace(s, i) != len(s) {
 		return m, false
 	}
 	if escaped {
-		m.usage = gjson.Get(s, "usage").Raw
-		m.id, m.created = completionKeyOf(body, response)
+		m.Usage = gjson.Get(s, "usage").Raw
+		m.ID, m.Created = replyKeyOf(body, response)
 		return m, true
 	}
-	m.usage = usageRaw
+	m.Usage = usageRaw
 	if haveID {
-		m.id = idString(idRaw)
+		m.ID = idString(idRaw)
 	}
 	if haveDate {
-		m.created = dateInt(dateRaw)
+		m.Created = dateInt(dateRaw)
 	}
 	return m, true
 }
 
-// idString is backendID(gjson.Parse(raw).String()), cloned, for the text
+// idString is BackendID(gjson.Parse(raw).String()), cloned, for the text
 // raw of a valid JSON value. A string without escapes, as ids are, is its
 // text between the quotes: gjson's parse of it, with a look for escapes of
 // its own, cost half a thousand instructions on every reply.
 func idString(raw string) string {
 	if len(raw) >= 2 && raw[0] == '"' && strings.IndexByte(raw, '\\') < 0 {
-		return strings.Clone(backendID(raw[1 : len(raw)-1]))
+		return strings.Clone(BackendID(raw[1 : len(raw)-1]))
 	}
-	return strings.Clone(backendID(gjson.Parse(raw).String()))
+	return strings.Clone(BackendID(gjson.Parse(raw).String()))
 }
 
 // dateInt is gjson.Parse(raw).Int() for the text raw of a valid JSON
@@ -140,14 +149,13 @@ func dateInt(raw string) int64 {
 	return n
 }
 
-// completionKeyOf returns the "id" of a completion reply as a new string,
-// since the body is a pooled buffer, and its date: "created" (a chat or
-// text completion) or, for a response, "created_at"; 0 when absent. The
-// usage record keeps both, by which a Weave SDK's trace of the completion
-// is joined to the gateway's call (the store reads the SDK's copy of the
+// replyKeyOf returns the "id" of a reply as a new string, since the body
+// is a pooled buffer, and its date: "created" (a chat or text completion)
+// or, for a response, "created_at"; 0 when absent. The usage record keeps
+// both, by which a Weave SDK's trace of the model call is joined to the gateway's call (the store reads the SDK's copy of the
 // reply by the same rule). One walk of the top-level members, which stops
 // once both are found: backends write them first.
-func completionKeyOf(body []byte, response bool) (id string, created int64) {
+func replyKeyOf(body []byte, response bool) (id string, created int64) {
 	dateKey := "created"
 	if response {
 		dateKey = "created_at"
@@ -156,11 +164,19 @@ func completionKeyOf(body []byte, response bool) (id string, created int64) {
 	gjson.Parse(b2s(body)).ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
 		case "id":
-			id, haveID = strings.Clone(backendID(v.String())), true
+			id, haveID = strings.Clone(BackendID(v.String())), true
 		case dateKey:
 			created, haveDate = v.Int(), true
 		}
 		return !haveID || !haveDate
 	})
 	return id, created
+}
+
+// looksLikeJSONObject is the cheap check that a reply is a JSON object:
+// its first and last non-space bytes are braces. Parsing it fully would
+// cost a microsecond per kilobyte on every reply.
+func looksLikeJSONObject(b []byte) bool {
+	b = bytes.TrimSpace(b)
+	return len(b) >= 2 && b[0] == '{' && b[len(b)-1] == '}'
 }

@@ -1,4 +1,4 @@
-package proxy
+package openai
 
 import (
 	"strings"
@@ -8,7 +8,7 @@ import (
 )
 
 // TestScanReplyMatchesLookups checks scanReply against what it replaces:
-// validReply, gjson.Get(body, "usage") and completionKeyOf.
+// validReply, gjson.Get(body, "usage") and replyKeyOf.
 func TestScanReplyMatchesLookups(t *testing.T) {
 	for _, tt := range []struct {
 		name string
@@ -43,19 +43,19 @@ func TestScanReplyMatchesLookups(t *testing.T) {
 			t.Run(tt.name, func(t *testing.T) {
 				body := []byte(tt.body)
 				const depth = 32
-				m, ok := scanReply(body, depth, response)
+				m, ok := ScanReply(body, depth, response)
 				if want := validReply(body, depth); ok != want {
 					t.Fatalf("ok = %v, validReply says %v", ok, want)
 				}
 				if !ok {
 					return
 				}
-				if want := gjson.Get(tt.body, "usage").Raw; m.usage != want {
-					t.Errorf("usage = %q, gjson.Get says %q", m.usage, want)
+				if want := gjson.Get(tt.body, "usage").Raw; m.Usage != want {
+					t.Errorf("usage = %q, gjson.Get says %q", m.Usage, want)
 				}
-				id, created := completionKeyOf(body, response)
-				if m.id != id || m.created != created {
-					t.Errorf("id, created = %q, %d; completionKeyOf says %q, %d", m.id, m.created, id, created)
+				id, created := replyKeyOf(body, response)
+				if m.ID != id || m.Created != created {
+					t.Errorf("id, created = %q, %d; replyKeyOf says %q, %d", m.ID, m.Created, id, created)
 				}
 			})
 		}
@@ -66,13 +66,13 @@ func TestScanReplyMatchesLookups(t *testing.T) {
 // allocating per request beyond the id the record keeps.
 func TestReplyAccountingAllocs(t *testing.T) {
 	body := []byte(`{"id":"chatcmpl-1","object":"chat.completion","created":1700000000,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"total_tokens":7,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":0}}}`)
-	var u usageCounts
+	var u UsageCounts
 	allocs := testing.AllocsPerRun(100, func() {
-		m, ok := scanReply(body, 32, false)
-		if !ok || m.id != "chatcmpl-1" {
+		m, ok := ScanReply(body, 32, false)
+		if !ok || m.ID != "chatcmpl-1" {
 			t.Fatal("reply refused")
 		}
-		if err := u.parseValidUsage(m.usage, &chatUsageFields); err != nil || u.total != 7 {
+		if err := u.parseValidUsage(m.Usage, &chatUsageFields); err != nil || u.Total != 7 {
 			t.Fatalf("usage: %v %+v", err, u)
 		}
 	})
@@ -95,7 +95,7 @@ func TestIDStringDateIntMatchGjson(t *testing.T) {
 	}
 	for _, v := range values {
 		t.Run(v, func(t *testing.T) {
-			if got, want := idString(v), backendID(gjson.Parse(v).String()); got != want {
+			if got, want := idString(v), BackendID(gjson.Parse(v).String()); got != want {
 				t.Errorf("idString = %q, gjson says %q", got, want)
 			}
 			if got, want := dateInt(v), gjson.Parse(v).Int(); got != want {

@@ -1,4 +1,4 @@
-package proxy
+package openai
 
 import (
 	"bytes"
@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+
+	"github.com/tollgate-dev/tollgate/internal/bufpool"
 )
 
 // TestScannerHoldsNoBufferWhileIdle checks that a scan waiting in the
@@ -15,7 +17,7 @@ import (
 // taken: an open stream idles between events, and its memory is what the
 // gateway pays per open stream.
 func TestScannerHoldsNoBufferWhileIdle(t *testing.T) {
-	big := "data: {\"x\":\"" + strings.Repeat("a", 3*scanBufSize) + "\"}\n\n"
+	big := "data: {\"x\":\"" + strings.Repeat("a", 3*bufpool.Small) + "\"}\n\n"
 	events := []string{chunkEvent, contEvent, big, usageEvent, doneEvent}
 	stream := strings.Join(events, "")
 	tests := []struct {
@@ -28,12 +30,12 @@ func TestScannerHoldsNoBufferWhileIdle(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var s eventScanner
-			s.reset(tt.src())
+			var s EventScanner
+			s.Reset(tt.src(), 0)
 			scratch := make([]byte, 4096)
 			var got []string
 			for {
-				ev, err := s.nextInto(scratch)
+				ev, err := s.NextInto(scratch)
 				if err != nil {
 					if !errors.Is(err, io.EOF) || len(ev) != 0 {
 						t.Fatalf("end: %q, %v; want io.EOF and no bytes", ev, err)
@@ -42,7 +44,7 @@ func TestScannerHoldsNoBufferWhileIdle(t *testing.T) {
 				}
 				got = append(got, string(ev))
 				if s.start == s.end {
-					s.release()
+					s.Release()
 					if s.buf != nil {
 						t.Fatalf("after event %d the scanner holds a %d-byte buffer with nothing pending", len(got), len(s.buf))
 					}
@@ -77,17 +79,17 @@ func TestScannerLimitWithPooledBuffer(t *testing.T) {
 	const limit = 600
 	ok := "data: " + strings.Repeat("b", limit-8) + "\n\n"
 	over := "data: " + strings.Repeat("c", limit-7) + "\n\n"
-	var s eventScanner
-	s.reset(iotest.HalfReader(strings.NewReader(ok + over)))
+	var s EventScanner
+	s.Reset(iotest.HalfReader(strings.NewReader(ok+over)), 0)
 	s.limit = limit
 	scratch := make([]byte, 4096)
-	ev, err := s.nextInto(scratch)
+	ev, err := s.NextInto(scratch)
 	if err != nil || string(ev) != ok {
 		t.Fatalf("event of the limit: %d bytes, %v; want it whole", len(ev), err)
 	}
-	s.release()
-	if _, err := s.nextInto(scratch); !errors.Is(err, errEventTooLarge) {
-		t.Fatalf("event over the limit: %v; want errEventTooLarge", err)
+	s.Release()
+	if _, err := s.NextInto(scratch); !errors.Is(err, ErrEventTooLarge) {
+		t.Fatalf("event over the limit: %v; want ErrEventTooLarge", err)
 	}
 }
 
@@ -98,15 +100,15 @@ func TestStreamScanAllocations(t *testing.T) {
 	stream := []byte(chunkEvent + contEvent + usageEvent + doneEvent)
 	src := bytes.NewReader(nil)
 	scratch := make([]byte, 4096)
-	var s eventScanner
+	var s EventScanner
 	allocs := testing.AllocsPerRun(200, func() {
 		src.Reset(stream)
-		s.reset(src)
+		s.Reset(src, 0)
 		for {
-			if _, err := s.nextInto(scratch); err != nil {
+			if _, err := s.NextInto(scratch); err != nil {
 				break
 			}
-			s.release()
+			s.Release()
 		}
 	})
 	if allocs != 0 {

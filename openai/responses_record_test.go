@@ -1,4 +1,4 @@
-package proxy
+package openai
 
 import (
 	"bytes"
@@ -17,21 +17,21 @@ const (
 		`data: {"type":"response.completed","sequence_number":3,"response":{"id":"resp_0123abcd","object":"response","created_at":1764000007,"status":"completed","model":"up/model","output":[{"type":"message","id":"msg_1","status":"completed","role":"assistant","content":[{"type":"output_text","text":"tok1 tok1 "}]}],"usage":{"input_tokens":8,"output_tokens":2,"total_tokens":10,"input_tokens_details":{"cached_tokens":3}}}}` + "\n\n"
 )
 
-// TestResponseStreamKeepsCompletionKey: the events of a streamed response
+// TestResponseStreamKeepsReplyKey: the events of a streamed response
 // leave the response's id and created_at where a chat stream leaves its
 // completion's, for the usage record.
-func TestResponseStreamKeepsCompletionKey(t *testing.T) {
-	var c chunkProcessor
-	c.reset(false, false, []byte(`"demo"`))
-	c.responses = true
+func TestResponseStreamKeepsReplyKey(t *testing.T) {
+	var c EventProcessor
+	c.Reset(StreamOptions{StripUsage: false, StripContinuous: false, PublicModel: []byte(`"demo"`)})
+	c.opts.Responses = true
 	var dst []byte
 	for _, ev := range []string{respCreatedEvent, respDeltaEvent, respDeltaEvent, respCompletedEvent} {
-		dst = c.process(dst, []byte(ev))
+		dst = c.Process(dst, []byte(ev))
 	}
-	if c.completionID != "resp_0123abcd" || c.created != 1764000007 {
-		t.Errorf("completion %q created %d, want resp_0123abcd created 1764000007", c.completionID, c.created)
+	if c.replyID != "resp_0123abcd" || c.created != 1764000007 {
+		t.Errorf("completion %q created %d, want resp_0123abcd created 1764000007", c.replyID, c.created)
 	}
-	if !c.done || c.usage.prompt != 8 || c.usage.completion != 2 || c.deltas != 2 {
+	if !c.done || c.usage.Input != 8 || c.usage.Output != 2 || c.deltas != 2 {
 		t.Errorf("done %v, usage %+v, deltas %d; want done, 8+2, 2 deltas", c.done, c.usage, c.deltas)
 	}
 	if n := bytes.Count(dst, []byte(`"model":"demo"`)); n != 2 {
@@ -43,15 +43,15 @@ func TestResponseStreamKeepsCompletionKey(t *testing.T) {
 // stream's events are read in place; the one allocation is the copy of the
 // response id, once per stream.
 func TestResponseStreamAllocations(t *testing.T) {
-	var c chunkProcessor
+	var c EventProcessor
 	events := [][]byte{[]byte(respCreatedEvent), []byte(respDeltaEvent), []byte(respDeltaEvent), []byte(respCompletedEvent)}
 	dst := make([]byte, 0, 4096)
 	public := []byte(`"demo"`)
 	allocs := testing.AllocsPerRun(200, func() {
-		c.reset(false, false, public)
-		c.responses = true
+		c.Reset(StreamOptions{StripUsage: false, StripContinuous: false, PublicModel: public})
+		c.opts.Responses = true
 		for _, ev := range events {
-			dst = c.process(dst[:0], ev)
+			dst = c.Process(dst[:0], ev)
 		}
 	})
 	if allocs != 1 {
@@ -74,11 +74,11 @@ func TestInBandErrorOutlivesEvent(t *testing.T) {
 		{"response error", true, "event: error\n" + `data: {"type":"error","message":"model overloaded","sequence_number":2}` + "\n\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var c chunkProcessor
-			c.reset(false, false, nil)
-			c.responses = tc.responses
+			var c EventProcessor
+			c.Reset(StreamOptions{StripUsage: false, StripContinuous: false, PublicModel: nil})
+			c.opts.Responses = tc.responses
 			buf := []byte(tc.event)
-			c.process(nil, buf)
+			c.Process(nil, buf)
 			for i := range buf {
 				buf[i] = 'x'
 			}

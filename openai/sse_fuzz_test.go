@@ -1,4 +1,4 @@
-package proxy
+package openai
 
 import (
 	"bytes"
@@ -79,8 +79,8 @@ func FuzzSSEScan(f *testing.F) {
 		if len(stream) > maxFuzzStream {
 			t.Skip("input longer than maxFuzzStream")
 		}
-		var s eventScanner
-		s.reset(&splitReader{data: stream, cuts: cuts, eofWithData: opts&8 != 0})
+		var s EventScanner
+		s.Reset(&splitReader{data: stream, cuts: cuts, eofWithData: opts&8 != 0}, 0)
 		var got []byte
 		var events [][]byte
 		var err error
@@ -91,7 +91,7 @@ func FuzzSSEScan(f *testing.F) {
 				t.Fatalf("no end after %d calls for %d bytes of input", calls, len(stream))
 			}
 			var ev []byte
-			ev, err = s.next()
+			ev, err = s.Next()
 			if err != nil {
 				if eventEnd(ev, 0) >= 0 {
 					t.Fatalf("the unfinished rest %q holds a complete event", ev)
@@ -111,34 +111,34 @@ func FuzzSSEScan(f *testing.F) {
 			if !bytes.Equal(got, stream) {
 				t.Fatalf("scanned bytes differ from the input:\n got %q\nwant %q", got, stream)
 			}
-		case errors.Is(err, errEventTooLarge):
+		case errors.Is(err, ErrEventTooLarge):
 			if !bytes.HasPrefix(stream, got) {
 				t.Fatalf("scanned bytes are not a prefix of the input:\n got %q\nwant %q", got, stream)
 			}
 		default:
 			t.Fatalf("unexpected error %v", err)
 		}
-		if rest, again := s.next(); len(rest) != 0 || !errors.Is(again, err) {
+		if rest, again := s.Next(); len(rest) != 0 || !errors.Is(again, err) {
 			t.Fatalf("after the end: %q, %v; want nothing and %v again", rest, again, err)
 		}
 
-		var identity, edit chunkProcessor
-		identity.reset(false, false, nil)
+		var identity, edit EventProcessor
+		identity.Reset(StreamOptions{})
 		var public []byte
 		if opts&4 != 0 {
 			public = []byte(`"pub\"lic"`)
 		}
-		edit.reset(opts&1 != 0, opts&2 != 0, public)
+		edit.Reset(StreamOptions{StripUsage: opts&1 != 0, StripContinuous: opts&2 != 0, PublicModel: public})
 		for _, ev := range events {
 			orig := bytes.Clone(ev)
 			// An in-band error is replaced by the gateway's, and a chunk
 			// with invalid usage ends the stream: the rest is untouched.
 			identity.errMessage, identity.usageErr = "", nil
-			if out := identity.process(nil, ev); !bytes.Equal(out, ev) && identity.errMessage == "" && identity.usageErr == nil {
+			if out := identity.Process(nil, ev); !bytes.Equal(out, ev) && identity.errMessage == "" && identity.usageErr == nil {
 				t.Fatalf("with nothing to rewrite, %q became %q", ev, out)
 			}
 			edit.usageErr = nil
-			out := edit.process(nil, ev)
+			out := edit.Process(nil, ev)
 			if !bytes.Equal(ev, orig) {
 				t.Fatalf("process modified its input event %q", orig)
 			}
@@ -163,7 +163,7 @@ func FuzzSSEScan(f *testing.F) {
 				// A usage chunk is dropped when the gateway strips it,
 				// or when its usage is invalid: the stream then ends
 				// with the gateway's in-band error instead.
-				if !edit.stripUsage && edit.usageErr == nil {
+				if !edit.opts.StripUsage && edit.usageErr == nil {
 					t.Fatalf("event %q dropped although the usage chunk is not stripped and its usage is valid", ev)
 				}
 				continue
@@ -196,11 +196,11 @@ const maxFuzzStream = 16 << 10
 // search looks only at the new bytes.
 func TestEventScannerTrickledLines(t *testing.T) {
 	data := bytes.Repeat([]byte("a\n"), 32<<10)
-	var s eventScanner
-	s.reset(&splitReader{data: data, cuts: []byte{0}})
+	var s EventScanner
+	s.Reset(&splitReader{data: data, cuts: []byte{0}}, 0)
 	reads := 0
 	for s.err == nil {
-		if ev := s.buffered(); ev != nil {
+		if ev := s.Buffered(); ev != nil {
 			t.Fatalf("event %q found in input without a blank line", ev)
 		}
 		if s.end > s.start && s.scanned != s.end-s.start {
@@ -212,7 +212,7 @@ func TestEventScannerTrickledLines(t *testing.T) {
 	if reads < len(data) {
 		t.Fatalf("%d reads for %d bytes delivered one per read", reads, len(data))
 	}
-	rest, err := s.next()
+	rest, err := s.Next()
 	if !errors.Is(err, io.EOF) || !bytes.Equal(rest, data) {
 		t.Fatalf("at the end: %d bytes, %v; want all %d bytes and EOF", len(rest), err, len(data))
 	}

@@ -1,4 +1,4 @@
-package proxy
+package openai
 
 import (
 	"bytes"
@@ -9,10 +9,6 @@ import (
 	"testing/iotest"
 
 	"github.com/tidwall/gjson"
-
-	"github.com/tollgate-dev/tollgate/backends"
-	"github.com/tollgate-dev/tollgate/config"
-	"github.com/tollgate-dev/tollgate/openai"
 )
 
 const (
@@ -32,10 +28,10 @@ func TestEventScanner(t *testing.T) {
 	}
 	for name, mk := range readers {
 		t.Run(name, func(t *testing.T) {
-			var s eventScanner
-			s.reset(mk())
+			var s EventScanner
+			s.Reset(mk(), 0)
 			for i, w := range want {
-				ev, err := s.next()
+				ev, err := s.Next()
 				if err != nil {
 					t.Fatalf("event %d: %v", i, err)
 				}
@@ -43,27 +39,27 @@ func TestEventScanner(t *testing.T) {
 					t.Fatalf("event %d = %q, want %q", i, ev, w)
 				}
 			}
-			if ev, err := s.next(); !errors.Is(err, io.EOF) || len(ev) != 0 {
+			if ev, err := s.Next(); !errors.Is(err, io.EOF) || len(ev) != 0 {
 				t.Fatalf("after the last event: %q, %v; want io.EOF", ev, err)
 			}
 		})
 	}
 	t.Run("truncated event is returned with the error", func(t *testing.T) {
-		var s eventScanner
-		s.reset(strings.NewReader(chunkEvent + "data: {\"cut"))
-		if _, err := s.next(); err != nil {
+		var s EventScanner
+		s.Reset(strings.NewReader(chunkEvent+"data: {\"cut"), 0)
+		if _, err := s.Next(); err != nil {
 			t.Fatal(err)
 		}
-		rest, err := s.next()
+		rest, err := s.Next()
 		if !errors.Is(err, io.EOF) || string(rest) != "data: {\"cut" {
 			t.Fatalf("got %q, %v", rest, err)
 		}
 	})
 	t.Run("oversized event", func(t *testing.T) {
-		var s eventScanner
-		s.reset(strings.NewReader("data: " + strings.Repeat("x", maxEventBytes+10)))
-		if _, err := s.next(); !errors.Is(err, errEventTooLarge) {
-			t.Fatalf("err = %v, want errEventTooLarge", err)
+		var s EventScanner
+		s.Reset(strings.NewReader("data: "+strings.Repeat("x", MaxEventBytes+10)), 0)
+		if _, err := s.Next(); !errors.Is(err, ErrEventTooLarge) {
+			t.Fatalf("err = %v, want ErrEventTooLarge", err)
 		}
 	})
 }
@@ -111,9 +107,9 @@ func TestChunkProcessor(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var c chunkProcessor
-			c.reset(tt.stripUsage, tt.stripContinuous, tt.publicModel)
-			got := string(c.process(nil, []byte(tt.in)))
+			var c EventProcessor
+			c.Reset(StreamOptions{StripUsage: tt.stripUsage, StripContinuous: tt.stripContinuous, PublicModel: tt.publicModel})
+			got := string(c.Process(nil, []byte(tt.in)))
 			if got != tt.want {
 				t.Fatalf("got  %q\nwant %q", got, tt.want)
 			}
@@ -124,31 +120,31 @@ func TestChunkProcessor(t *testing.T) {
 	}
 
 	t.Run("counts", func(t *testing.T) {
-		var c chunkProcessor
-		c.reset(true, false, nil)
+		var c EventProcessor
+		c.Reset(StreamOptions{StripUsage: true, StripContinuous: false, PublicModel: nil})
 		for _, ev := range []string{chunkEvent, chunkEvent, usageEvent, doneEvent} {
-			c.process(nil, []byte(ev))
+			c.Process(nil, []byte(ev))
 		}
-		if !c.done || c.deltas != 2 || c.usage.prompt != 8 || c.usage.completion != 2 || c.usage.total != 10 || c.usage.cached != 3 {
+		if !c.done || c.deltas != 2 || c.usage.Input != 8 || c.usage.Output != 2 || c.usage.Total != 10 || c.usage.Cached != 3 {
 			t.Fatalf("state = %+v", c)
 		}
 	})
 	t.Run("continuous usage is not summed", func(t *testing.T) {
-		var c chunkProcessor
-		c.reset(true, true, nil)
+		var c EventProcessor
+		c.Reset(StreamOptions{StripUsage: true, StripContinuous: true, PublicModel: nil})
 		for i := 1; i <= 3; i++ {
 			ev := strings.Replace(contEvent, `"completion_tokens":1,"total_tokens":9`,
 				`"completion_tokens":`+string(rune('0'+i))+`,"total_tokens":`+string(rune('0'+8+i)), 1)
-			c.process(nil, []byte(ev))
+			c.Process(nil, []byte(ev))
 		}
-		if c.usage.completion != 3 || c.completionTokens() != 3 {
-			t.Fatalf("completion = %d, want the last cumulative count 3", c.usage.completion)
+		if c.usage.Output != 3 || c.OutputTokens() != 3 {
+			t.Fatalf("completion = %d, want the last cumulative count 3", c.usage.Output)
 		}
 	})
 	t.Run("in-band error", func(t *testing.T) {
-		var c chunkProcessor
-		c.reset(true, false, nil)
-		c.process(nil, []byte(`data: {"error":{"message":"boom","type":"x","code":500}}`+"\n\n"))
+		var c EventProcessor
+		c.Reset(StreamOptions{StripUsage: true, StripContinuous: false, PublicModel: nil})
+		c.Process(nil, []byte(`data: {"error":{"message":"boom","type":"x","code":500}}`+"\n\n"))
 		if c.errMessage != "boom" {
 			t.Fatalf("errMessage = %q", c.errMessage)
 		}
@@ -172,25 +168,14 @@ func TestMemberSpan(t *testing.T) {
 	}
 }
 
-func testRoute(t *testing.T, upstream string) *backends.Route {
-	t.Helper()
-	reg, err := backends.NewRegistry(&config.Config{
-		Backends: []config.Backend{{Name: "b", URL: "http://127.0.0.1:1/v1", Weight: 1, MaxConns: 1}},
-		Models:   []config.Model{{Name: "demo", UpstreamModel: upstream, Backends: []string{"b"}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { reg.Close() })
-	return reg.Route([]byte("demo"))
-}
-
-func TestBuildUpstreamBody(t *testing.T) {
-	rewrite, plain := testRoute(t, "up/model"), testRoute(t, "")
+// TestAppendUpstreamBody: rewrite is a route whose backends serve the model
+// as up/model, plain one that serves it under its public id, demo.
+func TestAppendUpstreamBody(t *testing.T) {
+	rewrite, plain := []byte(`"up/model"`), []byte(`"demo"`)
 	const msgs = `"messages":[{"role":"user","content":"x"}]`
 	tests := []struct {
 		name       string
-		route      *backends.Route
+		upstream   []byte
 		continuous bool
 		body       string
 		want       string
@@ -215,11 +200,11 @@ func TestBuildUpstreamBody(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			// Validation finds the offsets the builder splices at.
-			var req openai.Request
-			if verr := openai.ValidateChat([]byte(tt.body), &req); verr != nil {
+			var req Request
+			if verr := ValidateChat([]byte(tt.body), &req); verr != nil {
 				t.Fatalf("test body invalid: %v", verr)
 			}
-			got := string(buildUpstreamBody(nil, []byte(tt.body), &req, tt.route, tt.continuous))
+			got := string(AppendUpstreamBody(nil, []byte(tt.body), &req, tt.upstream, tt.continuous))
 			if got != tt.want {
 				t.Fatalf("got  %s\nwant %s", got, tt.want)
 			}
@@ -231,23 +216,23 @@ func TestBuildUpstreamBody(t *testing.T) {
 }
 
 func TestStreamPathAllocations(t *testing.T) {
-	var c chunkProcessor
-	c.reset(true, true, []byte(`"demo"`))
+	var c EventProcessor
+	c.Reset(StreamOptions{StripUsage: true, StripContinuous: true, PublicModel: []byte(`"demo"`)})
 	events := [][]byte{[]byte(chunkEvent), []byte(contEvent), []byte(usageEvent), []byte(doneEvent)}
 	dst := make([]byte, 0, 4096)
 	src := bytes.NewReader(nil)
-	var s eventScanner
+	var s EventScanner
 	stream := []byte(chunkEvent + contEvent + usageEvent + doneEvent)
-	s.reset(src)
+	s.Reset(src, 0)
 	s.buf = make([]byte, 4096)
 	allocs := testing.AllocsPerRun(200, func() {
 		for _, ev := range events {
-			dst = c.process(dst[:0], ev)
+			dst = c.Process(dst[:0], ev)
 		}
 		src.Reset(stream)
-		s.reset(src)
+		s.Reset(src, 0)
 		for {
-			if _, err := s.next(); err != nil {
+			if _, err := s.Next(); err != nil {
 				break
 			}
 		}
@@ -258,29 +243,29 @@ func TestStreamPathAllocations(t *testing.T) {
 }
 
 func BenchmarkChunkProcess(b *testing.B) {
-	var c chunkProcessor
-	c.reset(true, false, []byte(`"demo"`))
+	var c EventProcessor
+	c.Reset(StreamOptions{StripUsage: true, StripContinuous: false, PublicModel: []byte(`"demo"`)})
 	ev := []byte(chunkEvent)
 	dst := make([]byte, 0, 4096)
 	b.ReportAllocs()
 	b.SetBytes(int64(len(ev)))
 	for b.Loop() {
-		dst = c.process(dst[:0], ev)
+		dst = c.Process(dst[:0], ev)
 	}
 }
 
 func BenchmarkEventScan(b *testing.B) {
 	stream := []byte(strings.Repeat(chunkEvent, 64) + usageEvent + doneEvent)
 	src := bytes.NewReader(stream)
-	var s eventScanner
+	var s EventScanner
 	s.buf = make([]byte, 8192)
 	b.ReportAllocs()
 	b.SetBytes(int64(len(stream)))
 	for b.Loop() {
 		src.Reset(stream)
-		s.reset(src)
+		s.Reset(src, 0)
 		for {
-			if _, err := s.next(); err != nil {
+			if _, err := s.Next(); err != nil {
 				break
 			}
 		}

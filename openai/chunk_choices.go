@@ -1,4 +1,4 @@
-package proxy
+package openai
 
 import (
 	"strings"
@@ -6,11 +6,10 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/tollgate-dev/tollgate/internal/jsonscan"
-	"github.com/tollgate-dev/tollgate/openai"
 )
 
 // A stream's events are processed on the goroutine that writes the stream
-// (see streamBody.run), whose stack is what an open stream holds beyond its
+// (proxy's streamBody.run), whose stack is what an open stream holds beyond its
 // buffers. Go doubles a stack when a call goes past it, and halves it in a
 // collection only while it uses under a quarter of it, so the deepest call
 // of processing an event sets the stack for the stream's life: the gjson
@@ -64,7 +63,7 @@ func readChunkFields(s string, wantID bool) chunkFields {
 // filled, for what it leaves to readGJSON (not a valid JSON object, an
 // escaped key, choices it does not read).
 func (f *chunkFields) readFlat(s string, wantID bool) bool {
-	i := openai.SkipSpace(s, 0)
+	i := skipSpace(s, 0)
 	if i >= len(s) || s[i] != '{' {
 		return false
 	}
@@ -95,11 +94,11 @@ func (f *chunkFields) readFlat(s string, wantID bool) bool {
 			f.nonEmptyChoices = f.nonEmptyChoices || n > 0
 			f.deltas += withContent
 		case "error":
-			f.hasError, f.errMessage = true, inBandErrorMessage(gjson.Parse(raw))
+			f.hasError, f.errMessage = true, InBandErrorMessage(gjson.Parse(raw))
 		}
 		return true
 	})
-	return end >= 0 && openai.SkipSpace(s, end) == len(s)
+	return end >= 0 && skipSpace(s, end) == len(s)
 }
 
 // readGJSON reads the chunk's members with gjson, whatever the chunk is.
@@ -108,7 +107,7 @@ func (f *chunkFields) readGJSON(s string, wantID bool) {
 		switch k.Str {
 		case "id":
 			if wantID && f.id == "" {
-				f.id = strings.Clone(backendID(v.String()))
+				f.id = strings.Clone(BackendID(v.String()))
 			}
 		case "created":
 			if n := v.Int(); n != 0 {
@@ -131,7 +130,7 @@ func (f *chunkFields) readGJSON(s string, wantID bool) {
 				return true
 			})
 		case "error":
-			f.hasError, f.errMessage = true, inBandErrorMessage(v)
+			f.hasError, f.errMessage = true, InBandErrorMessage(v)
 		}
 		return true
 	})
@@ -147,9 +146,9 @@ func choicesContent(raw string) (elems, withContent int64, ok bool) {
 	if len(raw) == 0 || raw[0] != '[' || jsonscan.TooDeep(raw, maxChoicesDepth) {
 		return 0, 0, false
 	}
-	i := openai.SkipSpace(raw, 1)
+	i := skipSpace(raw, 1)
 	if i < len(raw) && raw[i] == ']' {
-		return 0, 0, openai.SkipSpace(raw, i+1) == len(raw)
+		return 0, 0, skipSpace(raw, i+1) == len(raw)
 	}
 	for {
 		if i >= len(raw) {
@@ -164,17 +163,17 @@ func choicesContent(raw string) (elems, withContent int64, ok bool) {
 			if has {
 				withContent++
 			}
-		} else if i, ok = openai.ValidValue(raw, i); !ok {
+		} else if i, ok = validValue(raw, i); !ok {
 			return 0, 0, false
 		}
 		var closed bool
-		if i, closed, ok = openai.Separator(raw, i, ']'); !ok {
+		if i, closed, ok = separator(raw, i, ']'); !ok {
 			return 0, 0, false
 		}
 		if closed {
-			return elems, withContent, openai.SkipSpace(raw, i) == len(raw)
+			return elems, withContent, skipSpace(raw, i) == len(raw)
 		}
-		i = openai.SkipSpace(raw, i)
+		i = skipSpace(raw, i)
 	}
 }
 
@@ -226,7 +225,7 @@ func deltaContent(s string, i int) (end int, has, ok bool) {
 // object ends, or -1 when it is not valid JSON, has an escaped key, or
 // member returned false.
 func membersAt(s string, i int, member func(key string, k, v, vEnd int) bool) int {
-	i = openai.SkipSpace(s, i+1)
+	i = skipSpace(s, i+1)
 	if i < len(s) && s[i] == '}' {
 		return i + 1
 	}
@@ -236,28 +235,28 @@ func membersAt(s string, i int, member func(key string, k, v, vEnd int) bool) in
 		}
 		keyStart := i + 1
 		var ok bool
-		if i, ok = openai.ValidString(s, keyStart); !ok {
+		if i, ok = validString(s, keyStart); !ok {
 			return -1
 		}
 		key := s[keyStart : i-1]
 		if strings.IndexByte(key, '\\') >= 0 {
 			return -1
 		}
-		i = openai.SkipSpace(s, i)
+		i = skipSpace(s, i)
 		if i >= len(s) || s[i] != ':' {
 			return -1
 		}
-		v := openai.SkipSpace(s, i+1)
-		if i, ok = openai.ValidValue(s, v); !ok || !member(key, keyStart-1, v, i) {
+		v := skipSpace(s, i+1)
+		if i, ok = validValue(s, v); !ok || !member(key, keyStart-1, v, i) {
 			return -1
 		}
 		var closed bool
-		if i, closed, ok = openai.Separator(s, i, '}'); !ok {
+		if i, closed, ok = separator(s, i, '}'); !ok {
 			return -1
 		}
 		if closed {
 			return i
 		}
-		i = openai.SkipSpace(s, i)
+		i = skipSpace(s, i)
 	}
 }

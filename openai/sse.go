@@ -1,35 +1,37 @@
-package proxy
+package openai
 
 import (
 	"bytes"
 	"errors"
 	"io"
 	"math"
-	"sync"
+
+	"github.com/tollgate-dev/tollgate/internal/bufpool"
 )
 
-// maxEventBytes bounds one upstream SSE event when the scanner is given no
-// limit (server.max_event_bytes sets it). A chunk of a chat completion is a
-// few hundred bytes; an event this large means the upstream is not
-// speaking SSE, and buffering it further would let it exhaust memory.
-const maxEventBytes = 1 << 20
+// MaxEventBytes bounds one upstream SSE event when the scanner is given no
+// limit (server.max_event_bytes sets it). A streamed chunk is a few hundred
+// bytes; an event this large means the upstream is not speaking SSE, and
+// buffering it further would let it exhaust memory. It is the largest
+// pooled buffer, so that every event it allows is scanned in one.
+const MaxEventBytes = bufpool.Largest
 
-// errEventTooLarge is returned when an upstream event exceeds the limit.
-var errEventTooLarge = errors.New("upstream SSE event exceeds server.max_event_bytes")
+// ErrEventTooLarge is returned when an upstream event exceeds the limit.
+var ErrEventTooLarge = errors.New("upstream SSE event exceeds server.max_event_bytes")
 
-// eventScanner splits an upstream SSE byte stream into events, each ending
+// EventScanner splits an upstream SSE byte stream into events, each ending
 // with a blank line. It returns slices of its buffer, valid until the next
 // call, so scanning allocates nothing.
 //
 // The buffer is held only while it holds bytes: an incomplete event, or
 // events not yet taken. A stream idles between events, often for seconds,
-// so release gives the buffer back to a pool once it is drained, and
-// nextInto waits for the next bytes in the caller's buffer rather than in
+// so Release gives the buffer back to a pool once it is drained, and
+// NextInto waits for the next bytes in the caller's buffer rather than in
 // one of its own: an idle stream holds no scanning buffer.
-type eventScanner struct {
+type EventScanner struct {
 	src io.Reader
 	buf []byte
-	// pooled is buf's pool entry (see getBuf); nil when buf is not from
+	// pooled is buf's pool entry (see bufpool.Get); nil when buf is not from
 	// a pool.
 	pooled *[]byte
 	start  int // first byte not yet returned
@@ -39,107 +41,65 @@ type eventScanner struct {
 	// rescanning from the event's start would be quadratic in its size.
 	scanned int
 	err     error
-	// limit is the largest event in bytes; zero means maxEventBytes.
+	// limit is the largest event in bytes; zero means MaxEventBytes.
 	limit int
-	// one is what await reads into.
+	// one is what Await reads into.
 	one [1]byte
 }
 
-// bufClasses are the sizes of the pooled buffers that streams scan and
-// process events in. The first holds several chat chunks, which are a few
-// hundred bytes each; the others serve large events (a Responses API
-// stream's response.completed carries the whole response), up to the
-// default max_event_bytes, for as long as they are being handled.
-var bufClasses = [...]int{4 << 10, 16 << 10, 64 << 10, 256 << 10, maxEventBytes}
-
-// bufPools hold the buffers of each class, by pointer so that Put does
-// not allocate.
-var bufPools [len(bufClasses)]sync.Pool
-
-// scanBufSize is the size of the buffer a scan starts with.
-var scanBufSize = bufClasses[0]
-
-// getBuf returns a buffer of at least n bytes and its pool entry for
-// putBuf; past the largest class the buffer is allocated, and the entry
-// is nil.
-func getBuf(n int) ([]byte, *[]byte) {
-	for i, size := range bufClasses {
-		if n <= size {
-			bp, ok := bufPools[i].Get().(*[]byte)
-			if !ok {
-				b := make([]byte, size)
-				bp = &b
-			}
-			return *bp, bp
-		}
-	}
-	return make([]byte, n), nil
-}
-
-// putBuf gives back a buffer from getBuf; nil does nothing.
-func putBuf(bp *[]byte) {
-	if bp == nil {
-		return
-	}
-	for i, size := range bufClasses {
-		if cap(*bp) == size {
-			*bp = (*bp)[:size]
-			bufPools[i].Put(bp)
-			return
-		}
-	}
-}
-
-// minScratch is the smallest caller's buffer nextInto waits in; with a
+// minScratch is the smallest caller's buffer NextInto waits in; with a
 // smaller one it reads into its own.
 const minScratch = 512
 
-func (s *eventScanner) reset(src io.Reader) {
-	s.src = src
+// Reset starts a scan of src, whose events may be up to limit bytes (zero
+// means MaxEventBytes); Reset(nil, 0) gives the buffer back.
+func (s *EventScanner) Reset(src io.Reader, limit int) {
+	s.src, s.limit = src, limit
 	s.start, s.end, s.scanned = 0, 0, 0
 	s.err = nil
-	s.release()
+	s.Release()
 }
 
-// release gives the buffer back once nothing in it is pending.
-func (s *eventScanner) release() {
+// Release gives the buffer back once nothing in it is pending.
+func (s *EventScanner) Release() {
 	if s.start != s.end || s.buf == nil {
 		return
 	}
-	putBuf(s.pooled)
+	bufpool.Put(s.pooled)
 	s.buf, s.pooled = nil, nil
 	s.start, s.end, s.scanned = 0, 0, 0
 }
 
 // acquire makes sure there is a buffer; one from the pool is cut to the
 // limit when the limit is smaller.
-func (s *eventScanner) acquire() {
+func (s *EventScanner) acquire() {
 	if s.buf != nil {
 		return
 	}
-	b, bp := getBuf(scanBufSize)
-	s.buf, s.pooled = b[:min(len(b), s.maxEvent())], bp
+	b, bp := bufpool.Get(bufpool.Small)
+	s.buf, s.pooled = b[:min(len(b), s.MaxEvent())], bp
 }
 
-func (s *eventScanner) maxEvent() int {
+// MaxEvent is the largest event the scan accepts, in bytes.
+func (s *EventScanner) MaxEvent() int {
 	if s.limit > 0 {
 		return s.limit
 	}
-	return maxEventBytes
+	return MaxEventBytes
 }
 
-// next returns the next complete event, including its terminating blank
+// Next returns the next complete event, including its terminating blank
 // line. At the end of the stream it returns the error that ended it (io.EOF
 // for a clean end) together with any bytes of an unfinished event.
-func (s *eventScanner) next() ([]byte, error) { return s.nextInto(nil) }
+func (s *EventScanner) Next() ([]byte, error) { return s.NextInto(nil) }
 
-// nextInto is next, waiting for the upstream's next bytes in scratch when
+// NextInto is Next, waiting for the upstream's next bytes in scratch when
 // nothing is pending, so that the wait holds no buffer of the scanner's;
 // what arrived is then copied into the scanner's buffer, and scratch is
-// free again when nextInto returns.
-func (s *eventScanner) nextInto(scratch []byte) ([]byte, error) {
+// free again when NextInto returns.
+func (s *EventScanner) NextInto(scratch []byte) ([]byte, error) {
 	for {
-		if ev := s.buffered(); ev != nil {
+		if ev := s.Buffered(); ev != nil {
 			return ev, nil
 		}
 		if s.err != nil {
@@ -158,16 +118,16 @@ func (s *eventScanner) nextInto(scratch []byte) ([]byte, error) {
 	}
 }
 
-// drained reports whether the scanner has read and returned everything
+// Drained reports whether the scanner has read and returned everything
 // so far: the next event needs the upstream's next bytes.
-func (s *eventScanner) drained() bool { return s.start == s.end && s.err == nil }
+func (s *EventScanner) Drained() bool { return s.start == s.end && s.err == nil }
 
-// await blocks, when nothing is pending, until the upstream's next byte
+// Await blocks, when nothing is pending, until the upstream's next byte
 // has come, or its end, holding no buffer while it waits: the byte is read
 // into the scanner itself (what came with it waits in the upstream
 // connection's read buffer), and a buffer is taken once it is there.
-func (s *eventScanner) await() {
-	if !s.drained() {
+func (s *EventScanner) Await() {
+	if !s.Drained() {
 		return
 	}
 	n, err := s.src.Read(s.one[:])
@@ -182,8 +142,8 @@ func (s *eventScanner) await() {
 }
 
 // fillFrom reads into scratch and moves what came into the (empty) buffer.
-func (s *eventScanner) fillFrom(scratch []byte) {
-	n, err := s.src.Read(scratch[:min(len(scratch), scanBufSize, s.maxEvent())])
+func (s *EventScanner) fillFrom(scratch []byte) {
+	n, err := s.src.Read(scratch[:min(len(scratch), bufpool.Small, s.MaxEvent())])
 	if n > 0 {
 		s.acquire()
 		s.start, s.scanned = 0, 0
@@ -194,14 +154,14 @@ func (s *eventScanner) fillFrom(scratch []byte) {
 	}
 }
 
-// buffered returns the next complete event already in the buffer, or nil,
+// Buffered returns the next complete event already in the buffer, or nil,
 // without reading from src. The proxy uses it to send events that arrived
 // together in one write, without waiting for more.
-func (s *eventScanner) buffered() []byte { return s.bufferedUpTo(math.MaxInt) }
+func (s *EventScanner) Buffered() []byte { return s.BufferedUpTo(math.MaxInt) }
 
-// bufferedUpTo is buffered for an event of at most max bytes: a longer one
+// BufferedUpTo is buffered for an event of at most max bytes: a longer one
 // is left in the buffer, for the next call.
-func (s *eventScanner) bufferedUpTo(max int) []byte {
+func (s *EventScanner) BufferedUpTo(max int) []byte {
 	if s.start == s.end {
 		return nil
 	}
@@ -220,7 +180,7 @@ func (s *eventScanner) bufferedUpTo(max int) []byte {
 }
 
 // fill reads more bytes from src, compacting or growing the buffer first.
-func (s *eventScanner) fill() {
+func (s *EventScanner) fill() {
 	s.acquire()
 	if s.start > 0 && s.start == s.end {
 		s.start, s.end = 0, 0
@@ -230,17 +190,17 @@ func (s *eventScanner) fill() {
 		case s.start > 0:
 			s.end = copy(s.buf, s.buf[s.start:s.end])
 			s.start = 0
-		case len(s.buf) >= s.maxEvent():
-			s.err = errEventTooLarge
+		case len(s.buf) >= s.MaxEvent():
+			s.err = ErrEventTooLarge
 			return
 		default:
 			// The buffer never grows past the limit, so an event of
 			// exactly the limit fits and one byte more is refused.
-			nb, bp := getBuf(min(2*len(s.buf), s.maxEvent()))
-			nb = nb[:min(len(nb), s.maxEvent())]
+			nb, bp := bufpool.Get(min(2*len(s.buf), s.MaxEvent()))
+			nb = nb[:min(len(nb), s.MaxEvent())]
 			s.end = copy(nb, s.buf[s.start:s.end])
 			s.start = 0
-			putBuf(s.pooled)
+			bufpool.Put(s.pooled)
 			s.buf, s.pooled = nb, bp
 		}
 	}
@@ -282,7 +242,7 @@ var (
 	doneData   = []byte("[DONE]")
 )
 
-// eventData returns the offsets of the payload of an event with exactly one
+// EventData returns the offsets of the payload of an event with exactly one
 // data line, and false for events that have none (comments, keep-alives) or
 // several. The payload ev[start:end] excludes the "data:" field name, one
 // optional leading space and the line ending.

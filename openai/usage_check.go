@@ -1,35 +1,26 @@
-package proxy
+package openai
 
 import (
 	"strconv"
 
 	"github.com/tidwall/gjson"
-	"github.com/valyala/fasthttp"
 
-	"github.com/tollgate-dev/tollgate/accounting"
 	"github.com/tollgate-dev/tollgate/internal/jsonscan"
-	"github.com/tollgate-dev/tollgate/openai"
+	"github.com/tollgate-dev/tollgate/internal/usagecount"
 )
 
-// maxTokenCount bounds every token count a backend may report: the most a
-// usage record may carry (see accounting.MaxRecordTokens), so that every
-// count served is recorded as it is. A count above it is not a count but a
-// broken or hostile backend.
-const maxTokenCount = accounting.MaxRecordTokens
+// MaxTokenCount bounds every token count a backend may report (see
+// usagecount.Max).
+const MaxTokenCount = usagecount.Max
 
-// usageError says why a backend's usage block was refused.
-type usageError struct {
-	field   string // e.g. "usage.prompt_tokens"
-	problem string // e.g. "is negative"
-}
-
-func (e *usageError) Error() string { return e.field + " " + e.problem }
+// UsageError says why a backend's usage block was refused.
+type UsageError = usagecount.Error
 
 // usageFields names the counts of a usage object: chat and text
 // completions and embeddings say prompt/completion, the Responses API
 // input/output. cached is the path of the cached count, in the details
 // object named details.
-type usageFields struct{ prompt, completion, total, details, cached string }
+type usageFields struct{ input, output, total, details, cached string }
 
 var (
 	chatUsageFields      = usageFields{"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details", "prompt_tokens_details.cached_tokens"}
@@ -40,30 +31,30 @@ var (
 const cachedTokensField = "cached_tokens"
 
 // parseUsage reads a usage object named by f into u, all or nothing:
-// every count must be a non-negative integer no larger than maxTokenCount,
+// every count must be a non-negative integer no larger than MaxTokenCount,
 // total_tokens (when not zero) at least prompt plus completion, and cached
 // tokens no more than the prompt. On error u is left as it was, so a
 // record keeps only counts that were valid (none for a reply; for a stream,
 // the last valid cumulative count). A null or absent usage is no report.
-func (u *usageCounts) parseUsage(v gjson.Result, f *usageFields) error {
+func (u *UsageCounts) parseUsage(v gjson.Result, f *usageFields) error {
 	if !v.Exists() || v.Type == gjson.Null {
 		return nil
 	}
 	if !v.IsObject() {
-		return &usageError{"usage", "is not an object"}
+		return &UsageError{Field: "usage", Problem: "is not an object"}
 	}
 	// One pass over the object finds the four counts; as with a lookup by
 	// name, the first of duplicate keys counts. Looking each count up on
 	// its own would scan the object four times, for every reply and for
 	// every streamed event that carries usage.
-	var prompt, completion, total, cached gjson.Result
+	var input, output, total, cached gjson.Result
 	v.ForEach(func(key, val gjson.Result) bool {
 		var dst *gjson.Result
 		switch key.Str {
-		case f.prompt:
-			dst = &prompt
-		case f.completion:
-			dst = &completion
+		case f.input:
+			dst = &input
+		case f.output:
+			dst = &output
 		case f.total:
 			dst = &total
 		case f.details:
@@ -80,30 +71,43 @@ func (u *usageCounts) parseUsage(v gjson.Result, f *usageFields) error {
 		}
 		return true
 	})
-	return u.setCounts(prompt, completion, total, cached, f)
+	return u.setCounts(input, output, total, cached, f)
+}
+
+// SetResponses takes the counts from a Responses API usage object, with
+// the checks of parseUsage.
+func (u *UsageCounts) SetResponses(v gjson.Result) error {
+	return u.parseUsage(v, &responsesUsageFields)
+}
+
+// SetChatReply takes the counts from the usage of a chat, text completion
+// or embeddings reply, given as its text (ReplyMembers.Usage), with the
+// checks of parseUsage.
+func (u *UsageCounts) SetChatReply(raw string) error {
+	return u.parseValidUsage(raw, &chatUsageFields)
 }
 
 // parseValidUsage is parseUsage for a usage value known to be valid JSON
-// (a non-streamed reply's, which scanReply checked), given as its text. Its
+// (a non-streamed reply's, which ScanReply checked), given as its text. Its
 // counts are found by a walk of the object's bytes, without gjson's parse
 // of every number in it into a float: the usage of every reply is read,
 // and that parse cost as much as the rest of the reply's accounting. A
 // value that is not an object, and an object with an escaped key (gjson
 // unescapes keys before comparing them), are left to parseUsage.
-func (u *usageCounts) parseValidUsage(raw string, f *usageFields) error {
+func (u *UsageCounts) parseValidUsage(raw string, f *usageFields) error {
 	if len(raw) == 0 || raw[0] != '{' {
 		return u.parseUsage(gjson.Parse(raw), f)
 	}
-	var prompt, completion, total, cached gjson.Result
+	var input, output, total, cached gjson.Result
 	m := rawMembers{s: raw, i: 1}
 	for key, val, ok := m.next(); ok; key, val, ok = m.next() {
 		var dst *gjson.Result
 		r := rawResult(val)
 		switch key {
-		case f.prompt:
-			dst = &prompt
-		case f.completion:
-			dst = &completion
+		case f.input:
+			dst = &input
+		case f.output:
+			dst = &output
 		case f.total:
 			dst = &total
 		case f.details:
@@ -133,7 +137,7 @@ func (u *usageCounts) parseValidUsage(raw string, f *usageFields) error {
 	if m.unread {
 		return u.parseUsage(gjson.Parse(raw), f)
 	}
-	return u.setCounts(prompt, completion, total, cached, f)
+	return u.setCounts(input, output, total, cached, f)
 }
 
 // rawMembers walks the members of a valid JSON object's text s, from i
@@ -150,33 +154,33 @@ type rawMembers struct {
 // next returns the next member's key (as written) and value text; ok is
 // false at the end of the object, or when the walk stops (unread).
 func (m *rawMembers) next() (key, val string, ok bool) {
-	s, i := m.s, openai.SkipSpace(m.s, m.i)
+	s, i := m.s, skipSpace(m.s, m.i)
 	if i < len(s) && s[i] == ',' {
-		i = openai.SkipSpace(s, i+1)
+		i = skipSpace(s, i+1)
 	}
 	if i >= len(s) || s[i] != '"' {
 		return "", "", false
 	}
-	end, esc := openai.KeyEnd(s, i)
+	end, esc := keyEnd(s, i)
 	if esc {
 		m.unread = true
 		return "", "", false
 	}
 	key = s[i+1 : end-1]
-	i = openai.SkipSpace(s, end)
+	i = skipSpace(s, end)
 	if i >= len(s) || s[i] != ':' {
 		return "", "", false
 	}
-	start := openai.SkipSpace(s, i+1)
+	start := skipSpace(s, i+1)
 	if start >= len(s) {
 		return "", "", false
 	}
-	m.i = openai.ValueEnd(s, start)
+	m.i = valueEnd(s, start)
 	return key, s[start:m.i], true
 }
 
 // rawResult is the gjson.Result of a valid JSON value's text, with the
-// type and text tokenCount reads, and no parsed number.
+// type and text usagecount.Read reads, and no parsed number.
 func rawResult(raw string) gjson.Result {
 	r := gjson.Result{Raw: raw}
 	switch raw[0] {
@@ -198,76 +202,38 @@ func rawResult(raw string) gjson.Result {
 
 // setCounts checks the counts found in a usage object named by f and,
 // when they are valid, sets u to them (see parseUsage).
-func (u *usageCounts) setCounts(prompt, completion, total, cached gjson.Result, f *usageFields) error {
+func (u *UsageCounts) setCounts(input, output, total, cached gjson.Result, f *usageFields) error {
 	var (
-		n   usageCounts
+		n   UsageCounts
 		err error
 	)
-	if n.prompt, err = tokenCount(prompt, f.prompt); err != nil {
+	if n.Input, err = usagecount.Read(input, f.input); err != nil {
 		return err
 	}
-	if n.completion, err = tokenCount(completion, f.completion); err != nil {
+	if n.Output, err = usagecount.Read(output, f.output); err != nil {
 		return err
 	}
-	if n.total, err = tokenCount(total, f.total); err != nil {
+	if n.Total, err = usagecount.Read(total, f.total); err != nil {
 		return err
 	}
-	if n.cached, err = tokenCount(cached, f.cached); err != nil {
+	if n.Cached, err = usagecount.Read(cached, f.cached); err != nil {
 		return err
 	}
 	// Both are at most 2^40: the sum cannot overflow.
-	sum := n.prompt + n.completion
+	sum := n.Input + n.Output
 	switch {
-	case n.total == 0:
+	case n.Total == 0:
 		// Some servers leave total_tokens out, or zero.
-		n.total = sum
-	case n.total < sum:
-		return &usageError{"usage." + f.total, "(" + strconv.FormatInt(n.total, 10) + ") is less than " + f.prompt + " + " + f.completion + " (" + strconv.FormatInt(sum, 10) + ")"}
+		n.Total = sum
+	case n.Total < sum:
+		return &UsageError{Field: "usage." + f.total, Problem: "(" + strconv.FormatInt(n.Total, 10) + ") is less than " + f.input + " + " + f.output + " (" + strconv.FormatInt(sum, 10) + ")"}
 	}
-	if n.cached > n.prompt {
-		return &usageError{"usage." + f.cached, "(" + strconv.FormatInt(n.cached, 10) + ") exceeds " + f.prompt + " (" + strconv.FormatInt(n.prompt, 10) + ")"}
+	if n.Cached > n.Input {
+		return &UsageError{Field: "usage." + f.cached, Problem: "(" + strconv.FormatInt(n.Cached, 10) + ") exceeds " + f.input + " (" + strconv.FormatInt(n.Input, 10) + ")"}
 	}
-	n.reported = true
+	n.Reported = true
 	*u = n
 	return nil
-}
-
-// tokenCount reads one count r, found at path in the usage object: absent
-// or null is zero; anything but a plain non-negative integer literal up to
-// maxTokenCount is an error (a float, an exponent, a string, a negative or
-// huge number).
-func tokenCount(r gjson.Result, path string) (int64, error) {
-	if !r.Exists() || r.Type == gjson.Null {
-		return 0, nil
-	}
-	if r.Type != gjson.Number {
-		return 0, &usageError{"usage." + path, "is not a number"}
-	}
-	raw := r.Raw
-	if raw != "" && raw[0] == '-' {
-		return 0, &usageError{"usage." + path, "is negative"}
-	}
-	// The value is read in the same pass that checks its digits: 13
-	// digits, as many as 2^40 has, cannot overflow an int64.
-	var n int64
-	for i := 0; i < len(raw); i++ {
-		if raw[i] < '0' || raw[i] > '9' {
-			return 0, &usageError{"usage." + path, "is not an integer"}
-		}
-		n = n*10 + int64(raw[i]-'0')
-	}
-	// 2^40 has 13 digits; a longer literal is out of range whatever it is.
-	if len(raw) > 13 || n > maxTokenCount {
-		return 0, &usageError{"usage." + path, "exceeds 2^40"}
-	}
-	return n, nil
-}
-
-// invalidUsage is the 502 for a reply whose usage block was refused; err,
-// the detail, goes to the log and the record.
-func invalidUsage(backend string, err error) *openai.Error {
-	return &openai.Error{Status: fasthttp.StatusBadGateway, Type: "api_error", Code: "upstream_invalid_usage",
-		Message: invalidUsageMessage(backend), Cause: err}
 }
 
 // validReply reports whether a non-streamed 200 body is one JSON object
@@ -275,5 +241,5 @@ func invalidUsage(backend string, err error) *openai.Error {
 // syntax check recurses once per level, and the body is the backend's.
 func validReply(body []byte, maxDepth int) bool {
 	s := b2s(body)
-	return looksLikeJSONObject(body) && !jsonscan.TooDeep(s, maxDepth) && openai.ValidJSON(s)
+	return looksLikeJSONObject(body) && !jsonscan.TooDeep(s, maxDepth) && validJSON(s)
 }

@@ -1,17 +1,13 @@
-package proxy
+package openai
 
 import (
 	"errors"
-	"io"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/tidwall/gjson"
-	"go.uber.org/zap"
 
-	"github.com/tollgate-dev/tollgate/backends"
+	"github.com/tollgate-dev/tollgate/internal/usagecount"
 )
 
 func TestParseUsage(t *testing.T) {
@@ -64,10 +60,10 @@ func TestParseUsage(t *testing.T) {
 	// parseValidUsage must agree with parseUsage on every valid usage.
 	parsers := []struct {
 		name  string
-		parse func(u *usageCounts, usage string) error
+		parse func(u *UsageCounts, usage string) error
 	}{
-		{"parseUsage", func(u *usageCounts, usage string) error { return u.parseUsage(gjson.Parse(usage), &chatUsageFields) }},
-		{"parseValidUsage", func(u *usageCounts, usage string) error {
+		{"parseUsage", func(u *UsageCounts, usage string) error { return u.parseUsage(gjson.Parse(usage), &chatUsageFields) }},
+		{"parseValidUsage", func(u *UsageCounts, usage string) error {
 			return u.parseValidUsage(strings.TrimSpace(usage), &chatUsageFields)
 		}},
 	}
@@ -76,14 +72,14 @@ func TestParseUsage(t *testing.T) {
 			t.Run(tt.name+"/"+p.name, func(t *testing.T) {
 				// u starts with an earlier valid report, which a refused
 				// one must leave in place.
-				u := usageCounts{prompt: 1, completion: 2, total: 3, reported: true}
+				u := UsageCounts{Input: 1, Output: 2, Total: 3, Reported: true}
 				err := p.parse(&u, tt.usage)
 				if tt.wantErr != "" {
-					var ue *usageError
+					var ue *UsageError
 					if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantErr) {
-						t.Fatalf("err = %v, want a usageError containing %q", err, tt.wantErr)
+						t.Fatalf("err = %v, want a UsageError containing %q", err, tt.wantErr)
 					}
-					if u != (usageCounts{prompt: 1, completion: 2, total: 3, reported: true}) {
+					if u != (UsageCounts{Input: 1, Output: 2, Total: 3, Reported: true}) {
 						t.Errorf("a refused usage changed the counts: %+v", u)
 					}
 					return
@@ -91,20 +87,20 @@ func TestParseUsage(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if got := [4]int64{u.prompt, u.completion, u.total, u.cached}; got != tt.want || !u.reported {
-					t.Errorf("counts %v (reported %v), want %v", got, u.reported, tt.want)
+				if got := [4]int64{u.Input, u.Output, u.Total, u.Cached}; got != tt.want || !u.Reported {
+					t.Errorf("counts %v (reported %v), want %v", got, u.Reported, tt.want)
 				}
 			})
 		}
 	}
 	t.Run("absent or null is no report", func(t *testing.T) {
 		for _, v := range []gjson.Result{{}, gjson.Parse(`null`)} {
-			var u usageCounts
-			if err := u.parseUsage(v, &chatUsageFields); err != nil || u.reported {
-				t.Errorf("%q: err %v, reported %v", v.Raw, err, u.reported)
+			var u UsageCounts
+			if err := u.parseUsage(v, &chatUsageFields); err != nil || u.Reported {
+				t.Errorf("%q: err %v, reported %v", v.Raw, err, u.Reported)
 			}
-			if err := u.parseValidUsage(v.Raw, &chatUsageFields); err != nil || u.reported {
-				t.Errorf("%q: parseValidUsage: err %v, reported %v", v.Raw, err, u.reported)
+			if err := u.parseValidUsage(v.Raw, &chatUsageFields); err != nil || u.Reported {
+				t.Errorf("%q: parseValidUsage: err %v, reported %v", v.Raw, err, u.Reported)
 			}
 		}
 	})
@@ -115,15 +111,15 @@ func TestParseUsage(t *testing.T) {
 // (duplicate keys, details that are not objects or hold no count), over
 // usages of both field sets.
 func TestParseUsageMatchesLookups(t *testing.T) {
-	byLookup := func(v gjson.Result, f *usageFields) (usageCounts, string) {
-		var u usageCounts
+	byLookup := func(v gjson.Result, f *usageFields) (UsageCounts, string) {
+		var u UsageCounts
 		for _, c := range []struct {
 			path string
 			dst  *int64
-		}{{f.prompt, &u.prompt}, {f.completion, &u.completion}, {f.total, &u.total}, {f.cached, &u.cached}} {
-			n, err := tokenCount(v.Get(c.path), c.path)
+		}{{f.input, &u.Input}, {f.output, &u.Output}, {f.total, &u.Total}, {f.cached, &u.Cached}} {
+			n, err := usagecount.Read(v.Get(c.path), c.path)
 			if err != nil {
-				return usageCounts{}, err.Error()
+				return UsageCounts{}, err.Error()
 			}
 			*c.dst = n
 		}
@@ -146,18 +142,18 @@ func TestParseUsageMatchesLookups(t *testing.T) {
 		v := gjson.Parse(js)
 		for _, f := range []*usageFields{&chatUsageFields, &responsesUsageFields} {
 			want, wantErr := byLookup(v, f)
-			var u usageCounts
+			var u UsageCounts
 			err := u.parseUsage(v, f)
 			gotErr := ""
 			if err != nil {
 				gotErr = err.Error()
 			}
 			if gotErr != wantErr {
-				t.Errorf("%s with %s: error %q, by lookup %q", js, f.prompt, gotErr, wantErr)
+				t.Errorf("%s with %s: error %q, by lookup %q", js, f.input, gotErr, wantErr)
 				continue
 			}
-			if err == nil && [3]int64{u.prompt, u.completion, u.cached} != [3]int64{want.prompt, want.completion, want.cached} {
-				t.Errorf("%s with %s: counts %+v, by lookup %+v", js, f.prompt, u, want)
+			if err == nil && [3]int64{u.Input, u.Output, u.Cached} != [3]int64{want.Input, want.Output, want.Cached} {
+				t.Errorf("%s with %s: counts %+v, by lookup %+v", js, f.input, u, want)
 			}
 		}
 	}
@@ -167,7 +163,7 @@ func TestParseUsageMatchesLookups(t *testing.T) {
 // every usage event's counts.
 func TestParseUsageAllocatesNothing(t *testing.T) {
 	v := gjson.Parse(`{"prompt_tokens":812,"completion_tokens":256,"total_tokens":1068,"prompt_tokens_details":{"cached_tokens":512}}`)
-	var u usageCounts
+	var u UsageCounts
 	if n := testing.AllocsPerRun(100, func() {
 		if err := u.parseUsage(v, &chatUsageFields); err != nil {
 			t.Fatal(err)
@@ -175,62 +171,7 @@ func TestParseUsageAllocatesNothing(t *testing.T) {
 	}); n != 0 {
 		t.Errorf("parseUsage allocates %.1f times, want 0", n)
 	}
-	if u.cached != 512 || u.total != 1068 {
+	if u.Cached != 512 || u.Total != 1068 {
 		t.Errorf("counts %+v", u)
-	}
-}
-
-// panicReader is an upstream body whose Read panics, as a bug met by
-// hostile bytes would.
-type panicReader struct{}
-
-func (panicReader) Read([]byte) (int, error) { panic("hostile bytes") }
-
-// TestStreamReadRecovers makes the stream body's upstream read panic: Read
-// must answer an in-band error and [DONE], then EOF, count the panic, and
-// not let it reach fasthttp's worker, which would end the process.
-func TestStreamReadRecovers(t *testing.T) {
-	s := &Server{metrics: newMetrics(nil), log: zap.NewNop()}
-	sb := &streamBody{srv: s, backend: &backends.Backend{Name: "b"}}
-	sb.c.rec.Started = time.Now()
-	sb.scan.reset(panicReader{})
-	buf := make([]byte, 4096)
-	n, err := sb.Read(buf)
-	if err != nil || n == 0 {
-		t.Fatalf("Read = %d, %v; want the in-band error", n, err)
-	}
-	got := string(buf[:n])
-	if !strings.Contains(got, `"code":"internal_error"`) || !strings.HasSuffix(got, "data: [DONE]\n\n") {
-		t.Errorf("events after the panic: %q", got)
-	}
-	if n, err := sb.Read(buf); n != 0 || !errors.Is(err, io.EOF) {
-		t.Errorf("second Read = %d, %v; want EOF", n, err)
-	}
-	if c := testutil.ToFloat64(s.metrics.panics.WithLabelValues("stream")); c != 1 {
-		t.Errorf("panics counted: %v, want 1", c)
-	}
-}
-
-// TestClientWatchSleep checks that a backoff ends with shutdown and with
-// the client, and runs its course otherwise.
-func TestClientWatchSleep(t *testing.T) {
-	w := &clientWatch{gone: make(chan struct{})}
-	if !w.sleep(time.Millisecond, nil) {
-		t.Error("a short sleep did not run its course")
-	}
-	shutdown := make(chan struct{})
-	close(shutdown)
-	if w.sleep(time.Hour, shutdown) {
-		t.Error("a sleep went on through shutdown")
-	}
-	if e := w.waitError(); e.Status != 503 || e.Code != "shutting_down" {
-		t.Errorf("shutdown error = %+v", e)
-	}
-	close(w.gone)
-	if w.sleep(time.Hour, nil) {
-		t.Error("a sleep went on after the client left")
-	}
-	if e := w.waitError(); e.Status != statusClientClosed {
-		t.Errorf("client-gone error = %+v", e)
 	}
 }

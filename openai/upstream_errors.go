@@ -1,18 +1,16 @@
-package proxy
+package openai
 
 import (
 	"bytes"
+	"net/http"
 	"regexp"
 	"strconv"
 
 	"github.com/tidwall/gjson"
-	"github.com/valyala/fasthttp"
-
-	"github.com/tollgate-dev/tollgate/openai"
 )
 
-// normalizeUpstreamError turns a non-2xx upstream reply into the error the
-// client gets. Upstreams answer in several shapes: vLLM ≥ 0.10.1 nests
+// NormalizeUpstreamError turns a non-2xx upstream reply of backend into the
+// error the client gets. Upstreams answer in several shapes: vLLM ≥ 0.10.1 nests
 // {"error":{"message","type","param","code":400}}, older vLLM is flat
 // {"object":"error","message",...}, vLLM's --api-key middleware answers
 // {"error":"Unauthorized"}, and proxies in between answer plain text.
@@ -34,36 +32,37 @@ import (
 //     unknown upstream) are the gateway's fault and become 502, as does
 //     any 5xx; other 4xx keep their status.
 //
-// Either way the text has the gateway's secrets (see secretValues) and
-// anything shaped like a credential replaced first.
-func normalizeUpstreamError(status int, body []byte, backend string, secrets *secretValues) *openai.Error {
+// Either way the text has the gateway's secrets replaced first, by
+// redactSecrets (which knows them by value), then anything shaped like a
+// credential (RedactCredentials).
+func NormalizeUpstreamError(status int, body []byte, backend string, redactSecrets func(string) string) *Error {
 	// vLLM's own error types (BadRequestError) say no more than the status;
 	// the client gets the OpenAI vocabulary chosen below instead.
 	msg, param := parseUpstreamError(body)
-	msg = redactCredentials(secrets.redact(msg))
+	msg = RedactCredentials(redactSecrets(msg))
 	if msg == "" {
-		msg = fasthttp.StatusMessage(status)
+		msg = statusText(status)
 	}
-	e := &openai.Error{Cause: &upstreamReply{status: status, message: msg}}
+	e := &Error{Cause: &upstreamReply{status: status, message: msg}}
 	answered := "Backend " + backend + " answered " + strconv.Itoa(status)
 	switch status {
-	case fasthttp.StatusBadRequest, fasthttp.StatusRequestEntityTooLarge, fasthttp.StatusUnprocessableEntity:
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
 		e.Status, e.Type, e.Param = status, "invalid_request_error", param
 		e.Message = scrubAddresses(msg)
 		e.Cause = nil // the message is the whole detail
-	case fasthttp.StatusTooManyRequests:
+	case http.StatusTooManyRequests:
 		e.Status, e.Type, e.Code = status, "rate_limit_exceeded", "rate_limit_exceeded"
 		e.Message = "Backend " + backend + " is at its rate limit; retry shortly."
-	case fasthttp.StatusUnauthorized, fasthttp.StatusForbidden:
-		e.Status, e.Type, e.Code = fasthttp.StatusBadGateway, "api_error", "upstream_auth_failed"
+	case http.StatusUnauthorized, http.StatusForbidden:
+		e.Status, e.Type, e.Code = http.StatusBadGateway, "api_error", "upstream_auth_failed"
 		e.Message = "Backend " + backend + " refused the gateway's credentials (" + strconv.Itoa(status) + ")."
-	case fasthttp.StatusNotFound:
-		e.Status, e.Type, e.Code = fasthttp.StatusBadGateway, "api_error", "upstream_model_not_found"
+	case http.StatusNotFound:
+		e.Status, e.Type, e.Code = http.StatusBadGateway, "api_error", "upstream_model_not_found"
 		e.Message = "Backend " + backend + " does not serve the configured model (404)."
-	case fasthttp.StatusServiceUnavailable:
+	case http.StatusServiceUnavailable:
 		e.Status, e.Type, e.Code = status, "api_error", "upstream_error"
 		e.Message = answered + ": it is unavailable; retry shortly."
-	case fasthttp.StatusGatewayTimeout:
+	case http.StatusGatewayTimeout:
 		e.Status, e.Type, e.Code = status, "api_error", "upstream_timeout"
 		e.Message = answered + ": a server in front of it timed out."
 	default:
@@ -71,7 +70,7 @@ func normalizeUpstreamError(status int, body []byte, backend string, secrets *se
 			e.Status, e.Type = status, "invalid_request_error"
 			e.Message = answered + ", refusing the request."
 		} else {
-			e.Status, e.Type, e.Code = fasthttp.StatusBadGateway, "api_error", "upstream_error"
+			e.Status, e.Type, e.Code = http.StatusBadGateway, "api_error", "upstream_error"
 			e.Message = answered + " with an error."
 		}
 	}
@@ -108,24 +107,37 @@ func parseUpstreamError(body []byte) (msg, param string) {
 		r := gjson.ParseBytes(body)
 		if e := r.Get("error"); e.Exists() {
 			if e.Type == gjson.String {
-				return openai.Clip(e.String()), ""
+				return Clip(e.String()), ""
 			}
 			if e.IsObject() {
-				return openai.Clip(e.Get("message").String()), e.Get("param").String()
+				return Clip(e.Get("message").String()), e.Get("param").String()
 			}
 		}
 		if m := r.Get("message"); m.Exists() {
-			return openai.Clip(m.String()), r.Get("param").String()
+			return Clip(m.String()), r.Get("param").String()
 		}
 		if d := r.Get("detail"); d.Exists() {
-			return openai.Clip(d.String()), ""
+			return Clip(d.String()), ""
 		}
 	}
-	return openai.Clip(string(body)), ""
+	return Clip(string(body)), ""
 }
 
-// invalidUsageMessage is what the client is told when a backend reported
-// token counts that are not counts.
-func invalidUsageMessage(backend string) string {
-	return "Backend " + backend + " reported token usage the gateway cannot accept; the reply was discarded."
+// statusText is the status's reason phrase, for an error reply that came
+// with no text of its own.
+func statusText(status int) string {
+	if t := http.StatusText(status); t != "" {
+		return t
+	}
+	return "Unknown Status Code"
+}
+
+// credential is a bearer token or an OpenAI-style key written bare.
+var credential = regexp.MustCompile(`(?i)(bearer\s+|basic\s+)\S+|sk-[A-Za-z0-9_\-]{4,}`)
+
+// RedactCredentials replaces what looks like a credential in s: a backend's
+// error message can echo the request's Authorization header, which holds
+// the gateway's upstream key.
+func RedactCredentials(s string) string {
+	return credential.ReplaceAllString(s, "${1}[redacted]")
 }

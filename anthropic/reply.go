@@ -1,0 +1,12 @@
+package anthropic
+
+import "github.com/tidwall/gjson"
+
+// ValidReply reports whether a backend's non-streamed 200 body is one JSON
+// object nested no deeper than maxDepth. The depth is checked first, since
+// the syntax check recurses once per level and the body is the backend's.
+func ValidReply(body []byte, maxDepth int) bool {
+	s := b2s(body)
+	first := skipSpace(s, 0)
+	return first < len(s) && s[first] == '{' && !tooDeep(s, maxDepth) && gjson.Valid(s)
+}
