@@ -1,6 +1,10 @@
 package anthropic
 
-import "github.com/tidwall/gjson"
+import (
+	"github.com/tidwall/gjson"
+
+	"github.com/tollgate-dev/tollgate/internal/jsonscan"
+)
 
 // ValidReply reports whether a backend's non-streamed 200 body is one JSON
 // object nested no deeper than maxDepth. The depth is checked first, since
@@ -8,5 +12,5 @@ import "github.com/tidwall/gjson"
 func ValidReply(body []byte, maxDepth int) bool {
 	s := b2s(body)
 	first := skipSpace(s, 0)
-	return first < len(s) && s[first] == '{' && !tooDeep(s, maxDepth) && gjson.Valid(s)
+	return first < len(s) && s[first] == '{' && !jsonscan.TooDeep(s, maxDepth) && gjson.Valid(s)
 }
