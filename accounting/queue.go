@@ -4,14 +4,15 @@ import "sync"
 
 // recordQueue is the Recorder's bounded FIFO of records waiting for the
 // writer. Its buffer grows as records arrive, up to max records, instead of
-// being allocated at queue_size up front: a channel of 65,536 Records holds
-// about 23 MB once the writer has cycled through it, while a gateway whose
-// writer keeps up never has more than a batch or two queued. A buffer a
-// burst grew much larger than a batch is given back once it has drained.
+// being allocated at queue_size up front: a channel of the default 65,536
+// Records keeps every slot's memory once the writer has cycled through it,
+// while a gateway whose writer keeps up never has more than a batch or two
+// queued. A buffer a burst grew much larger than a batch is given back once
+// it has drained.
 //
 // Producers (Record) and the single consumer (the writer) share one
-// mutex: an append or a batch's copy under it is a few dozen nanoseconds,
-// shorter than the channel operations it replaces.
+// mutex: an append or a batch's copy under it holds the lock for less
+// time than the channel operations it replaces.
 type recordQueue struct {
 	mu sync.Mutex
 	// recs[head:] are the queued records, oldest first; recs[:head] were

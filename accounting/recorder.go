@@ -403,9 +403,9 @@ func (r *Recorder) serve(tick <-chan time.Time) (done bool) {
 		case <-tick:
 			// What is queued at the tick, and no more: records that arrive
 			// while it is written wait for a full batch or the next tick.
-			// Chasing them wrote a run of one- to thirty-record
-			// transactions after every tick at a steady load, each costing
-			// a commit, back to back on a core for tens of milliseconds.
+			// Chasing them wrote a run of small transactions after every
+			// tick at a steady load, each costing a commit, back to back
+			// on one core.
 			ok = r.flush(1, r.queue.len())
 			r.queue.trim()
 		case <-r.drain:

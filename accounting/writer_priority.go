@@ -2,9 +2,9 @@ package accounting
 
 // Why the writer lowers its own priority: at a moderate load its batches
 // are the only work of the gateway that answers no request, yet each takes
-// a core for milliseconds (a 512-record batch is ~10 ms of CPU), and
-// requests arriving meanwhile share the other core with the client and the
-// backend. That was the gateway's p99 at 2,000 requests/s (BENCHMARKS.md).
+// a core for milliseconds, and requests arriving meanwhile share the other
+// core with the client and the backend. That is the tail of the gateway's
+// latency in tollbench's open loops (BENCHMARKS.md, "What remains").
 // At a lower priority the writer takes the CPU that requests leave idle.
 //
 // Under saturation there is none: a low-priority writer would starve, the

@@ -377,8 +377,8 @@ func fnv1a(b []byte) uint64 {
 // the request's goroutine, a server worker, it doubles the worker's stack
 // to 16 KiB, which stays so while the worker serves requests. A burst of
 // new connections (a thousand streams opening, each on a connection of its
-// own) grew a worker's stack for every request in flight. A dial takes
-// tens of microseconds, beside which the goroutine's start is small.
+// own) grew a worker's stack for every request in flight. A dial costs
+// far more than starting the goroutine does.
 func dialApart(d *net.Dialer, addr string) (net.Conn, error) {
 	type dialed struct {
 		conn net.Conn

@@ -220,9 +220,9 @@ type BackendMetrics struct {
 	// counts (for servers that are not vLLM).
 	Path string `yaml:"path"`
 	// Interval between two reads. Zero means 250ms: a few times a second
-	// is what a queue that fills in a fraction of a second needs, while a
-	// read costs vLLM's API server a few milliseconds. Between reads, the
-	// requests the gateway sent since are added to the reading.
+	// is what a queue that fills in a fraction of a second needs, while
+	// each read is work vLLM's API server does instead of serving. Between
+	// reads, the requests the gateway sent since are added to the reading.
 	Interval time.Duration `yaml:"interval"`
 	// Timeout bounds one read. Zero means 1s.
 	Timeout time.Duration `yaml:"timeout"`

@@ -305,8 +305,8 @@ func linkStatementRows(d dialect, n int) int {
 
 // execLinks runs insertCompletionLink for rows links and returns how many
 // it inserted. On SQLite it is prepared once for the life of the DB: parsing
-// a 64-row INSERT for every statement was about 13 % of the usage writer's
-// instructions in BenchmarkInsertRecords (103.6k to 89.2k per record).
+// a 64-row INSERT for every statement was a sizeable share of the usage
+// writer's work.
 func execLinks(ctx context.Context, c conn, rows int, args []any) (int64, error) {
 	if c.d == dialectSQLite {
 		return insertCompletionLink.execRows(ctx, c, rows, args)

@@ -14,8 +14,8 @@ import (
 // One statement per row spends much of its time outside the B-tree work
 // that is the point of it: database/sql's locking and argument checks, and
 // SQLite's per-statement start and halt; on PostgreSQL, a round trip per
-// row. In BenchmarkInsertRecords, 64 rows per statement cut the writer's
-// CPU per record by about 30 % on SQLite and by about 70 % on PostgreSQL.
+// row. Carrying many rows a statement spreads those costs over them, on
+// both engines (BenchmarkInsertRecords shows it).
 // 64 rows of the widest table (usage_rollup, 14 columns) are 896
 // parameters, far below the limits of SQLite (32,766) and PostgreSQL
 // (65,535).
@@ -60,13 +60,12 @@ func (m multiRowInsert) exec(ctx context.Context, c conn, n int, appendRow func(
 }
 
 // yieldBetweenStatements lets the goroutines waiting for a processor run
-// before the usage writer's next statement. A 512-record batch is several
-// milliseconds of CPU in statements of up to 64 rows; without a yield it
-// keeps one of the scheduler's processors (two on a 2-core machine) for all
-// of them, and requests arriving meanwhile queue for the other: in three
-// alternated tollbench runs at 2,000 requests/s the gateway's added p99
-// was 1.22-1.53 ms without it and 0.37-0.72 ms with it, CPU per request
-// unchanged within noise.
+// before the usage writer's next statement. A full batch is many
+// statements of up to rowsPerInsert rows; without a yield the writer keeps
+// one of the scheduler's processors (of two on a 2-core machine) for all
+// of them, and requests arriving meanwhile queue for the other. In
+// alternated tollbench runs the yield shortened the gateway's added p99
+// and left its CPU per request as it was.
 func yieldBetweenStatements() { runtime.Gosched() }
 
 // each splits n rows into statements as exec says and calls run with the
@@ -132,11 +131,10 @@ func execCached(ctx context.Context, c conn, query string, args []any) (int64, e
 //
 // Every bound value costs modernc.org/sqlite a call into SQLite under the
 // connection's mutex, and a text one a C copy, freed and unbound again
-// after the statement: about 1,000 instructions for a string and 400 for
-// NULL in BenchmarkInsertRecords. A value every row of the statement
-// shares is written ?NNN after the first row, which SQLite reads as that
-// parameter again; one the row always has is a literal. The values stored
-// are the same as when each is bound.
+// after the statement; even a NULL pays the call. A value every row of
+// the statement shares is written ?NNN after the first row, which SQLite
+// reads as that parameter again; one the row always has is a literal. The
+// values stored are the same as when each is bound.
 //
 // SQLite gives a plain ? the number after the largest so far, so a ?NNN
 // may only name a parameter before it, as "^k" does. The driver binds the
@@ -146,18 +144,17 @@ func execCached(ctx context.Context, c conn, query string, args []any) (int64, e
 // No row refers to another value of its own (trace_id = id): the driver
 // asks SQLite the name of every parameter it binds, which SQLite looks up
 // in a list of the statement's numbered ones, so a name per row made each
-// 64-row statement's binding quadratic (BenchmarkInsertRecords: 5,400
-// instructions a record in sqlite3VListNumToName, more than it saved).
+// statement's binding quadratic in its rows (sqlite3VListNumToName), which
+// cost more than it saved.
 type numberedRow []string
 
 // numberedInsert is a multiRowInsert on SQLite whose rows are row, with
 // the statement of each count of rows multiRowInsert.exec runs (1, 2, 4,
-// ..., rowsPerInsert) written once: writing it out again for each
-// statement (with its ?NNN) cost 3,200 instructions a record in
-// BenchmarkInsertRecords (78.8k -> 75.6k). Each is written on first use
+// ..., rowsPerInsert) written once, rather than written out again, ?NNN
+// and all, for every statement a batch runs. Each is written on first use
 // rather than when the package is initialised: of the 20 row shapes and 7
-// counts (about 150 KB of text) a gateway whose requests look alike runs a
-// handful, and the rest would stay in the heap for the life of the process.
+// counts a gateway whose requests look alike runs a handful, and the rest
+// would stay in the heap for the life of the process.
 type numberedInsert struct {
 	m    multiRowInsert
 	row  numberedRow

@@ -10,7 +10,7 @@ import (
 
 // stmtCache keeps the statements the usage writer runs on every batch
 // prepared for the life of the DB. Compiling a 64-row INSERT (up to 1,280
-// parameters) again for every batch cost the writer about a tenth of its
+// parameters) again for every batch was a sizeable share of the writer's
 // CPU; database/sql then prepares each cached statement once per pooled
 // connection, and a transaction on that connection reuses it. On SQLite
 // the writer runs its INSERTs on statements of its own connection

@@ -98,23 +98,22 @@ func openSQLiteFile(ctx context.Context, path string) (*DB, error) {
 	q.Add("_pragma", "foreign_keys(1)")
 	// A multi-row INSERT that may abort halfway (a NOT NULL or foreign key
 	// check) keeps a statement journal of the pages it touches; on a temp
-	// file that is a pwrite per page, about a sixth of the usage writer's
-	// CPU in BenchmarkInsertRecords. In memory it is a copy.
+	// file that is a pwrite per page, a sizeable share of the usage
+	// writer's CPU. In memory it is a copy.
 	q.Add("_pragma", "temp_store(MEMORY)")
 	// Every pooled connection keeps its own page cache, 2000 KiB by
 	// default, and filled it under load. The usage writer's keys (UUIDv7
 	// ids, times) mostly grow, so it works at the right edge of each
 	// b-tree, a few pages per tree, and pages it misses come from the OS
-	// page cache: at 512 KiB BenchmarkInsertRecords is as fast as at the
-	// default (at 256 KiB it was about 3 % slower).
+	// page cache: a quarter of the default serves the writer as well
+	// (BenchmarkInsertRecords), and each connection holds less.
 	q.Add("_pragma", "cache_size(-512)")
 	// SQLite checkpoints the WAL into the database file at the first
 	// commit past wal_autocheckpoint pages, 1000 by default: every 4 MiB
 	// the usage writer copied the hot right edge of each index again. At
 	// 10000 pages (about 40 MiB of WAL at 4 KiB pages) the same pages are
-	// copied a tenth as often: in BenchmarkInsertRecords (20x, min of 6
-	// runs in five alternated rounds) cpu-ns/record went from 16,306 to
-	// 14,831, the user instructions unchanged (the copy is system time).
+	// copied a tenth as often, which BenchmarkInsertRecords shows as less
+	// system time per record (the copy is the kernel's).
 	// journal_size_limit bounds the WAL left on disk: one that grew past
 	// 64 MiB (a long reader holding back the checkpoint) is truncated to
 	// that when it is next reset.

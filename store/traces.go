@@ -23,8 +23,7 @@ func formatTraceTime(t time.Time) string { return string(appendTraceTime(nil, t)
 // microseconds, fixed width (trace.TimeLayout), so text order is time order.
 // It writes the digits itself, as AppendFormat would (the fraction
 // truncated, not rounded), because AppendFormat reads its layout again for
-// every time: the usage writer formats two per request, which in
-// BenchmarkInsertRecords was about 4 % of its instructions. A year
+// every time, and the usage writer formats two per request. A year
 // AppendFormat would not write as four digits goes to AppendFormat.
 func appendTraceTime(b []byte, t time.Time) []byte {
 	t = t.UTC()

@@ -245,8 +245,8 @@ var traceMigrations = []migration{
 	{
 		// Version 5 lets DeleteCalls find a gateway call's link by the
 		// link's key rather than by call_completions_call, which every
-		// gateway call paid an index insert for: in BenchmarkInsertRecords
-		// it was about 7 % of the usage writer's instructions on SQLite.
+		// gateway call paid an index insert for, a sizeable share of the
+		// usage writer's work on SQLite.
 		// The key is the project's entity, attributes.completion_id and the
 		// completion's date, which the gateway call now keeps in
 		// calls.completion_created (not one of the columns a call is read

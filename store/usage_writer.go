@@ -14,9 +14,8 @@ import (
 //
 // Every calls row and link a batch inserts names a project that
 // ensureRecordProjects looked up or created in the same transaction, so
-// their foreign-key probes into projects could never fail; on this
-// connection the usage writer's instructions in BenchmarkInsertRecords
-// went from 89.2k to 85.3k per record (4.4 %). PRAGMA foreign_keys
+// their foreign-key probes into projects could never fail, and this
+// connection spares every row its probe. PRAGMA foreign_keys
 // is a connection's, cannot change inside a transaction, and expires the
 // connection's prepared statements when it changes, so the writer keeps a
 // connection of its own with checks off rather than turning them off
@@ -66,7 +65,7 @@ func (w *usageWriter) begin(ctx context.Context) (*sql.Tx, func(), error) {
 
 // done ends begin's hold on the writer. The statements' arguments let go
 // of the batch's values, which would otherwise stay reachable until the
-// next batch: its rows' text, about 0.5 MiB of heap for 512 records.
+// next batch: its rows' text, a whole batch's worth of heap.
 func (w *usageWriter) done() {
 	w.stmts.forgetValues()
 	w.mu.Unlock()

@@ -369,11 +369,11 @@ func newLogger(cfg config.Log, out io.Writer) (*zap.Logger, *zapcore.BufferedWri
 	return zap.New(logline.NewJSONCore(ws, level)), ws, nil
 }
 
-// logBufferSize is the log buffer's size: about 190 request lines at info
-// level, a write every 20 ms at 10,000 requests a second. The buffer stays
-// in the heap for the life of the process; 256 KiB, as it was, held 192 KiB
-// more for a write system call per 750 lines rather than per 190, a few
-// instructions a request either way.
+// logBufferSize is the log buffer's size: room for some hundreds of
+// request lines at info level, so that a busy gateway writes its log in
+// large blocks rather than once a line. The buffer stays in the heap for
+// the life of the process, and a larger one would hold more memory to
+// save system calls that already cost a request next to nothing.
 const logBufferSize = 64 << 10
 
 // writerOnly hides every method of a writer but Write (notably an

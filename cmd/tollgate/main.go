@@ -28,8 +28,8 @@ func main() {
 	// The gateway serves no profiles, so the runtime's sampling of heap
 	// allocations (one every 512 KiB by default) only costs memory: its
 	// 1.4 MB hash table of call stacks, touched a page per stack it
-	// records, and the records, about 0.3 MiB resident after load. A
-	// build that wants heap profiles sets the rate again after this.
+	// records, and the records, which stay resident after load. A build
+	// that wants heap profiles sets the rate again after this.
 	runtime.MemProfileRate = 0
 	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		if !errors.Is(err, flag.ErrHelp) {

@@ -30,10 +30,10 @@ import (
 func ownRoutes(cfg *config.Config, keys *auth.Keyring, usageAPI *admin.UsageAPI, budgetAPI *admin.BudgetAPI,
 	orgAPI *admin.OrgAPI, metrics fasthttp.RequestHandler) []route.Route {
 	metrics = guardMetrics(cfg.Server, keys, metrics)
-	// The dashboard's files (about 290 KB) are read into the heap on its
-	// first request rather than here: a gateway whose dashboard nobody
-	// opens would otherwise hold them for its life, and at GOGC=100 the
-	// heap may grow by as much again before each collection.
+	// The dashboard's files are read into the heap on its first request
+	// rather than here: a gateway whose dashboard nobody opens would
+	// otherwise hold them for its life, and at GOGC=100 the heap may grow
+	// by as much again before each collection.
 	dashboard := plain(onFirstRequest(ui.Handler))
 	org := plain(orgAPI.Serve)
 	return []route.Route{

@@ -43,11 +43,10 @@ const chromiumPath = "/usr/bin/chromium"
 
 // pageReadyBudget is how long the dashboard may take to show every panel
 // after sign-in or a reload before the test calls it broken. The goal is
-// under a second, and the test logs the time it measured (170-250 ms on a
-// quiet machine); the bound is ten times the goal because CI may run on a
-// loaded, oversubscribed virtual machine under the race detector, where a
-// wall-clock bound near the goal would fail for reasons that are not the
-// page's.
+// under a second, and the test logs the time it measured; the bound is
+// ten times the goal because CI may run on a loaded, oversubscribed
+// virtual machine under the race detector, where a wall-clock bound near
+// the goal would fail for reasons that are not the page's.
 const pageReadyBudget = 10 * time.Second
 
 // TestDashboardInBrowser drives the dashboard at /ui/ in headless Chromium

@@ -33,8 +33,8 @@ func PutChunkSize(dst []byte, n int) int {
 // RequestStack is what GrowStack leaves free above its caller, the
 // server's first read of a request on a connection served again after a
 // stream: enough for the gateway's request path, streamed or not, with the
-// first events written from the handler; on the benchmark host 4 KiB was
-// not. The stack then holds at least 16 KiB, which the runtime takes from
+// first events written from the handler (half as much was not). The
+// stack then holds at least 16 KiB, which the runtime takes from
 // its per-processor cache. It is given back when the goroutine exits, once
 // a stream's request has handed the connection on; a goroutine that goes
 // on serving the connection has it halved by each collection while it
@@ -42,8 +42,8 @@ func PutChunkSize(dst []byte, n int) int {
 //
 // A stream's goroutine begins with a small stack, and while it waits the
 // stack stays as small as the wait. A request path that grows it at its
-// deepest point copies every frame below it: that cost the gateway's
-// streams about 30 µs each on the benchmark host.
+// deepest point copies every frame below it, a copy each stream would
+// add to its client's time to first event.
 const RequestStack = 8 << 10
 
 // GrowStack grows the calling goroutine's stack to hold RequestStack more
