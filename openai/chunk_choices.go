@@ -14,7 +14,7 @@ import (
 // collection only while it uses under a quarter of it, so the deepest call
 // of processing an event sets the stack for the stream's life: the gjson
 // walk of a chunk's choices (ForEach within ForEach, then Get, whose frame
-// alone is 750 bytes) took it from 4 KiB to 8 KiB. A chunk's members and
+// alone is large) doubled it for every open stream. A chunk's members and
 // choices are read by the flat scans below instead, the gjson walk kept for
 // what they do not read.
 

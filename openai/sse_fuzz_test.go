@@ -189,8 +189,8 @@ const maxFuzzStream = 16 << 10
 // (no blank line), delivered a byte per read, as a slow or hostile
 // upstream can deliver it. Scanning must take time linear in its length:
 // rescanning the unfinished event from its start after every read, as the
-// scanner once did, took about 20 s for these 64 KiB, and would take hours
-// of CPU for the 1 MiB an event may hold. Rather than time it, the test
+// scanner once did, is quadratic in the event's length, and an event of
+// the 1 MiB allowed would hold a core for hours. Rather than time it, the test
 // checks what makes it linear: after every read that completes no event,
 // the search's resume point covers every byte read so far, so the next
 // search looks only at the new bytes.

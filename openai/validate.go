@@ -274,8 +274,8 @@ func depthLimit(depth int) int {
 }
 
 // maxDepth bounds how deeply arrays and objects may nest. validJSON recurses once per
-// level, so without a bound a body of a few MiB of "[" costs hundreds of MiB of stack and
-// a second of CPU, and past Go's 1 GB stack limit it kills the whole process (a fatal
+// level, so without a bound the stack grows with a body of nothing but "[", and past
+// Go's 1 GB stack limit it kills the whole process (a fatal
 // error, not a recoverable panic). The backend's Python JSON decoder gives up near depth
 // 1000 anyway, so nothing it could serve is refused.
 const maxDepth = 1000
@@ -1881,8 +1881,7 @@ func skipSpace(s string, i int) int {
 // than the key, and keyEnd also tells whether the key needs unescaping. It tests eight
 // bytes at a time for a quote or a backslash, as validString does (the lowest byte
 // marked is a true match), and a byte at a time only at the end of s: a plain loop over
-// every byte cost about 1,700 instructions per request in the keys of a chat body and
-// its reply's usage.
+// every byte was a visible cost in the keys of every chat body and its reply's usage.
 func keyEnd(s string, i int) (end int, esc bool) {
 	for j := i + 1; j < len(s); j++ {
 		for j+8 <= len(s) {

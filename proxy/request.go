@@ -28,8 +28,8 @@ const (
 // The names the request path sets on headers whose normalizing is off
 // (see serve), for SetCanonical: Set copies the name and looks it over
 // for a space before it would normalize it, and copies and scrubs the
-// value twice (once into its buffer, once from that buffer into itself),
-// about 250 instructions per header that SetCanonical does not spend.
+// value twice (once into its buffer, once from that buffer into itself):
+// work on every header that SetCanonical does not do.
 var (
 	requestIDName   = []byte(headerRequestID)
 	callIDName      = []byte(headerCallID)

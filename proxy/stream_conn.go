@@ -163,10 +163,10 @@ func writeBodyEnd(conn net.Conn) error {
 // stack stays as small as the wait. The client's next request must not
 // find it so: the request path is deeper than a stream's wait, and a
 // stack that grows at the request path's deepest point is copied with
-// every frame of it, which cost the stream's first event about 30 µs on
-// the benchmark host. So the stack grows once the request has begun to
-// arrive, from the server's first read of it, where it is still shallow
-// (see keptConn.Read and handover.GrowStack).
+// every frame of it, a copy the stream's first event would wait for. So
+// the stack grows once the request has begun to arrive, from the server's
+// first read of it, where it is still shallow (see keptConn.Read and
+// handover.GrowStack).
 func (s *Server) keep(conn net.Conn, pipelined []byte) {
 	base := conn
 	if kc, ok := conn.(*keptConn); ok && len(kc.prefix) == 0 {

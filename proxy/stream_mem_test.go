@@ -92,10 +92,8 @@ func openSlowStream(t *testing.T, addr, prompt string) net.Conn {
 }
 
 // Bounds of TestOpenStreamMemory, with the in-process simulated backend's
-// side of each stream included: one goroutine each side, about 34 KB of
-// heap (about 4.5 KB of it the gateway's, measured against a backend in
-// another process) and 12.4 KB of stacks (4 KiB the gateway's). The heap
-// bound catches a regression of about 8 KiB per stream or more (a buffer
+// side of each stream included: one goroutine each side, with its heap and
+// stack (the test logs what each stream holds). The heap bound catches a regression of about 8 KiB per stream or more (a buffer
 // held while the stream waits); it holds under -race too. The upstream
 // read buffer a waiting stream gives back is checked apart, by
 // backends.TestAwaitStreamHoldsNoBuffer. The stack bound
