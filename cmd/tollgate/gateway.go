@@ -43,8 +43,8 @@ type gateway struct {
 	recorder *accounting.Recorder
 	// spans exports a span per request; nil when export is off.
 	spans *telemetry.Exporter
-	proxy    *proxy.Server
-	admin    *fasthttp.Server // nil unless admin_listen is set
+	proxy *proxy.Server
+	admin *fasthttp.Server // nil unless admin_listen is set
 	// enforcer holds the Admin API's keys and limits in memory; its
 	// poller runs until stopEnforcer, and enforcerDone closes when it
 	// has returned.
@@ -203,19 +203,25 @@ func build(ctx context.Context, cfg *config.Config, stderr io.Writer) (*gateway,
 		return fail(err)
 	}
 	g.backendMetrics.Track(g.gen.registry)
+	// The price history learns the configured prices before any usage is
+	// priced, so that costs and spend count them from now on.
+	if err := g.store.RecordPrices(ctx, g.gen.pricing, time.Now()); err != nil {
+		return fail(err)
+	}
 	if err := g.startEnforcer(ctx, cfg); err != nil {
 		return fail(err)
 	}
 
+	currentPricing := func() map[string]config.Pricing {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.gen.pricing
+	}
 	svc := admin.New(admin.Options{Keys: keys, Store: g.store, Log: g.log,
-		CurrentPricing: func() map[string]config.Pricing {
-			g.mu.Lock()
-			defer g.mu.Unlock()
-			return g.gen.pricing
-		},
-		MaxJSONDepth: cfg.Server.MaxJSONDepth, MaxFileBytes: cfg.Traces.MaxFileBytes,
-		MaxBodyBytes: cfg.Server.MaxBodyBytes})
+		CurrentPricing: currentPricing, MaxJSONDepth: cfg.Server.MaxJSONDepth,
+		MaxFileBytes: cfg.Traces.MaxFileBytes, MaxBodyBytes: cfg.Server.MaxBodyBytes})
 	usageAPI := admin.NewUsageAPI(g.store, keys)
+	costsAPI := admin.NewCostsAPI(g.store, keys, currentPricing)
 	budgetAPI := admin.NewBudgetAPI(g.store, keys, func() []config.Limit {
 		g.mu.Lock()
 		defer g.mu.Unlock()
@@ -248,7 +254,7 @@ func build(ctx context.Context, cfg *config.Config, stderr io.Writer) (*gateway,
 		return fail(err)
 	}
 	proxyRoutes := g.proxy.Routes()
-	g.routes = routeTable(proxyRoutes, ownRoutes(cfg, keys, usageAPI, budgetAPI, orgAPI, metrics), svc.Routes())
+	g.routes = routeTable(proxyRoutes, ownRoutes(cfg, keys, usageAPI, budgetAPI, orgAPI, costsAPI, metrics), svc.Routes())
 	clientRoutes := g.routes
 	if cfg.AdminListen != "" {
 		clientRoutes = proxyRoutes

@@ -115,6 +115,10 @@ func (g *gateway) reload(ctx, stop context.Context) (config.ReloadChanges, error
 	if err != nil {
 		return config.ReloadChanges{}, err
 	}
+	// New prices apply from now on; past usage keeps the prices it had.
+	if err := g.store.RecordPrices(ctx, gen.pricing, time.Now()); err != nil {
+		return config.ReloadChanges{}, errors.Join(err, gen.close())
+	}
 	if err := g.keys.Replace(cfg.Auth); err != nil {
 		return config.ReloadChanges{}, errors.Join(err, gen.close())
 	}
