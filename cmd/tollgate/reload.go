@@ -42,11 +42,16 @@ func (g *gateway) newGeneration(ctx context.Context, cfg *config.Config) (*gener
 		}
 		return nil, err
 	}
+	return &generation{cfg: cfg, registry: reg, health: reg.StartHealthChecks(), limiter: limiter, pricing: modelPricing(cfg)}, nil
+}
+
+// modelPricing is the configuration's price of each model.
+func modelPricing(cfg *config.Config) map[string]config.Pricing {
 	pricing := make(map[string]config.Pricing, len(cfg.Models))
 	for _, m := range cfg.Models {
 		pricing[m.Name] = m.Pricing
 	}
-	return &generation{cfg: cfg, registry: reg, health: reg.StartHealthChecks(), limiter: limiter, pricing: pricing}, nil
+	return pricing
 }
 
 // restorer is a limiter that loads the current windows' spend from the
