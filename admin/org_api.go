@@ -237,6 +237,27 @@ func (c *orgCall) route(segs []string) (any, error) {
 				return deletedJSON(org.ObjectSpendLimitGone, "", c.svc().DeleteSpendLimit(rc, c.actor, pid))
 			},
 		})
+	case len(segs) == 2 && segs[1] == "spend_alerts":
+		return c.serve(orgHandlers{
+			fasthttp.MethodGet: func() (any, error) {
+				page, err := c.page()
+				if err != nil {
+					return nil, err
+				}
+				alerts, more, err := c.svc().ListSpendAlerts(rc, pid, page)
+				return listJSON(alerts, more, err, func(sa org.SpendAlert) (string, any) { return sa.ID, spendAlertOut(sa) })
+			},
+			fasthttp.MethodPost: func() (any, error) { return spendAlertJSON(c.svc().CreateSpendAlert(rc, c.actor, pid, body)) },
+		})
+	case len(segs) == 3 && segs[1] == "spend_alerts":
+		aid := segs[2]
+		return c.serve(orgHandlers{
+			fasthttp.MethodGet:  func() (any, error) { return spendAlertJSON(c.svc().GetSpendAlert(rc, pid, aid)) },
+			fasthttp.MethodPost: func() (any, error) { return spendAlertJSON(c.svc().UpdateSpendAlert(rc, c.actor, pid, aid, body)) },
+			fasthttp.MethodDelete: func() (any, error) {
+				return deletedJSON(org.ObjectSpendAlertGone, aid, c.svc().DeleteSpendAlert(rc, c.actor, pid, aid))
+			},
+		})
 	}
 	return nil, &orgRouteError{status: fasthttp.StatusNotFound}
 }
@@ -463,6 +484,38 @@ func spendLimitJSON(sl org.SpendLimit, err error) (any, error) {
 		Enforcement: struct {
 			Status string `json:"status"`
 		}{"active"}}, nil
+}
+
+// spendAlertJSONOut is OpenAI's project.spend_alert, with tollgate's
+// webhook_url (null when none).
+type spendAlertJSONOut struct {
+	Object              string  `json:"object"`
+	ID                  string  `json:"id"`
+	ThresholdAmount     int64   `json:"threshold_amount"`
+	Currency            string  `json:"currency"`
+	Interval            string  `json:"interval"`
+	NotificationChannel any     `json:"notification_channel"`
+	WebhookURL          *string `json:"webhook_url"`
+}
+
+func spendAlertOut(sa org.SpendAlert) spendAlertJSONOut {
+	channel := map[string]any{"type": "email", "recipients": sa.Recipients, "subject_prefix": nil}
+	if sa.SubjectPrefix != "" {
+		channel["subject_prefix"] = sa.SubjectPrefix
+	}
+	out := spendAlertJSONOut{Object: org.ObjectSpendAlert, ID: sa.ID, ThresholdAmount: sa.ThresholdCents, Currency: "USD",
+		Interval: "month", NotificationChannel: channel}
+	if sa.WebhookURL != "" {
+		out.WebhookURL = &sa.WebhookURL
+	}
+	return out
+}
+
+func spendAlertJSON(sa org.SpendAlert, err error) (any, error) {
+	if err != nil {
+		return nil, err
+	}
+	return spendAlertOut(sa), nil
 }
 
 func deletedJSON(object, id string, err error) (any, error) {

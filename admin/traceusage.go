@@ -11,6 +11,7 @@ import (
 	"github.com/tidwall/sjson"
 	"github.com/valyala/fasthttp"
 
+	"github.com/tollgate-dev/tollgate/accounting"
 	"github.com/tollgate-dev/tollgate/auth"
 	"github.com/tollgate-dev/tollgate/config"
 	"github.com/tollgate-dev/tollgate/internal/jsonstr"
@@ -297,15 +298,14 @@ func parseUsage(usage string, fn func(model string, c counts)) {
 	})
 }
 
+// priceCounts prices c at p with accounting.PriceTokens, the one price
+// function of costs, spend and the trace service: the prompt cost holds
+// its cached part, which cacheReadCost shows apart.
 func priceCounts(c *counts, p config.Pricing) {
-	cachedPrice := p.PromptPerMTok
-	if p.CachedPromptPerMTok > 0 {
-		cachedPrice = p.CachedPromptPerMTok
-	}
-	cached := min(max(c.cacheRead, 0), max(c.prompt, 0))
-	c.promptCost = (float64(c.prompt-cached)*p.PromptPerMTok + float64(cached)*cachedPrice) / 1e6
-	c.completionCost = float64(c.completion) * p.CompletionPerMTok / 1e6
-	c.cacheReadCost = float64(c.cacheRead) * cachedPrice / 1e6
+	cost := accounting.PriceTokens(p, c.prompt, c.completion, c.cacheRead)
+	c.promptCost = cost.Input + cost.CachedInput
+	c.completionCost = cost.Output
+	c.cacheReadCost = accounting.PriceTokens(p, c.cacheRead, 0, c.cacheRead).CachedInput
 	c.cacheCreationCost = 0
 }
 

@@ -1,9 +1,11 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -76,10 +78,7 @@ func NewUsageAPI(st UsageStore, keys *auth.Keyring) *UsageAPI {
 
 // usageWidths are the bucket widths OpenAI supports, with the default and
 // maximum number of buckets per page it allows for each.
-var usageWidths = map[string]struct {
-	width                  time.Duration
-	defaultLimit, maxLimit int
-}{
+var usageWidths = map[string]usageWidth{
 	"1m": {time.Minute, 60, 1440},
 	"1h": {time.Hour, 24, 168},
 	"1d": {24 * time.Hour, 7, 31},
@@ -180,53 +179,11 @@ type usageRequest struct {
 // days), every bucket that overlaps [start_time, end_time) is listed, and
 // each sums exactly its own [start, end) range, so that buckets compare.
 func parseUsageRequest(args *fasthttp.Args, now time.Time, kind usageKind) (*usageRequest, *usageError) {
-	startRaw := args.Peek("start_time")
-	if len(startRaw) == 0 {
-		return nil, usageInvalid("start_time", "Missing required parameter: 'start_time' (unix seconds).")
+	w, uerr := parseUsageWindow(args, now, usageWidths)
+	if uerr != nil {
+		return nil, uerr
 	}
-	start, err := strconv.ParseInt(string(startRaw), 10, 64)
-	if err != nil || start < 0 {
-		return nil, usageInvalid("start_time", "Invalid 'start_time': want a non-negative integer (unix seconds).")
-	}
-	end := now.Unix()
-	if raw := args.Peek("end_time"); len(raw) > 0 {
-		if end, err = strconv.ParseInt(string(raw), 10, 64); err != nil || end < 0 {
-			return nil, usageInvalid("end_time", "Invalid 'end_time': want a non-negative integer (unix seconds).")
-		}
-		if end <= start {
-			return nil, usageInvalid("end_time", "Invalid 'end_time': it must be after 'start_time'.")
-		}
-	}
-	// Unix seconds beyond this overflow time.Duration arithmetic in
-	// nanoseconds; no usage exists there anyway.
-	const maxUnix = 1 << 33
-	if start > maxUnix {
-		return nil, usageInvalid("start_time", "Invalid 'start_time': it must be before the year 2242.")
-	}
-	if end > maxUnix {
-		return nil, usageInvalid("end_time", "Invalid 'end_time': it must be before the year 2242.")
-	}
-
-	widthName := "1d"
-	if raw := args.Peek("bucket_width"); len(raw) > 0 {
-		widthName = string(raw)
-	}
-	bw, ok := usageWidths[widthName]
-	if !ok {
-		return nil, usageInvalid("bucket_width", "Invalid 'bucket_width': want one of 1m, 1h, 1d.")
-	}
-	width := int64(bw.width / time.Second)
-
-	limit := bw.defaultLimit
-	if raw := args.Peek("limit"); len(raw) > 0 {
-		n, err := strconv.Atoi(string(raw))
-		if err != nil || n < 1 || n > bw.maxLimit {
-			return nil, usageInvalid("limit", "Invalid 'limit': want an integer from 1 to "+strconv.Itoa(bw.maxLimit)+" for bucket_width "+widthName+".")
-		}
-		limit = n
-	}
-
-	q := accounting.UsageQuery{BucketWidth: bw.width}
+	q := accounting.UsageQuery{BucketWidth: w.width}
 	for _, g := range usageList(args, "group_by") {
 		switch g {
 		case "project_id":
@@ -262,19 +219,89 @@ func parseUsageRequest(args *fasthttp.Args, now time.Time, kind usageKind) (*usa
 		q.Endpoints = endpoints
 	}
 
+	q.Start, q.End = w.start, w.end
+	return &usageRequest{query: q, kind: kind, hasMore: w.hasMore}, nil
+}
+
+// usageWidth is a bucket width a usage or costs path supports, with the
+// default and maximum number of buckets per page it allows.
+type usageWidth struct {
+	width                  time.Duration
+	defaultLimit, maxLimit int
+}
+
+// usageWindow is the page of buckets a request selects.
+type usageWindow struct {
+	width      time.Duration
+	start, end time.Time
+	hasMore    bool
+}
+
+// parseUsageWindow validates start_time, end_time, bucket_width (among
+// widths, 1d by default), limit and page, and works out the page's
+// buckets: aligned to UTC multiples of their width, every bucket that
+// overlaps [start_time, end_time), limit of them from the page cursor.
+func parseUsageWindow(args *fasthttp.Args, now time.Time, widths map[string]usageWidth) (usageWindow, *usageError) {
+	startRaw := args.Peek("start_time")
+	if len(startRaw) == 0 {
+		return usageWindow{}, usageInvalid("start_time", "Missing required parameter: 'start_time' (unix seconds).")
+	}
+	start, err := strconv.ParseInt(string(startRaw), 10, 64)
+	if err != nil || start < 0 {
+		return usageWindow{}, usageInvalid("start_time", "Invalid 'start_time': want a non-negative integer (unix seconds).")
+	}
+	end := now.Unix()
+	if raw := args.Peek("end_time"); len(raw) > 0 {
+		if end, err = strconv.ParseInt(string(raw), 10, 64); err != nil || end < 0 {
+			return usageWindow{}, usageInvalid("end_time", "Invalid 'end_time': want a non-negative integer (unix seconds).")
+		}
+		if end <= start {
+			return usageWindow{}, usageInvalid("end_time", "Invalid 'end_time': it must be after 'start_time'.")
+		}
+	}
+	// Unix seconds beyond this overflow time.Duration arithmetic in
+	// nanoseconds; no usage exists there anyway.
+	const maxUnix = 1 << 33
+	if start > maxUnix {
+		return usageWindow{}, usageInvalid("start_time", "Invalid 'start_time': it must be before the year 2242.")
+	}
+	if end > maxUnix {
+		return usageWindow{}, usageInvalid("end_time", "Invalid 'end_time': it must be before the year 2242.")
+	}
+
+	widthName := "1d"
+	if raw := args.Peek("bucket_width"); len(raw) > 0 {
+		widthName = string(raw)
+	}
+	bw, ok := widths[widthName]
+	if !ok {
+		names := slices.SortedFunc(maps.Keys(widths), func(a, b string) int { return cmp.Compare(widths[a].width, widths[b].width) })
+		return usageWindow{}, usageInvalid("bucket_width", "Invalid 'bucket_width': want one of "+strings.Join(names, ", ")+".")
+	}
+	width := int64(bw.width / time.Second)
+
+	limit := bw.defaultLimit
+	if raw := args.Peek("limit"); len(raw) > 0 {
+		n, err := strconv.Atoi(string(raw))
+		if err != nil || n < 1 || n > bw.maxLimit {
+			return usageWindow{}, usageInvalid("limit", "Invalid 'limit': want an integer from 1 to "+strconv.Itoa(bw.maxLimit)+" for bucket_width "+widthName+".")
+		}
+		limit = n
+	}
+
 	first := floorDiv(start, width) * width
 	last := -floorDiv(-end, width) * width // end rounded up to a bucket boundary
 	pageStart := first
 	if raw := args.Peek("page"); len(raw) > 0 {
 		p, ok := decodeUsagePage(string(raw))
 		if !ok || p < first || p >= last || (p-first)%width != 0 {
-			return nil, usageInvalid("page", "Invalid 'page': pass the next_page value of the previous answer, with the same parameters.")
+			return usageWindow{}, usageInvalid("page", "Invalid 'page': pass the next_page value of the previous answer, with the same parameters.")
 		}
 		pageStart = p
 	}
 	pageEnd := min(pageStart+int64(limit)*width, last)
-	q.Start, q.End = time.Unix(pageStart, 0).UTC(), time.Unix(max(pageEnd, pageStart), 0).UTC()
-	return &usageRequest{query: q, kind: kind, hasMore: pageEnd < last}, nil
+	return usageWindow{width: bw.width, start: time.Unix(pageStart, 0).UTC(), end: time.Unix(max(pageEnd, pageStart), 0).UTC(),
+		hasMore: pageEnd < last}, nil
 }
 
 // usageList collects a list parameter given repeated ("models=a&models=b"),

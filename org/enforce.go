@@ -28,18 +28,14 @@ type Limits interface {
 // counters seeded from spent. It runs off the request path.
 type LimitsFactory func(ctx context.Context, prev Limits, limits []config.Limit, spent accounting.LimitsStore) Limits
 
-// UsageSource sums usage records (the store).
-type UsageSource interface {
-	UsageBuckets(ctx context.Context, q accounting.UsageQuery) ([]accounting.UsageRow, error)
-}
-
 // DefaultPollEvery is how often an Enforcer polls the change version.
 const DefaultPollEvery = 250 * time.Millisecond
 
 // EnforcerOptions configure an Enforcer.
 type EnforcerOptions struct {
 	Store Store
-	Usage UsageSource
+	// Usage is where spend is read from, priced by its price history.
+	Usage accounting.CostSource
 	// Keys receives the runtime keys.
 	Keys   *auth.Keyring
 	Limits LimitsFactory
@@ -110,10 +106,14 @@ func NewEnforcer(opts EnforcerOptions) *Enforcer {
 func (e *Enforcer) SetPricing(p map[string]config.Pricing) { e.pricing.Store(&p) }
 
 func (e *Enforcer) price(model string) config.Pricing {
+	return e.prices()[model]
+}
+
+func (e *Enforcer) prices() map[string]config.Pricing {
 	if p := e.pricing.Load(); p != nil {
-		return (*p)[model]
+		return *p
 	}
-	return config.Pricing{}
+	return nil
 }
 
 // Run polls until ctx ends, refreshing when the version moves.
@@ -307,20 +307,34 @@ type spentCost struct{ e *Enforcer }
 
 // SpentTokens implements accounting.LimitsStore.
 func (s spentCost) SpentTokens(ctx context.Context, since time.Time) ([]accounting.SpentRow, error) {
-	end := time.Now().Add(time.Minute)
-	rows, err := s.e.opts.Usage.UsageBuckets(ctx, accounting.UsageQuery{Start: since, End: end, BucketWidth: end.Sub(since),
-		GroupByProject: true, GroupByModel: true})
+	spent, err := monthSpend(ctx, s.e.opts.Usage, s.e.prices(), since, nil)
 	if err != nil {
-		return nil, fmt.Errorf("spent cost: %w", err)
+		return nil, err
 	}
-	byTeam := map[string]int64{}
-	for _, r := range rows {
-		c := accounting.PriceTokens(s.e.price(r.Model), r.InputTokens, r.OutputTokens, r.CachedTokens)
-		byTeam[r.Team] = accounting.AddTokens(byTeam[r.Team], accounting.NanoUSD(c.Total()))
+	byTeam := make(map[string]int64, len(spent))
+	for team, usd := range spent {
+		byTeam[team] = accounting.NanoUSD(usd)
 	}
 	out := make([]accounting.SpentRow, 0, len(byTeam))
 	for team, n := range byTeam {
 		out = append(out, accounting.SpentRow{Subject: accounting.Subject{Team: team, Key: spendKey}, Tokens: n})
+	}
+	return out, nil
+}
+
+// monthSpend is each team's cost since since (up to a minute from now), in
+// dollars, priced by the price history: the spend limits' and the spend
+// alerts' reading. teams, when not nil, keeps only those.
+func monthSpend(ctx context.Context, src accounting.CostSource, current map[string]config.Pricing, since time.Time, teams []string) (map[string]float64, error) {
+	end := time.Now().Add(time.Minute)
+	rows, err := accounting.ReadCosts(ctx, src, current, accounting.UsageQuery{Start: since, End: end, BucketWidth: end.Sub(since),
+		GroupByProject: true, Teams: teams})
+	if err != nil {
+		return nil, fmt.Errorf("spent cost: %w", err)
+	}
+	out := map[string]float64{}
+	for _, r := range rows {
+		out[r.Team] += r.Cost.Total()
 	}
 	return out, nil
 }

@@ -28,6 +28,8 @@ const (
 	ObjectModelPermissionsGone = "project.model_permissions.deleted"
 	ObjectSpendLimit           = "project.spend_limit"
 	ObjectSpendLimitGone       = "project.spend_limit.deleted"
+	ObjectSpendAlert           = "project.spend_alert"
+	ObjectSpendAlertGone       = "project.spend_alert.deleted"
 )
 
 // Project is an OpenAI project: a tollgate team (see the package comment).
@@ -107,6 +109,24 @@ func (m ModelPermissions) Allows(model string) bool {
 // SpendLimit is a hard monthly limit of a project's spend, in US cents.
 type SpendLimit struct {
 	ThresholdCents int64
+}
+
+// SpendAlert is a threshold of a project's monthly spend, in US cents,
+// that fires once per month when the spend reaches it: a log line, the
+// metric tollgate_spend_alerts_fired_total, and a POST to WebhookURL when
+// set. The notification channel is kept as OpenAI's API takes it (email
+// recipients), though tollgate sends no email: the recipients go in the
+// webhook's payload.
+type SpendAlert struct {
+	ID             string
+	ProjectID      string
+	ThresholdCents int64
+	Recipients     []string
+	SubjectPrefix  string
+	// WebhookURL, when not empty, is POSTed the alert when it fires
+	// (tollgate's addition to OpenAI's body).
+	WebhookURL string
+	CreatedAt  int64
 }
 
 // AuditLog is one admin action, as OpenAI's audit log lists it.
@@ -189,6 +209,19 @@ type Store interface {
 	SetSpendLimit(ctx context.Context, projectID string, sl *SpendLimit, a AuditLog) error
 
 	AuditLogs(ctx context.Context, q AuditQuery) ([]AuditLog, bool, error)
+
+	// PutSpendAlert creates the alert or replaces the one of its id.
+	PutSpendAlert(ctx context.Context, sa SpendAlert, a AuditLog) error
+	SpendAlert(ctx context.Context, projectID, id string) (SpendAlert, error)
+	SpendAlerts(ctx context.Context, projectID string, page Page) ([]SpendAlert, bool, error)
+	DeleteSpendAlert(ctx context.Context, projectID, id string, a AuditLog) error
+	// ActiveSpendAlerts lists the alerts of active projects.
+	ActiveSpendAlerts(ctx context.Context) ([]SpendAlert, error)
+	// ClaimSpendAlert records that alert id fired at threshold cents in
+	// the interval starting at period (Unix seconds), and reports whether
+	// this call was the first to: an alert fires once per interval and
+	// threshold, whichever replica sees it first.
+	ClaimSpendAlert(ctx context.Context, id string, thresholdCents, period, firedAt int64) (bool, error)
 
 	// RuntimeKeys lists the keys that authenticate now (those of active
 	// projects), with the version they were read at.

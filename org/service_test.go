@@ -187,3 +187,30 @@ func TestModelPermissionsAllows(t *testing.T) {
 		})
 	}
 }
+
+func TestSpendAlertBodies(t *testing.T) {
+	const ok = `"currency":"USD","interval":"month","notification_channel":{"type":"email","recipients":["a@b.c"]}`
+	for _, c := range []struct {
+		name, body, param string
+	}{
+		{"no threshold", `{` + ok + `}`, "threshold_amount"},
+		{"zero threshold", `{"threshold_amount":0,` + ok + `}`, "threshold_amount"},
+		{"dollars", `{"threshold_amount":1.5,` + ok + `}`, "threshold_amount"},
+		{"euro", `{"threshold_amount":5,"currency":"EUR","interval":"month","notification_channel":{"type":"email","recipients":[]}}`, "currency"},
+		{"week", `{"threshold_amount":5,"currency":"USD","interval":"week","notification_channel":{"type":"email","recipients":[]}}`, "interval"},
+		{"no channel", `{"threshold_amount":5,"currency":"USD","interval":"month"}`, "notification_channel"},
+		{"sms", `{"threshold_amount":5,"currency":"USD","interval":"month","notification_channel":{"type":"sms","recipients":[]}}`, "notification_channel.type"},
+		{"empty recipient", `{"threshold_amount":5,"currency":"USD","interval":"month","notification_channel":{"type":"email","recipients":[""]}}`, "notification_channel.recipients[0]"},
+		{"ftp webhook", `{"threshold_amount":5,` + ok + `,"webhook_url":"ftp://x/y"}`, "webhook_url"},
+		{"relative webhook", `{"threshold_amount":5,` + ok + `,"webhook_url":"/hook"}`, "webhook_url"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := &fakeStore{}
+			_, err := NewService(f).CreateSpendAlert(context.Background(), "admin", "proj_a", []byte(c.body))
+			var oe *Error
+			if !errors.As(err, &oe) || oe.Kind != Invalid || oe.Param != c.param || f.writes != 0 {
+				t.Fatalf("err = %v (%+v), writes %d; want Invalid on %s", err, oe, f.writes, c.param)
+			}
+		})
+	}
+}

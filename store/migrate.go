@@ -33,7 +33,7 @@ func (m migration) stmts(d dialect) []string {
 // allMigrations are the migrations of every component, in the order they
 // apply.
 func allMigrations() []migration {
-	return append(append(append(append(append([]migration{}, usageMigrations...), traceMigrations...), weaveMigrations...), responseOwnerMigrations...), orgMigrations...)
+	return append(append(append(append(append(append([]migration{}, usageMigrations...), traceMigrations...), weaveMigrations...), responseOwnerMigrations...), orgMigrations...), priceMigrations...)
 }
 
 const createSchemaMigrations = `CREATE TABLE IF NOT EXISTS schema_migrations (

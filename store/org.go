@@ -56,6 +56,26 @@ var orgMigrations = []migration{
 			`INSERT INTO org_version (id, version) VALUES (1, 0)`,
 		},
 	},
+	{
+		// Spend alerts, and the firings that make each fire once per
+		// month and threshold across replicas.
+		component: "org",
+		version:   2,
+		sqlite: []string{
+			`CREATE TABLE org_spend_alerts (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE,
+				project_id TEXT NOT NULL, threshold_cents INTEGER NOT NULL, recipients TEXT NOT NULL,
+				subject_prefix TEXT NOT NULL, webhook_url TEXT NOT NULL, created_at INTEGER NOT NULL)`,
+			`CREATE TABLE org_spend_alert_firings (alert_id TEXT NOT NULL, threshold_cents INTEGER NOT NULL,
+				period INTEGER NOT NULL, fired_at INTEGER NOT NULL, PRIMARY KEY (alert_id, threshold_cents, period))`,
+		},
+		postgres: []string{
+			`CREATE TABLE org_spend_alerts (seq BIGSERIAL PRIMARY KEY, id TEXT COLLATE "C" NOT NULL UNIQUE,
+				project_id TEXT COLLATE "C" NOT NULL, threshold_cents BIGINT NOT NULL, recipients TEXT NOT NULL,
+				subject_prefix TEXT NOT NULL, webhook_url TEXT NOT NULL, created_at BIGINT NOT NULL)`,
+			`CREATE TABLE org_spend_alert_firings (alert_id TEXT COLLATE "C" NOT NULL, threshold_cents BIGINT NOT NULL,
+				period BIGINT NOT NULL, fired_at BIGINT NOT NULL, PRIMARY KEY (alert_id, threshold_cents, period))`,
+		},
+	},
 }
 
 var _ org.Store = (*DB)(nil)

@@ -52,6 +52,10 @@ type gateway struct {
 	orgLimits    *accounting.RedisLimiter // nil unless the limits live in Redis
 	stopEnforcer context.CancelFunc
 	enforcerDone chan struct{}
+	// alerter fires the projects' spend alerts; it runs until stopAlerter,
+	// and alerterDone closes when it (and its webhook posts) returned.
+	stopAlerter context.CancelFunc
+	alerterDone chan struct{}
 	// routes is every route the binary serves (see routes.go).
 	routes []route.Route
 	// router serves the proxy's listener: every route, or with
@@ -203,19 +207,28 @@ func build(ctx context.Context, cfg *config.Config, stderr io.Writer) (*gateway,
 		return fail(err)
 	}
 	g.backendMetrics.Track(g.gen.registry)
+	// The price history learns the configured prices before any usage is
+	// priced, so that costs and spend count them from now on.
+	if err := g.store.RecordPrices(ctx, g.gen.pricing, time.Now()); err != nil {
+		return fail(err)
+	}
 	if err := g.startEnforcer(ctx, cfg); err != nil {
 		return fail(err)
 	}
 
+	currentPricing := func() map[string]config.Pricing {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.gen.pricing
+	}
+	if err := g.startAlerter(currentPricing); err != nil {
+		return fail(err)
+	}
 	svc := admin.New(admin.Options{Keys: keys, Store: g.store, Log: g.log,
-		CurrentPricing: func() map[string]config.Pricing {
-			g.mu.Lock()
-			defer g.mu.Unlock()
-			return g.gen.pricing
-		},
-		MaxJSONDepth: cfg.Server.MaxJSONDepth, MaxFileBytes: cfg.Traces.MaxFileBytes,
-		MaxBodyBytes: cfg.Server.MaxBodyBytes})
+		CurrentPricing: currentPricing, MaxJSONDepth: cfg.Server.MaxJSONDepth,
+		MaxFileBytes: cfg.Traces.MaxFileBytes, MaxBodyBytes: cfg.Server.MaxBodyBytes})
 	usageAPI := admin.NewUsageAPI(g.store, keys)
+	costsAPI := admin.NewCostsAPI(g.store, keys, currentPricing)
 	budgetAPI := admin.NewBudgetAPI(g.store, keys, func() []config.Limit {
 		g.mu.Lock()
 		defer g.mu.Unlock()
@@ -248,7 +261,7 @@ func build(ctx context.Context, cfg *config.Config, stderr io.Writer) (*gateway,
 		return fail(err)
 	}
 	proxyRoutes := g.proxy.Routes()
-	g.routes = routeTable(proxyRoutes, ownRoutes(cfg, keys, usageAPI, budgetAPI, orgAPI, metrics), svc.Routes())
+	g.routes = routeTable(proxyRoutes, ownRoutes(cfg, keys, usageAPI, budgetAPI, orgAPI, costsAPI, metrics), svc.Routes())
 	clientRoutes := g.routes
 	if cfg.AdminListen != "" {
 		clientRoutes = proxyRoutes
@@ -308,6 +321,22 @@ func (g *gateway) startEnforcer(ctx context.Context, cfg *config.Config) error {
 	return nil
 }
 
+// startAlerter starts the goroutine that fires spend alerts, off the
+// request path.
+func (g *gateway) startAlerter(pricing func() map[string]config.Pricing) error {
+	alerter, err := org.NewAlerter(org.AlerterOptions{Store: g.store, Usage: g.store, Pricing: pricing, Metrics: g.metrics, Log: g.log})
+	if err != nil {
+		return err
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	g.stopAlerter, g.alerterDone = stop, make(chan struct{})
+	go func() {
+		defer close(g.alerterDone)
+		alerter.Run(ctx)
+	}()
+	return nil
+}
+
 // close stops, in order, what build started: backends, then the spans
 // queued (exported), the usage queue (drained into the store), then the
 // store and the log.
@@ -316,6 +345,10 @@ func (g *gateway) close(timeout time.Duration) error {
 	if g.stopEnforcer != nil {
 		g.stopEnforcer()
 		<-g.enforcerDone
+	}
+	if g.stopAlerter != nil {
+		g.stopAlerter()
+		<-g.alerterDone
 	}
 	if g.orgLimits != nil {
 		errs = append(errs, g.orgLimits.Close())

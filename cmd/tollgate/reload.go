@@ -42,11 +42,16 @@ func (g *gateway) newGeneration(ctx context.Context, cfg *config.Config) (*gener
 		}
 		return nil, err
 	}
+	return &generation{cfg: cfg, registry: reg, health: reg.StartHealthChecks(), limiter: limiter, pricing: modelPricing(cfg)}, nil
+}
+
+// modelPricing is the configuration's price of each model.
+func modelPricing(cfg *config.Config) map[string]config.Pricing {
 	pricing := make(map[string]config.Pricing, len(cfg.Models))
 	for _, m := range cfg.Models {
 		pricing[m.Name] = m.Pricing
 	}
-	return &generation{cfg: cfg, registry: reg, health: reg.StartHealthChecks(), limiter: limiter, pricing: pricing}, nil
+	return pricing
 }
 
 // restorer is a limiter that loads the current windows' spend from the
@@ -114,6 +119,10 @@ func (g *gateway) reload(ctx, stop context.Context) (config.ReloadChanges, error
 	gen, err := g.newGeneration(ctx, cfg)
 	if err != nil {
 		return config.ReloadChanges{}, err
+	}
+	// New prices apply from now on; past usage keeps the prices it had.
+	if err := g.store.RecordPrices(ctx, gen.pricing, time.Now()); err != nil {
+		return config.ReloadChanges{}, errors.Join(err, gen.close())
 	}
 	if err := g.keys.Replace(cfg.Auth); err != nil {
 		return config.ReloadChanges{}, errors.Join(err, gen.close())

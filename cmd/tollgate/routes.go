@@ -28,7 +28,7 @@ import (
 // service's. metrics is guarded as server.metrics_auth says (see
 // guardMetrics).
 func ownRoutes(cfg *config.Config, keys *auth.Keyring, usageAPI *admin.UsageAPI, budgetAPI *admin.BudgetAPI,
-	orgAPI *admin.OrgAPI, metrics fasthttp.RequestHandler) []route.Route {
+	orgAPI *admin.OrgAPI, costsAPI *admin.CostsAPI, metrics fasthttp.RequestHandler) []route.Route {
 	metrics = guardMetrics(cfg.Server, keys, metrics)
 	// The dashboard's files are read into the heap on its first request
 	// rather than here: a gateway whose dashboard nobody opens would
@@ -39,6 +39,7 @@ func ownRoutes(cfg *config.Config, keys *auth.Keyring, usageAPI *admin.UsageAPI,
 	return []route.Route{
 		{Pattern: "/v1/organization/usage/completions", Module: "usage API", Handler: plain(usageAPI.ServeUsage)},
 		{Pattern: "/v1/organization/usage/embeddings", Module: "usage API", Handler: plain(usageAPI.ServeEmbeddingsUsage)},
+		{Pattern: admin.OrgCostsPath, Module: "usage API", Handler: plain(costsAPI.Serve)},
 		{Pattern: "/v1/tollgate/budgets", Module: "budgets", Handler: plain(budgetAPI.ServeBudgets)},
 		{Pattern: admin.OrgProjectsPath, Module: "admin API", Handler: org},
 		{Pattern: admin.OrgProjectsPath + "/{path...}", Module: "admin API", Handler: org},

@@ -18,8 +18,10 @@ import (
 	"github.com/tollgate-dev/tollgate/store"
 )
 
-// runUsage implements `tollgate usage`: a table of the tokens used recently,
-// read from the store. SQLite in WAL mode lets it read while the gateway
+// runUsage implements `tollgate usage`: a table of the tokens used recently
+// and their cost, read from the store and priced as the costs API prices
+// them (the store's price history, the configuration's prices for a model
+// it lacks). SQLite in WAL mode lets it read while the gateway
 // writes.
 func runUsage(args []string, stdout io.Writer) error {
 	flags := flag.NewFlagSet("tollgate usage", flag.ContinueOnError)
@@ -68,7 +70,7 @@ func runUsage(args []string, stdout io.Writer) error {
 	end := time.Now().UTC()
 	q := accounting.UsageQuery{Start: end.Add(-*since), End: end, BucketWidth: *since}
 	column.group(&q)
-	rows, err := db.UsageBuckets(ctx, q)
+	rows, err := accounting.ReadCosts(ctx, db, modelPricing(cfg), q)
 	if err != nil {
 		return fmt.Errorf("usage: %w", err)
 	}
@@ -126,15 +128,41 @@ func usageColumnFor(by string) (usageColumn, bool) {
 	return usageColumn{}, false
 }
 
-// printUsage writes rows as a table, largest total first, and a totals line.
-// Sums saturate at 2^63-1 as the store's do, so that counts a backend
-// over-reported print as the largest number rather than a negative one.
-func printUsage(w io.Writer, rows []accounting.UsageRow, column usageColumn, q accounting.UsageQuery) error {
-	total := func(r accounting.UsageRow) int64 { return accounting.AddTokens(r.InputTokens, r.OutputTokens) }
-	slices.SortFunc(rows, func(a, b accounting.UsageRow) int {
+// printUsage writes rows, summed by the column's name, as a table, largest
+// total first, and a totals line. Sums saturate at 2^63-1 as the store's
+// do, so that counts a backend over-reported print as the largest number
+// rather than a negative one. COST is in US dollars.
+func printUsage(w io.Writer, priced []accounting.CostRow, column usageColumn, q accounting.UsageQuery) error {
+	add := func(sum *accounting.CostRow, r accounting.CostRow) {
+		sum.Requests += r.Requests
+		sum.Records += r.Records
+		sum.InputTokens = accounting.AddTokens(sum.InputTokens, r.InputTokens)
+		sum.CachedTokens = accounting.AddTokens(sum.CachedTokens, r.CachedTokens)
+		sum.OutputTokens = accounting.AddTokens(sum.OutputTokens, r.OutputTokens)
+		sum.Cost.Input += r.Cost.Input
+		sum.Cost.CachedInput += r.Cost.CachedInput
+		sum.Cost.Output += r.Cost.Output
+	}
+	// The rows come split by model as well, to be priced: one per name.
+	var rows []accounting.CostRow
+	index := map[string]int{}
+	for _, r := range priced {
+		i, ok := index[column.name(r.UsageRow)]
+		if !ok {
+			i = len(rows)
+			index[column.name(r.UsageRow)] = i
+			named := r
+			named.Requests, named.Records, named.InputTokens, named.CachedTokens, named.OutputTokens = 0, 0, 0, 0, 0
+			named.Cost = accounting.Cost{}
+			rows = append(rows, named)
+		}
+		add(&rows[i], r)
+	}
+	total := func(r accounting.CostRow) int64 { return accounting.AddTokens(r.InputTokens, r.OutputTokens) }
+	slices.SortFunc(rows, func(a, b accounting.CostRow) int {
 		return cmp.Or(
 			cmp.Compare(total(b), total(a)),
-			cmp.Compare(column.name(a), column.name(b)),
+			cmp.Compare(column.name(a.UsageRow), column.name(b.UsageRow)),
 		)
 	})
 	fmt.Fprintf(w, "Usage from %s to %s (UTC), by %s\n\n",
@@ -144,28 +172,24 @@ func printUsage(w io.Writer, rows []accounting.UsageRow, column usageColumn, q a
 	// still read left-aligned.
 	width := len(column.title)
 	for _, r := range rows {
-		width = max(width, len(column.name(r)))
+		width = max(width, len(column.name(r.UsageRow)))
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "%-*s\tREQUESTS\tINPUT\tCACHED\tOUTPUT\tTOTAL\t\n", width, column.title)
-	requests := func(r accounting.UsageRow) int64 {
+	fmt.Fprintf(tw, "%-*s\tREQUESTS\tINPUT\tCACHED\tOUTPUT\tTOTAL\tCOST\t\n", width, column.title)
+	requests := func(r accounting.CostRow) int64 {
 		if column.allRecords {
 			return r.Records
 		}
 		return r.Requests
 	}
-	var sum accounting.UsageRow
+	var sum accounting.CostRow
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%-*s\t%d\t%d\t%d\t%d\t%d\t\n", width, column.name(r),
-			requests(r), r.InputTokens, r.CachedTokens, r.OutputTokens, total(r))
-		sum.Requests += r.Requests
-		sum.Records += r.Records
-		sum.InputTokens = accounting.AddTokens(sum.InputTokens, r.InputTokens)
-		sum.CachedTokens = accounting.AddTokens(sum.CachedTokens, r.CachedTokens)
-		sum.OutputTokens = accounting.AddTokens(sum.OutputTokens, r.OutputTokens)
+		fmt.Fprintf(tw, "%-*s\t%d\t%d\t%d\t%d\t%d\t%.6f\t\n", width, column.name(r.UsageRow),
+			requests(r), r.InputTokens, r.CachedTokens, r.OutputTokens, total(r), r.Cost.Total())
+		add(&sum, r)
 	}
-	fmt.Fprintf(tw, "%-*s\t%d\t%d\t%d\t%d\t%d\t\n", width, "TOTAL",
-		requests(sum), sum.InputTokens, sum.CachedTokens, sum.OutputTokens, total(sum))
+	fmt.Fprintf(tw, "%-*s\t%d\t%d\t%d\t%d\t%d\t%.6f\t\n", width, "TOTAL",
+		requests(sum), sum.InputTokens, sum.CachedTokens, sum.OutputTokens, total(sum), sum.Cost.Total())
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("usage: write table: %w", err)
 	}

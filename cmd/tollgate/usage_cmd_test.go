@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -116,12 +117,12 @@ func TestUsageCommandByEndpoint(t *testing.T) {
 		)
 		got := usageTable(t, "-config", path, "-by", "endpoint")
 		want := [][]string{
-			{"ENDPOINT", "REQUESTS", "INPUT", "CACHED", "OUTPUT", "TOTAL"},
-			{"embeddings", "2", "100", "0", "0", "100"},
-			{"responses", "1", "20", "4", "30", "50"},
-			{"chat.completions", "2", "11", "2", "6", "17"},
-			{"completions", "1", "7", "0", "3", "10"},
-			{"TOTAL", "6", "138", "6", "39", "177"},
+			{"ENDPOINT", "REQUESTS", "INPUT", "CACHED", "OUTPUT", "TOTAL", "COST"},
+			{"embeddings", "2", "100", "0", "0", "100", "0.000000"},
+			{"responses", "1", "20", "4", "30", "50", "0.000000"},
+			{"chat.completions", "2", "11", "2", "6", "17", "0.000000"},
+			{"completions", "1", "7", "0", "3", "10", "0.000000"},
+			{"TOTAL", "6", "138", "6", "39", "177", "0.000000"},
 		}
 		checkTable(t, got, want)
 	})
@@ -146,11 +147,11 @@ func TestUsageCommandSaturates(t *testing.T) {
 		const maxInt = "9223372036854775807"
 		got := usageTable(t, "-config", path, "-by", "project")
 		want := [][]string{
-			{"PROJECT", "REQUESTS", "INPUT", "CACHED", "OUTPUT", "TOTAL"},
-			{"acme/huge", "2", maxInt, "0", "4611686018427387904", maxInt},
-			{"acme/max", "1", maxInt, "0", "2", maxInt},
-			{"acme/small", "1", "0", "0", "9", "9"},
-			{"TOTAL", "4", maxInt, "0", "4611686018427387915", maxInt},
+			{"PROJECT", "REQUESTS", "INPUT", "CACHED", "OUTPUT", "TOTAL", "COST"},
+			{"acme/huge", "2", maxInt, "0", "4611686018427387904", maxInt, "0.000000"},
+			{"acme/max", "1", maxInt, "0", "2", maxInt, "0.000000"},
+			{"acme/small", "1", "0", "0", "9", "9", "0.000000"},
+			{"TOTAL", "4", maxInt, "0", "4611686018427387915", maxInt, "0.000000"},
 		}
 		checkTable(t, got, want)
 	})
@@ -176,13 +177,56 @@ func TestUsageCommandByStatus(t *testing.T) {
 		)
 		got := usageTable(t, "-config", path, "-by", "status")
 		want := [][]string{
-			{"STATUS", "REQUESTS", "INPUT", "CACHED", "OUTPUT", "TOTAL"},
-			{"complete", "2", "20", "0", "40", "60"},
-			{"client_closed", "1", "8", "0", "5", "13"},
-			{"stream_broken", "1", "8", "0", "2", "10"},
-			{"client_error", "1", "0", "0", "0", "0"},
-			{"server_error", "1", "0", "0", "0", "0"},
-			{"TOTAL", "6", "36", "0", "47", "83"},
+			{"STATUS", "REQUESTS", "INPUT", "CACHED", "OUTPUT", "TOTAL", "COST"},
+			{"complete", "2", "20", "0", "40", "60", "0.000000"},
+			{"client_closed", "1", "8", "0", "5", "13", "0.000000"},
+			{"stream_broken", "1", "8", "0", "2", "10", "0.000000"},
+			{"client_error", "1", "0", "0", "0", "0", "0.000000"},
+			{"server_error", "1", "0", "0", "0", "0", "0.000000"},
+			{"TOTAL", "6", "36", "0", "47", "83", "0.000000"},
+		}
+		checkTable(t, got, want)
+	})
+}
+
+// TestUsageCommandCosts prices usage as the costs API does: each record at
+// the price in force when it started, from the store's price history,
+// however the configuration prices the model now.
+func TestUsageCommandCosts(t *testing.T) {
+	storetest.ForEachConfig(t, func(t *testing.T, cfg config.Store) {
+		ctx := context.Background()
+		at := time.Now().Add(-2 * time.Hour).Truncate(time.Second)
+		rec := func(call, model string, started time.Time, in, out, cached int64) accounting.Record {
+			r := usageRecord(call, in, out)
+			r.Model, r.Started, r.Ended, r.CachedTokens = model, started, started, cached
+			return r
+		}
+		path := seedUsage(t, cfg,
+			rec("old", "demo", at.Add(10*time.Minute), 1_000_000, 100_000, 200_000),
+			rec("new", "demo", at.Add(90*time.Minute), 1_000_000, 0, 0),
+			rec("other", "other", at.Add(30*time.Minute), 500_000, 500_000, 0),
+		)
+		db, err := store.Open(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// demo: $1 in, $2 out, $0.5 cached; from an hour later $3 in.
+		// other has no history: the configuration's price (none) applies.
+		errs := errors.Join(
+			db.RecordPrices(ctx, map[string]config.Pricing{"demo": {PromptPerMTok: 1, CompletionPerMTok: 2, CachedPromptPerMTok: 0.5}}, at),
+			db.RecordPrices(ctx, map[string]config.Pricing{"demo": {PromptPerMTok: 3, CompletionPerMTok: 2, CachedPromptPerMTok: 0.5}}, at.Add(time.Hour)),
+		)
+		db.Close()
+		if errs != nil {
+			t.Fatal(errs)
+		}
+		got := usageTable(t, "-config", path, "-by", "model", "-since", "3h")
+		want := [][]string{
+			{"MODEL", "REQUESTS", "INPUT", "CACHED", "OUTPUT", "TOTAL", "COST"},
+			// 0.8 + 0.1 + 0.2 at the first price, 3 at the second.
+			{"demo", "2", "2000000", "200000", "100000", "2100000", "4.100000"},
+			{"other", "1", "500000", "0", "500000", "1000000", "0.000000"},
+			{"TOTAL", "3", "2500000", "200000", "600000", "3100000", "4.100000"},
 		}
 		checkTable(t, got, want)
 	})

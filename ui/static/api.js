@@ -82,6 +82,53 @@ export class Api {
     return buckets;
   }
 
+  // costs reads GET /v1/organization/costs from start (unix seconds) on,
+  // by day and project, following next_page, and returns every bucket.
+  async costs(start) {
+    const buckets = [];
+    let page = null;
+    for (let i = 0; i < 100; i++) {
+      const q = new URLSearchParams({ start_time: String(start), bucket_width: '1d', limit: '180', group_by: 'project_id' });
+      if (page) q.set('page', page);
+      const body = JSON.parse(await this.request(`/v1/organization/costs?${q}`));
+      buckets.push(...body.data);
+      if (!body.has_more || !body.next_page) break;
+      page = body.next_page;
+    }
+    return buckets;
+  }
+
+  // projects lists the Admin API's active projects, each with its API
+  // keys (redacted) and spend limit (null when none), following the
+  // lists' pages; null when the key is not an admin key (403).
+  async projects() {
+    const all = [];
+    let after = '';
+    for (let i = 0; i < 100; i++) {
+      const q = new URLSearchParams({ limit: '100' });
+      if (after) q.set('after', after);
+      const text = await this.request(`/v1/organization/projects?${q}`, { okStatuses: [403] });
+      const body = JSON.parse(text);
+      if (body.error) return null;
+      all.push(...body.data);
+      if (!body.has_more || !body.last_id) break;
+      after = body.last_id;
+    }
+    return Promise.all(
+      all.map(async (p) => {
+        const base = `/v1/organization/projects/${encodeURIComponent(p.id)}`;
+        const [keys, limit] = await Promise.all([
+          this.request(`${base}/api_keys?limit=100`).then((t) => JSON.parse(t).data),
+          this.request(`${base}/spend_limit`, { okStatuses: [404] }).then((t) => {
+            const body = JSON.parse(t);
+            return body.error ? null : body;
+          }),
+        ]);
+        return { ...p, keys, spendLimit: limit };
+      }),
+    );
+  }
+
   // ready reads GET /readyz, whose 503 (not every model has a healthy
   // backend) still lists the backends.
   async ready() {

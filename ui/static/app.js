@@ -3,6 +3,7 @@
 
 import { Api, AuthError, HTTPError } from './api.js';
 import { Charts } from './charts.js';
+import { costsByProject, fmtUSD, monthStart, spendSince } from './costs.js';
 import { $, el, fmtInt, fmtPercent, fmtSeconds, fmtTime, setText } from './dom.js';
 import { parsePrometheus, summarize } from './metrics.js';
 import { renderTrace } from './trace.js';
@@ -133,7 +134,7 @@ class App {
     this.usageSearch = '';
     this.usagePage = 0;
     $('usage-search').value = '';
-    for (const id of ['usage-table', 'model-outcomes-table', 'model-metrics-table', 'latency-table', 'top-projects', 'top-keys', 'budgets', 'backends-table', 'trace-tree', 'recent-traces']) {
+    for (const id of ['org-projects', 'usage-table', 'model-outcomes-table', 'model-metrics-table', 'latency-table', 'top-projects', 'top-keys', 'budgets', 'backends-table', 'trace-tree', 'recent-traces']) {
       $(id).replaceChildren();
     }
     $('dashboard').dataset.state = 'idle';
@@ -165,6 +166,12 @@ class App {
     const keys = group === 'key' ? usage : api.usage(range, 'key', start);
     const statuses = group === 'status' ? usage : api.usage(range, 'status', start);
     const modelStatuses = api.usage(range, ['model', 'status'], start);
+    // Costs come by UTC day: from the range's first day, or the month's
+    // first if earlier, for the projects' spend this month.
+    const now = Math.floor(Date.now() / 1000);
+    const firstDay = Math.floor(start / 86400) * 86400;
+    const month = monthStart(now);
+    const costs = api.costs(Math.min(firstDay, month));
     const current = () => gen === this.generation;
     const panels = [
       usage.then((b) => current() && this.renderUsage(aggregate(b, group), range, group, start)),
@@ -173,6 +180,8 @@ class App {
       statuses.then((b) => current() && this.renderOutcomes(outcomes(b))),
       modelStatuses.then((b) => current() && this.renderModelOutcomes(outcomesByModel(b))),
       api.budgets().then((b) => current() && this.renderBudgets(b)),
+      costs.then((b) => current() && this.renderCosts(b, firstDay)),
+      Promise.all([api.projects(), costs]).then(([p, b]) => current() && this.renderProjects(p, spendSince(b, month))),
       api
         .ready()
         .then((r) => current() && this.renderBackends(r))
@@ -348,6 +357,44 @@ class App {
           el('td', { class: 'num strong', 'data-testid': 'budget-used', text: fmtInt(b.used) }),
           el('td', { class: 'num', 'data-testid': 'budget-limit', text: fmtInt(b.budget) }),
           el('td', {}, el('meter', { min: 0, max: 1, low: 0.8, high: 0.95, optimum: 0, value: share }), ` ${fmtPercent(b.budget > 0 ? b.used / b.budget : 0)}`),
+        );
+      }),
+    );
+  }
+
+  // renderCosts shows the cost of the range's days (the costs API's daily
+  // buckets from firstDay on) and charts each day's by project.
+  renderCosts(buckets, firstDay) {
+    const inRange = buckets.filter((b) => b.start_time >= firstDay);
+    const c = costsByProject(inRange);
+    setText('total-cost', fmtUSD(c.total), c.total);
+    setText('cost-window', `since ${fmtTime(firstDay)} (UTC days), at the configured prices`);
+    this.charts.costs($('costs-chart'), c.starts.map((s) => bucketLabel(s, '30d')), c.groups);
+  }
+
+  // renderProjects lists the Admin API's projects (null for a key that is
+  // not an admin key) with their keys, redacted as the API shows them, and
+  // their spend this month against their spend limit.
+  renderProjects(projects, spent) {
+    const tbody = $('org-projects');
+    $('org-note').hidden = projects !== null;
+    if (!projects || projects.length === 0) {
+      emptyRow(tbody, 5, projects ? 'No project: create one with the Admin API.' : 'Sign in with an admin key to see projects.');
+      return;
+    }
+    tbody.replaceChildren(
+      ...projects.map((p) => {
+        const spend = spent.get(p.id) ?? 0;
+        const limit = p.spendLimit ? p.spendLimit.threshold_amount / 100 : null;
+        const share = limit ? spend / limit : NaN;
+        return el(
+          'tr',
+          { 'data-testid': 'org-project', 'data-id': p.id },
+          el('td', {}, el('strong', { text: p.name }), el('br'), el('span', { class: 'muted', text: p.id })),
+          el('td', { 'data-testid': 'org-project-keys', text: p.keys.map((k) => k.redacted_value).join(' · ') || '–' }),
+          el('td', { class: 'num strong', 'data-testid': 'org-project-spend', 'data-value': spend, text: fmtUSD(spend) }),
+          el('td', { class: 'num', 'data-testid': 'org-project-limit', text: limit === null ? 'none' : fmtUSD(limit) }),
+          el('td', {}, limit === null ? '' : el('meter', { min: 0, max: 1, low: 0.8, high: 0.95, optimum: 0, value: Math.min(share, 1) }), limit === null ? '' : ` ${fmtPercent(share)}`),
         );
       }),
     );

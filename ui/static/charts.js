@@ -55,22 +55,32 @@ export class Charts {
 
   // tokens draws tokens per bucket stacked by group.
   tokens(canvas, labels, groups) {
+    this.stacked(canvas, labels, groups, 'tokens', fmtShort);
+  }
+
+  // costs draws dollars per day stacked by project.
+  costs(canvas, labels, groups) {
+    this.stacked(canvas, labels, groups, 'US dollars', (v) => `$${v}`);
+  }
+
+  // stacked draws a value per bucket stacked by group, in unit.
+  stacked(canvas, labels, groups, unit, tick) {
     const shown = groups.slice(0, MAX_SERIES);
     const datasets = shown.map((g, i) => ({
       label: g.name,
       data: g.series,
       backgroundColor: PALETTE[i % PALETTE.length],
-      stack: 'tokens',
+      stack: unit,
     }));
     if (groups.length > MAX_SERIES) {
       const other = new Array(labels.length).fill(0);
       for (const g of groups.slice(MAX_SERIES)) g.series.forEach((v, i) => (other[i] += v));
-      datasets.push({ label: `other (${groups.length - MAX_SERIES})`, data: other, backgroundColor: PALETTE[PALETTE.length - 1], stack: 'tokens' });
+      datasets.push({ label: `other (${groups.length - MAX_SERIES})`, data: other, backgroundColor: PALETTE[PALETTE.length - 1], stack: unit });
     }
     const options = baseOptions();
     options.scales = {
       x: { stacked: true, ticks: { maxRotation: 0, autoSkipPadding: 12 } },
-      y: { stacked: true, beginAtZero: true, ticks: { callback: (v) => fmtShort(v) }, title: { display: true, text: 'tokens' } },
+      y: { stacked: true, beginAtZero: true, ticks: { callback: tick }, title: { display: true, text: unit } },
     };
     this.draw(canvas, { type: 'bar', data: { labels, datasets }, options });
   }

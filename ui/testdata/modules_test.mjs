@@ -229,3 +229,30 @@ test('outcomesByModel splits outcomes per model, the unresolved one named', () =
   ]);
   assert.equal(outcomesByModel([{ start_time: 0, results: [{ model: '', status: 'client_error', num_requests: 1 }] }])[0].model, NO_MODEL);
 });
+
+test('costsByProject sums daily costs by project, largest first', async () => {
+  const { costsByProject, fmtUSD, monthStart, spendSince } = await import('../static/costs.js');
+  const buckets = [
+    { start_time: 100, results: [{ project_id: 'a', amount: { value: 0.5, currency: 'usd' } }] },
+    { start_time: 200, results: [] },
+    {
+      start_time: 300,
+      results: [
+        { project_id: 'b', amount: { value: 2, currency: 'usd' } },
+        { project_id: 'a', amount: { value: 0.25, currency: 'usd' } },
+      ],
+    },
+  ];
+  const c = costsByProject(buckets);
+  assert.deepEqual(c.starts, [100, 200, 300]);
+  assert.equal(c.total, 2.75);
+  assert.deepEqual(c.groups.map((g) => [g.name, g.total, g.series]), [
+    ['b', 2, [0, 0, 2]],
+    ['a', 0.75, [0.5, 0, 0.25]],
+  ]);
+  assert.deepEqual([...spendSince(buckets, 200)], [['b', 2], ['a', 0.25]]);
+  assert.equal(monthStart(Date.UTC(2025, 2, 14, 12) / 1000), Date.UTC(2025, 2, 1) / 1000);
+  assert.equal(fmtUSD(0.0000123), '$0.000012');
+  assert.equal(fmtUSD(1234.5), '$1,234.50');
+  assert.equal(fmtUSD(0), '$0.00');
+});
