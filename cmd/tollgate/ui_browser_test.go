@@ -173,6 +173,12 @@ func TestDashboardInBrowser(t *testing.T) {
 	p.waitReady(ctx, t)
 	checkUsage(ctx, t, g, p, "sk-globex-test-key", "project", []string{"globex/etl"})
 	checkBudgets(ctx, t, g, p, "sk-globex-test-key")
+	// /metrics, every team's counts, is for admin keys: a team key's
+	// dashboard says so in its panels instead of failing.
+	p.waitFor(ctx, t, `document.querySelector('[data-testid="status-counts"]').textContent.includes('need an admin key')`)
+	if banner := p.evalString(ctx, t, `document.querySelector('[data-testid="dashboard-error"]').hidden ? '' : document.querySelector('[data-testid="dashboard-error"]').textContent`); strings.Contains(banner, "/metrics") {
+		t.Errorf("a team key's dashboard reports /metrics as an error: %q", banner)
+	}
 	p.waitFor(ctx, t, `document.querySelector('[data-testid="trace-tree"]').dataset.state === 'error'`)
 	if msg := p.evalString(ctx, t, `document.querySelector('[data-testid="trace-error"]').textContent`); !strings.Contains(msg, "acme") {
 		t.Errorf("globex key reading acme's trace: error %q, want the refusal", msg)

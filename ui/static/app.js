@@ -194,7 +194,16 @@ class App {
           setText('ready-state', '/readyz is not served on this listener');
           emptyRow($('backends-table'), 5, 'Backend states come from /readyz, which this listener does not serve (admin_listen is set): open /readyz on the client listener.');
         }),
-      api.metrics().then((t) => current() && this.renderMetrics(summarize(parsePrometheus(t)))),
+      api
+        .metrics()
+        .then((t) => current() && this.renderMetrics(summarize(parsePrometheus(t))))
+        .catch((e) => {
+          // /metrics names every team's counts, so the gateway answers it
+          // to admin keys (or its metrics token) only: a team key sees why
+          // these panels are empty, not an error.
+          if (!(e instanceof HTTPError && e.status === 403)) throw e;
+          if (current()) this.renderMetricsRefused();
+        }),
       this.loadTrace(project, trace),
     ];
     const results = await Promise.allSettled(panels);
@@ -435,6 +444,18 @@ class App {
         );
       }),
     );
+  }
+
+  // renderMetricsRefused empties the panels only /metrics fills, saying why.
+  renderMetricsRefused() {
+    for (const prefix of ['latency', 'ttft']) {
+      for (const p of ['p50', 'p90', 'p99']) setText(`${prefix}-${p}`, '—');
+    }
+    setText('streams-in-flight', '—');
+    const why = 'The gateway\'s metrics (all teams, since it started) need an admin key.';
+    setText('status-counts', why);
+    emptyRow($('model-metrics-table'), 5, why);
+    emptyRow($('latency-table'), 6, why);
   }
 
   // renderMetrics shows what only /metrics knows, since the gateway
