@@ -151,8 +151,16 @@ func (b *spanBuilder) build(rec *accounting.Record) {
 	}
 	attrs = append(attrs,
 		attrTeam.String(rec.Team), attrProject.String(rec.Project), attrKeyName.String(rec.KeyName),
-		attrBackend.String(rec.Backend), attrRetries.Int(len(rec.Attempts)),
-		attrCallID.String(rec.CallID), attrRequestID.String(rec.RequestID), attrStream.Bool(rec.Stream))
+		attrBackend.String(rec.Backend), attrCallID.String(rec.CallID), attrRequestID.String(rec.RequestID))
+	// Each attribute is a good part of a span's cost in the SDK and its
+	// encoding: the two that would only restate their default (no retry,
+	// not streamed) are left out, and an absent one means it.
+	if len(rec.Attempts) > 0 {
+		attrs = append(attrs, attrRetries.Int(len(rec.Attempts)))
+	}
+	if rec.Stream {
+		attrs = append(attrs, attrStream.Bool(true))
+	}
 	errType := errorType(rec)
 	if errType != "" {
 		attrs = append(attrs, semconv.ErrorTypeKey.String(errType))
