@@ -2,7 +2,11 @@
 // rate limits and token budgets, and defines the store it needs.
 package accounting
 
-import "time"
+import (
+	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/finish"
+)
 
 // Record is one chat completion as the gateway saw it: who asked, which
 // model and backend served it, and exactly how many tokens it used.
@@ -66,6 +70,11 @@ type Record struct {
 	// Incomplete marks a stream the client abandoned or the backend broke
 	// off: its counts are what was seen until then.
 	Incomplete bool
+	// FinishReasons are why the model stopped generating, as the backend
+	// reported it: each choice's finish_reason, a Messages API reply's
+	// stop_reason, or a response's status (see finish.ResponseReason);
+	// none when no reply or final event gave one.
+	FinishReasons finish.Reasons
 
 	PromptTokens     int64
 	CompletionTokens int64

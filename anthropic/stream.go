@@ -6,6 +6,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/tollgate-dev/tollgate/internal/finish"
 	"github.com/tollgate-dev/tollgate/internal/usagecount"
 )
 
@@ -94,6 +95,8 @@ type EventProcessor struct {
 	usageErr error
 	// replyID is message_start's message id, copied.
 	replyID string
+	// finish is the stop_reason message_delta gave.
+	finish finish.Reasons
 }
 
 // Reset starts the processing of a stream's events.
@@ -119,6 +122,24 @@ func (p *EventProcessor) ErrorMessage() string { return p.errMessage }
 
 // ReplyID is the reply's message id, "" until message_start gave one.
 func (p *EventProcessor) ReplyID() string { return p.replyID }
+
+// FinishReasons is the stop_reason the stream's message_delta gave; none
+// until it came.
+func (p *EventProcessor) FinishReasons() finish.Reasons { return p.finish }
+
+// FinishReasons is a Messages API reply's stop_reason.
+func FinishReasons(reply gjson.Result) finish.Reasons {
+	return finish.Of(stopReason(reply.Get("stop_reason")))
+}
+
+// stopReason is the reason a stop_reason value names: None when it is not
+// a string (message_start's is null).
+func stopReason(v gjson.Result) finish.Reason {
+	if v.Type != gjson.String {
+		return finish.None
+	}
+	return finish.Parse(v.Str)
+}
 
 // OutputTokens is the best count of generated tokens: the backend's own,
 // or the number of content deltas streamed when it reported none.
@@ -166,6 +187,9 @@ func (p *EventProcessor) Process(dst, ev []byte) []byte {
 		if err := p.usage.Set(gjson.Get(data, "usage"), true); err != nil {
 			p.usageErr = err
 			return dst
+		}
+		if r := stopReason(gjson.Get(data, "delta.stop_reason")); r != finish.None {
+			p.finish = finish.Of(r)
 		}
 	case "content_block_delta":
 		p.deltas++

@@ -39,9 +39,15 @@ func TestEventProcessor(t *testing.T) {
 	if out := p.Process(nil, delta); !bytes.Equal(out, delta) {
 		t.Fatalf("delta passed as %q", out)
 	}
+	if n := p.FinishReasons().Len(); n != 0 {
+		t.Fatalf("%d finish reasons before message_delta", n)
+	}
 	p.Process(nil, event("message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":7}}`))
 	if u := p.Usage(); u.Input != 10 || u.CacheRead != 3 || u.Output != 7 || p.OutputTokens() != 7 {
 		t.Fatalf("message_delta without input_tokens: usage %+v, output %d", u, p.OutputTokens())
+	}
+	if got := p.FinishReasons().AppendStrings(nil); len(got) != 1 || got[0] != "end_turn" {
+		t.Fatalf("finish reasons %q after message_delta, want [end_turn]", got)
 	}
 	if p.Done() {
 		t.Fatal("done before message_stop")
@@ -58,6 +64,22 @@ func TestEventProcessor(t *testing.T) {
 	}
 	if p.ErrorMessage() != "host 10.0.0.1 key [redacted]" {
 		t.Fatalf("error message kept %q", p.ErrorMessage())
+	}
+}
+
+// TestFinishReasons: a reply's stop_reason is its one finish reason; a
+// null one (or none) gives none.
+func TestFinishReasons(t *testing.T) {
+	for _, tt := range []struct{ reply, want string }{
+		{`{"id":"msg_1","stop_reason":"max_tokens"}`, "max_tokens"},
+		{`{"id":"msg_1","stop_reason":"tool_use"}`, "tool_use"},
+		{`{"id":"msg_1","stop_reason":"brand_new"}`, "other"},
+		{`{"id":"msg_1","stop_reason":null}`, ""},
+		{`{"id":"msg_1"}`, ""},
+	} {
+		if got := strings.Join(FinishReasons(gjson.Parse(tt.reply)).AppendStrings(nil), ","); got != tt.want {
+			t.Errorf("FinishReasons(%s) = %q, want %q", tt.reply, got, tt.want)
+		}
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"bytes"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/tollgate-dev/tollgate/internal/finish"
 )
 
 // UsageCounts are the token counts a backend reported: Input and Output
@@ -70,6 +72,9 @@ type EventProcessor struct {
 	// both, by which a Weave SDK's trace of the stream is joined to it.
 	replyID string
 	created int64
+	// finish is why the choices ended, as they came; for the Responses
+	// API, the final response's status (see ResponseFinish).
+	finish finish.Reasons
 }
 
 // Reset starts the processing of a stream's events.
@@ -93,6 +98,11 @@ func (c *EventProcessor) UsageErr() error { return c.usageErr }
 // ErrorMessage is the backend's message of an in-band error event, "" when
 // none came; the client got the gateway's description instead.
 func (c *EventProcessor) ErrorMessage() string { return c.errMessage }
+
+// FinishReasons are why the model stopped generating, as the stream told
+// it: each choice's finish_reason as it came, or the Responses API's final
+// status (see ResponseFinish); none when the stream ended before them.
+func (c *EventProcessor) FinishReasons() finish.Reasons { return c.finish }
 
 // ReplyKey is the reply's id (for the Responses API, the response's) and
 // date, as ReplyKeyOf reads them from a reply that is not streamed.
@@ -136,6 +146,7 @@ func (c *EventProcessor) Process(dst, ev []byte) []byte {
 		c.created = f.created
 	}
 	c.deltas += f.deltas
+	c.finish.AddAll(f.finish)
 	if f.hasError {
 		c.errMessage = f.errMessage
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/tollgate-dev/tollgate/internal/finish"
 	"github.com/tollgate-dev/tollgate/internal/jsonscan"
 )
 
@@ -35,6 +36,8 @@ type chunkFields struct {
 	// had an element; deltas counts the elements that carried content.
 	hasChoices, nonEmptyChoices bool
 	deltas                      int64
+	// finish is the finish reasons the choices gave, in order.
+	finish finish.Reasons
 	// id is the first non-empty "id" (when one is wanted), created the
 	// last non-zero "created".
 	id      string
@@ -87,12 +90,13 @@ func (f *chunkFields) readFlat(s string, wantID bool) bool {
 			f.usage.Index = v
 		case "choices":
 			f.hasChoices = true
-			n, withContent, ok := choicesContent(raw)
+			c, ok := choicesContent(raw)
 			if !ok {
 				return false
 			}
-			f.nonEmptyChoices = f.nonEmptyChoices || n > 0
-			f.deltas += withContent
+			f.nonEmptyChoices = f.nonEmptyChoices || c.elems > 0
+			f.deltas += c.withContent
+			f.finish.AddAll(c.finish)
 		case "error":
 			f.hasError, f.errMessage = true, InBandErrorMessage(gjson.Parse(raw))
 		}
@@ -127,6 +131,7 @@ func (f *chunkFields) readGJSON(s string, wantID bool) {
 				if deltaHasContent(choice.Get("delta")) || textHasContent(choice) {
 					f.deltas++
 				}
+				f.finish.Add(finishReason(choice.Get("finish_reason")))
 				return true
 			})
 		case "error":
@@ -136,53 +141,75 @@ func (f *chunkFields) readGJSON(s string, wantID bool) {
 	})
 }
 
-// choicesContent reads raw, a choices array, as readGJSON's walk does:
-// elems is its number of elements, withContent the number of objects whose
-// first "delta" member is an object with generated content or whose first
-// "text" member is a non-empty string. ok is false for what it leaves to
-// gjson: anything but a valid JSON array, nesting past maxChoicesDepth, or
-// a key with an escape (gjson compares keys unescaped).
-func choicesContent(raw string) (elems, withContent int64, ok bool) {
+// choices is what a walk of a choices array reads: elems is its number of
+// elements, withContent the number of objects whose first "delta" member
+// is an object with generated content or whose first "text" member is a
+// non-empty string, finish the string finish_reason of each object that
+// has one (its first), in order.
+type choices struct {
+	elems, withContent int64
+	finish             finish.Reasons
+}
+
+// choicesContent reads raw, a choices array, as readGJSON's walk does. ok
+// is false for what it leaves to gjson: anything but a valid JSON array,
+// nesting past maxChoicesDepth, or a key with an escape (gjson compares
+// keys unescaped).
+func choicesContent(raw string) (c choices, ok bool) {
 	if len(raw) == 0 || raw[0] != '[' || jsonscan.TooDeep(raw, maxChoicesDepth) {
-		return 0, 0, false
+		return c, false
 	}
-	i := skipSpace(raw, 1)
-	if i < len(raw) && raw[i] == ']' {
-		return 0, 0, skipSpace(raw, i+1) == len(raw)
+	end, c, ok := choicesAt(raw, 0)
+	return c, ok && skipSpace(raw, end) == len(raw)
+}
+
+// choicesAt walks the array whose bracket is at s[i], checking it is valid
+// JSON, and returns where it ends and what choicesContent reads of it; ok
+// is false as for choicesContent, but for the nesting, which is the
+// caller's to bound.
+func choicesAt(s string, i int) (end int, c choices, ok bool) {
+	if i >= len(s) || s[i] != '[' {
+		return 0, c, false
+	}
+	i = skipSpace(s, i+1)
+	if i < len(s) && s[i] == ']' {
+		return i + 1, c, true
 	}
 	for {
-		if i >= len(raw) {
-			return 0, 0, false
+		if i >= len(s) {
+			return 0, choices{}, false
 		}
-		elems++
-		if raw[i] == '{' {
+		c.elems++
+		if s[i] == '{' {
 			var has bool
-			if i, has, ok = choiceContent(raw, i); !ok {
-				return 0, 0, false
+			var reason finish.Reason
+			if i, has, reason, ok = choiceContent(s, i); !ok {
+				return 0, choices{}, false
 			}
 			if has {
-				withContent++
+				c.withContent++
 			}
-		} else if i, ok = validValue(raw, i); !ok {
-			return 0, 0, false
+			c.finish.Add(reason)
+		} else if i, ok = validValue(s, i); !ok {
+			return 0, choices{}, false
 		}
 		var closed bool
-		if i, closed, ok = separator(raw, i, ']'); !ok {
-			return 0, 0, false
+		if i, closed, ok = separator(s, i, ']'); !ok {
+			return 0, choices{}, false
 		}
 		if closed {
-			return elems, withContent, skipSpace(raw, i) == len(raw)
+			return i, c, true
 		}
-		i = skipSpace(raw, i)
+		i = skipSpace(s, i)
 	}
 }
 
 // choiceContent reads the choice object whose brace is at s[i] and returns
-// where it ends, and whether its first "delta" is an object with content
+// where it ends, whether its first "delta" is an object with content
 // (deltaHasContent) or its first "text" a non-empty string
-// (textHasContent).
-func choiceContent(s string, i int) (end int, has, ok bool) {
-	var seenDelta, seenText bool
+// (textHasContent), and the reason its first "finish_reason" names.
+func choiceContent(s string, i int) (end int, has bool, reason finish.Reason, ok bool) {
+	var seenDelta, seenText, seenFinish bool
 	end = membersAt(s, i, func(key string, _, v, vEnd int) bool {
 		switch {
 		case key == "delta" && !seenDelta:
@@ -197,10 +224,34 @@ func choiceContent(s string, i int) (end int, has, ok bool) {
 		case key == "text" && !seenText:
 			seenText = true
 			has = has || s[v] == '"' && vEnd-v > 2
+		case key == "finish_reason" && !seenFinish:
+			seenFinish = true
+			reason = finishReasonText(s[v:vEnd])
 		}
 		return true
 	})
-	return end, has, end >= 0
+	return end, has, reason, end >= 0
+}
+
+// finishReasonText is the reason raw, the text of a valid JSON value,
+// names when it is a string, as finishReason reads it: None otherwise.
+func finishReasonText(raw string) finish.Reason {
+	if raw[0] != '"' {
+		return finish.None
+	}
+	if strings.IndexByte(raw, '\\') >= 0 {
+		return finishReason(gjson.Parse(raw))
+	}
+	return finish.Parse(raw[1 : len(raw)-1])
+}
+
+// finishReason is the reason a finish_reason value names: None when it is
+// not a string (a stream's chunks carry null until the choice ends).
+func finishReason(v gjson.Result) finish.Reason {
+	if v.Type != gjson.String {
+		return finish.None
+	}
+	return finish.Parse(v.Str)
 }
 
 // deltaContent reads the delta object whose brace is at s[i] and returns

@@ -30,6 +30,7 @@ var chunkSeeds = []string{
 	`  {"choices":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}  `,
 	`[1,2]`,
 	``,
+	`{"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"stop","finish_reason":"length"},{"finish_reason":"l\u0065ngth"},{"finish_reason":7},{"finish_reason":"eos"}]}`,
 }
 
 // TestReadFlatTakesBackendChunks checks that the chunks backends send are
@@ -97,5 +98,6 @@ func sameChunkFields(a, b chunkFields) bool {
 	return a.modelStart == b.modelStart && (a.modelStart < 0 || a.modelEnd == b.modelEnd) &&
 		sameUsage(a.usage, b.usage) && a.usageKey == b.usageKey &&
 		a.hasChoices == b.hasChoices && a.nonEmptyChoices == b.nonEmptyChoices && a.deltas == b.deltas &&
-		a.id == b.id && a.created == b.created && a.hasError == b.hasError && a.errMessage == b.errMessage
+		a.id == b.id && a.created == b.created && a.hasError == b.hasError && a.errMessage == b.errMessage &&
+		a.finish == b.finish
 }

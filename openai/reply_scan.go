@@ -6,6 +6,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/tollgate-dev/tollgate/internal/finish"
 	"github.com/tollgate-dev/tollgate/internal/jsonscan"
 )
 
@@ -21,6 +22,10 @@ type ReplyMembers struct {
 	// "created_at"), 0 when absent.
 	ID      string
 	Created int64
+	// Finish is the finish_reason of each choice of a chat or text
+	// completion, in order (the first "choices" member's); none for a
+	// response, whose status says how it ended (see ResponseFinish).
+	Finish finish.Reasons
 }
 
 // ScanReply reports whether a non-streamed 200 body, a reply to the
@@ -52,6 +57,7 @@ func ScanReply(body []byte, maxDepth int, response bool) (m ReplyMembers, ok boo
 	var (
 		usageRaw, idRaw, dateRaw    string
 		haveUsage, haveID, haveDate bool
+		haveChoices                 bool
 		escaped                     bool
 	)
 	i = skipSpace(s, i+1)
@@ -72,7 +78,20 @@ func ScanReply(body []byte, maxDepth int, response bool) (m ReplyMembers, ok boo
 				return m, false
 			}
 			valStart := skipSpace(s, i+1)
-			if i, ok = validValue(s, valStart); !ok {
+			if key == "choices" && !haveChoices && !response {
+				// The choices are checked by the walk that reads their
+				// finish reasons, not walked twice.
+				haveChoices = true
+				var c choices
+				if i, c, ok = choicesAt(s, valStart); ok {
+					m.Finish = c.finish
+				} else if i, ok = validValue(s, valStart); ok {
+					m.Finish = finishReasons(gjson.Parse(s[valStart:i]))
+				}
+			} else {
+				i, ok = validValue(s, valStart)
+			}
+			if !ok {
 				return m, false
 			}
 			if strings.IndexByte(key, '\\') >= 0 {
@@ -107,6 +126,9 @@ func ScanReply(body []byte, maxDepth int, response bool) (m ReplyMembers, ok boo
 	}
 	if escaped {
 		m.Usage = gjson.Get(s, "usage").Raw
+		if !response {
+			m.Finish = finishReasons(gjson.Get(s, "choices"))
+		}
 		m.ID, m.Created = replyKeyOf(body, response)
 		return m, true
 	}
@@ -118,6 +140,19 @@ func ScanReply(body []byte, maxDepth int, response bool) (m ReplyMembers, ok boo
 		m.Created = dateInt(dateRaw)
 	}
 	return m, true
+}
+
+// finishReasons are the finish reasons of choices, a choices array, read
+// as readGJSON reads a chunk's.
+func finishReasons(choices gjson.Result) finish.Reasons {
+	var rs finish.Reasons
+	if choices.IsArray() {
+		choices.ForEach(func(_, choice gjson.Result) bool {
+			rs.Add(finishReason(choice.Get("finish_reason")))
+			return true
+		})
+	}
+	return rs
 }
 
 // idString is BackendID(gjson.Parse(raw).String()), cloned, for the text

@@ -5,6 +5,8 @@ import (
 	"strconv"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/tollgate-dev/tollgate/internal/finish"
 )
 
 // The Responses API streams differently from chat: usage is named
@@ -58,6 +60,7 @@ func (c *EventProcessor) processResponseEvent(dst, ev []byte) []byte {
 			return dst
 		}
 		c.done = true
+		c.finish = ResponseFinish(response)
 		if typ == "response.failed" {
 			c.errMessage = InBandErrorMessage(response.Get("error"))
 		}
@@ -98,6 +101,17 @@ func (c *EventProcessor) processResponseEvent(dst, ev []byte) []byte {
 	dst = append(dst, ev[:at]...)
 	dst = append(dst, c.opts.PublicModel...)
 	return append(dst, ev[at+len(model.Raw):]...)
+}
+
+// ResponseFinish is the finish reason of a response object: its status
+// mapped to the GenAI conventions' reasons (see finish.ResponseReason).
+func ResponseFinish(response gjson.Result) finish.Reasons {
+	status := response.Get("status").Str
+	var incomplete string
+	if status == "incomplete" {
+		incomplete = response.Get("incomplete_details.reason").Str
+	}
+	return finish.Of(finish.ResponseReason(status, incomplete))
 }
 
 // AppendResponsesError appends the Responses API's in-band error event,

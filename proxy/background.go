@@ -221,6 +221,7 @@ func (s *Server) endBackground(p *pendingResponse, reply gjson.Result, problem s
 			problem = invalidUsageMessage(p.rec.Backend) + " (" + err.Error() + ")"
 			u = openai.UsageCounts{}
 		}
+		p.rec.FinishReasons = openai.ResponseFinish(reply)
 		switch reply.Get("status").Str {
 		case "failed":
 			problem = "background response failed: " + openai.InBandErrorMessage(reply.Get("error"))

@@ -275,6 +275,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *exchange, route *backends.
 	if c.ep.responses {
 		reply := gjson.Parse(b2s(rbody))
 		uerr = u.SetResponses(reply.Get("usage"))
+		c.rec.FinishReasons = openai.ResponseFinish(reply)
 		// A reply whose id another team owns is still this request's
 		// reply, and charged to it, but gives it no access to that id;
 		// nor is it waited on as background, which would take the
@@ -285,6 +286,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *exchange, route *backends.
 		}
 	} else {
 		uerr = u.SetChatReply(reply.Usage)
+		c.rec.FinishReasons = reply.Finish
 	}
 	if uerr != nil {
 		fasthttp.ReleaseResponse(resp)

@@ -156,6 +156,7 @@ func (c *exchange) messagesReply(dst, rbody []byte, served *backends.Route, back
 		}
 		u = messagesUsage(au)
 		c.rec.CompletionID = strings.Clone(root.Get("id").Str)
+		c.rec.FinishReasons = anthropic.FinishReasons(root)
 		if replyModel != nil {
 			dst = openai.RewriteModel(dst, rbody, replyModel)
 		} else {
@@ -180,6 +181,7 @@ func (c *exchange) messagesReply(dst, rbody []byte, served *backends.Route, back
 				Message: "Backend " + backend + ": " + ae.Message}
 		}
 		c.rec.CompletionID = translate.MessageID(reply.ID)
+		c.rec.FinishReasons = reply.Finish
 	}
 	recordUsage(&c.rec, &u, u.Output)
 	return dst, nil

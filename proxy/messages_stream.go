@@ -3,6 +3,7 @@ package proxy
 import (
 	"github.com/tollgate-dev/tollgate/anthropic"
 	"github.com/tollgate-dev/tollgate/backends"
+	"github.com/tollgate-dev/tollgate/internal/finish"
 	"github.com/tollgate-dev/tollgate/openai"
 	"github.com/tollgate-dev/tollgate/translate"
 )
@@ -67,6 +68,7 @@ type streamFacts struct {
 	outputTokens int64
 	replyID      string
 	created      int64
+	finish       finish.Reasons
 	// errMessage is the backend's in-band error, "" when none came.
 	errMessage string
 	// usageErr is why a usage block was refused.
@@ -77,9 +79,10 @@ type streamFacts struct {
 func (sb *streamBody) facts() streamFacts {
 	if m := &sb.messages; m.on && m.native {
 		return streamFacts{usage: messagesUsage(m.events.Usage()), outputTokens: m.events.OutputTokens(),
-			replyID: m.events.ReplyID(), errMessage: m.events.ErrorMessage(), usageErr: m.events.UsageErr()}
+			replyID: m.events.ReplyID(), finish: m.events.FinishReasons(), errMessage: m.events.ErrorMessage(),
+			usageErr: m.events.UsageErr()}
 	}
-	f := streamFacts{usage: sb.events.Usage(), outputTokens: sb.events.OutputTokens(),
+	f := streamFacts{usage: sb.events.Usage(), outputTokens: sb.events.OutputTokens(), finish: sb.events.FinishReasons(),
 		errMessage: sb.events.ErrorMessage(), usageErr: sb.events.UsageErr()}
 	f.replyID, f.created = sb.events.ReplyKey()
 	if sb.messages.on && f.replyID != "" {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/tollgate-dev/tollgate/accounting"
 	"github.com/tollgate-dev/tollgate/backends/simulated"
 )
 
@@ -153,6 +154,22 @@ const (
 	msgStream = `{"model":"llama","max_tokens":50,"stream":true,"messages":[{"role":"user","content":[{"type":"text","text":"Hello there"}]}]}`
 )
 
+// finishOf renders a record's finish reasons.
+func finishOf(rec accounting.Record) string {
+	return "[" + strings.Join(rec.FinishReasons.AppendStrings(nil), ",") + "]"
+}
+
+// recordedFinish is the finish reasons recorded for a Messages API reply
+// that stopped for stopReason: the backend's own, a native backend's
+// stop_reason or a chat backend's finish_reason, of which translation made
+// stopReason.
+func recordedFinish(mode, stopReason string) string {
+	if mode == "translate" {
+		stopReason = map[string]string{"max_tokens": "length", "end_turn": "stop", "tool_use": "tool_calls", "stop_sequence": "stop"}[stopReason]
+	}
+	return "[" + stopReason + "]"
+}
+
 // TestMessagesNativeAndTranslated sends the Messages API through the
 // gateway to a backend serving it natively and to one served by
 // translation to chat completions: each request takes its path upstream,
@@ -196,6 +213,9 @@ func TestMessagesNativeAndTranslated(t *testing.T) {
 					rec.PromptTokens != r.json("usage.input_tokens").Int() || rec.CompletionTokens != r.json("usage.output_tokens").Int() ||
 					rec.PromptTokens == 0 || rec.CompletionTokens == 0 || rec.CompletionID != r.json("id").Str {
 					t.Errorf("record %+v for reply %s", rec, r.body)
+				}
+				if got, want := finishOf(rec), recordedFinish(mode, r.json("stop_reason").Str); got != want {
+					t.Errorf("recorded finish reasons %s, want %s for stop_reason %s", got, want, r.json("stop_reason").Str)
 				}
 			})
 
@@ -273,6 +293,9 @@ func TestMessagesNativeAndTranslated(t *testing.T) {
 					rec.PromptTokens != final.Get("usage.input_tokens").Int() || rec.CompletionTokens == 0 || rec.Error != "" ||
 					rec.CompletionID != evs[0].data.Get("message.id").Str || text.Len() == 0 {
 					t.Errorf("record %+v for final %s", rec, final.Raw)
+				}
+				if got, want := finishOf(rec), recordedFinish(mode, final.Get("delta.stop_reason").Str); got != want {
+					t.Errorf("recorded finish reasons %s, want %s for stop_reason %s", got, want, final.Get("delta.stop_reason").Str)
 				}
 			})
 

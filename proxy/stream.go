@@ -354,6 +354,7 @@ func (sb *streamBody) CloseWithError(clientErr error) error {
 	usage := &f.usage
 	recordUsage(&c.rec, usage, f.outputTokens)
 	c.rec.CompletionID, c.rec.CompletionCreated = f.replyID, f.created
+	c.rec.FinishReasons = f.finish
 	c.rec.Status = fasthttp.StatusOK
 	switch {
 	case clientErr != nil:

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tollgate-dev/tollgate/accounting"
+	"github.com/tollgate-dev/tollgate/internal/finish"
 )
 
 // The gateway's own attributes, beside the GenAI conventions'.
@@ -47,8 +48,9 @@ func operation(endpoint string) (op attribute.KeyValue, apiType attribute.KeyVal
 	return semconv.GenAIOperationNameChat, semconv.OpenAIAPITypeChatCompletions, true
 }
 
-// maxCachedNames bounds spanBuilder's names: the models a gateway serves
-// are few, but a record names the model its client asked for.
+// maxCachedNames bounds spanBuilder's caches: the models a gateway serves
+// are few, but a record names the model its client asked for; the sets of
+// finish reasons are few, but a backend chooses them.
 const maxCachedNames = 1024
 
 // spanBuilder makes the spans: one, owned by the ring's consumer
@@ -63,6 +65,10 @@ type spanBuilder struct {
 	attrs []attribute.KeyValue
 	// names caches "{operation} {model}".
 	names map[spanName]string
+	// finishes caches the gen_ai.response.finish_reasons attribute of
+	// each set of reasons: a string slice attribute is a new array each
+	// time it is made, and the sets that occur are few.
+	finishes map[finish.Reasons]attribute.KeyValue
 	// kind is the start option every span takes, made once.
 	kind trace.SpanStartOption
 	// start and end hold the options of the span being built.
@@ -74,12 +80,13 @@ type spanName struct{ op, model string }
 
 func newSpanBuilder(e *Exporter) *spanBuilder {
 	return &spanBuilder{
-		e:     e,
-		ids:   &idContext{Context: context.Background()},
-		attrs: make([]attribute.KeyValue, 0, 24),
-		names: make(map[spanName]string),
-		kind:  trace.WithSpanKind(trace.SpanKindClient),
-		start: make([]trace.SpanStartOption, 0, 3),
+		e:        e,
+		ids:      &idContext{Context: context.Background()},
+		attrs:    make([]attribute.KeyValue, 0, 24),
+		names:    make(map[spanName]string),
+		finishes: make(map[finish.Reasons]attribute.KeyValue),
+		kind:     trace.WithSpanKind(trace.SpanKindClient),
+		start:    make([]trace.SpanStartOption, 0, 3),
 	}
 }
 
@@ -93,6 +100,18 @@ func (b *spanBuilder) name(op, model string) string {
 		b.names[spanName{op, model}] = n
 	}
 	return n
+}
+
+// finishReasons is the gen_ai.response.finish_reasons attribute of rs.
+func (b *spanBuilder) finishReasons(rs finish.Reasons) attribute.KeyValue {
+	if kv, ok := b.finishes[rs]; ok {
+		return kv
+	}
+	kv := semconv.GenAIResponseFinishReasons(rs.AppendStrings(make([]string, 0, finish.Max))...)
+	if len(b.finishes) < maxCachedNames {
+		b.finishes[rs] = kv
+	}
+	return kv
 }
 
 // build makes rec's span: a CLIENT span named "{operation} {model}", from
@@ -123,14 +142,25 @@ func (b *spanBuilder) build(rec *accounting.Record) {
 	if rec.CompletionID != "" {
 		attrs = append(attrs, semconv.GenAIResponseID(rec.CompletionID))
 	}
+	if rec.FinishReasons.Len() > 0 {
+		attrs = append(attrs, b.finishReasons(rec.FinishReasons))
+	}
 	if rec.TotalTokens > 0 || rec.Status >= 200 && rec.Status < 300 {
 		attrs = append(attrs, semconv.GenAIUsageInputTokens(int(rec.PromptTokens)),
 			semconv.GenAIUsageOutputTokens(int(rec.CompletionTokens)))
 	}
 	attrs = append(attrs,
 		attrTeam.String(rec.Team), attrProject.String(rec.Project), attrKeyName.String(rec.KeyName),
-		attrBackend.String(rec.Backend), attrRetries.Int(len(rec.Attempts)),
-		attrCallID.String(rec.CallID), attrRequestID.String(rec.RequestID), attrStream.Bool(rec.Stream))
+		attrBackend.String(rec.Backend), attrCallID.String(rec.CallID), attrRequestID.String(rec.RequestID))
+	// Each attribute is a good part of a span's cost in the SDK and its
+	// encoding: the two that would only restate their default (no retry,
+	// not streamed) are left out, and an absent one means it.
+	if len(rec.Attempts) > 0 {
+		attrs = append(attrs, attrRetries.Int(len(rec.Attempts)))
+	}
+	if rec.Stream {
+		attrs = append(attrs, attrStream.Bool(true))
+	}
 	errType := errorType(rec)
 	if errType != "" {
 		attrs = append(attrs, semconv.ErrorTypeKey.String(errType))
