@@ -155,7 +155,8 @@ func (c *exchange) messagesReply(dst, rbody []byte, served *backends.Route, back
 			return dst, invalidUsage(backend, err)
 		}
 		u = messagesUsage(au)
-		c.rec.CompletionID = strings.Clone(root.Get("id").Str)
+		// The id enters here, bounded by the rule every backend id obeys.
+		c.rec.CompletionID = strings.Clone(openai.BackendID(root.Get("id").Str))
 		c.rec.FinishReasons = anthropic.FinishReasons(root)
 		if replyModel != nil {
 			dst = openai.RewriteModel(dst, rbody, replyModel)

@@ -79,14 +79,16 @@ type streamFacts struct {
 func (sb *streamBody) facts() streamFacts {
 	if m := &sb.messages; m.on && m.native {
 		return streamFacts{usage: messagesUsage(m.events.Usage()), outputTokens: m.events.OutputTokens(),
-			replyID: m.events.ReplyID(), finish: m.events.FinishReasons(), errMessage: m.events.ErrorMessage(),
+			replyID: openai.BackendID(m.events.ReplyID()), finish: m.events.FinishReasons(), errMessage: m.events.ErrorMessage(),
 			usageErr: m.events.UsageErr()}
 	}
 	f := streamFacts{usage: sb.events.Usage(), outputTokens: sb.events.OutputTokens(), finish: sb.events.FinishReasons(),
 		errMessage: sb.events.ErrorMessage(), usageErr: sb.events.UsageErr()}
 	f.replyID, f.created = sb.events.ReplyKey()
 	if sb.messages.on && f.replyID != "" {
-		f.replyID = translate.MessageID(f.replyID)
+		// An Anthropic message carries no date, so a Weave SDK's trace of
+		// it names it undated (fold.CompletionOf): the record does too.
+		f.replyID, f.created = translate.MessageID(f.replyID), 0
 	}
 	return f
 }
