@@ -371,12 +371,29 @@ type Model struct {
 	// Messages API reply: a larger max_tokens gets a 400 naming the limit.
 	// Zero means no limit of the gateway's (the backend's own applies).
 	MaxOutputTokens int64 `yaml:"max_output_tokens"`
+	// Reasoning is how a Messages API request's thinking reaches the
+	// model's backends when the gateway translates it to chat completions
+	// (a backend serving the API natively gets the request's thinking as
+	// it is): "effort" sends vLLM's reasoning_effort (low, medium or high
+	// from the thinking budget), which gpt-oss reads; "template" sends
+	// chat_template_kwargs {"enable_thinking": true or false}, which the
+	// chat templates of Qwen3 and its kind read. Either way the thinking
+	// blocks of earlier assistant turns go back as reasoning_content.
+	// "none" sends nothing and drops those blocks. Zero means none.
+	Reasoning string `yaml:"reasoning"`
 }
 
 // The values of Model.Messages and Backend.Messages.
 const (
 	MessagesNative    = "native"
 	MessagesTranslate = "translate"
+)
+
+// The values of Model.Reasoning.
+const (
+	ReasoningNone     = "none"
+	ReasoningEffort   = "effort"
+	ReasoningTemplate = "template"
 )
 
 // Signal turns one of the scheduler's signals on or off: "on", "off", or

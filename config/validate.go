@@ -390,6 +390,9 @@ func (v *validator) models(models []Model, backendNames map[string]int) {
 		v.endpoints(p+".endpoints", m.Endpoints)
 		v.messagesMode(p+".messages", m.Messages)
 		v.nonNegative(p+".max_output_tokens", m.MaxOutputTokens)
+		if m.Reasoning != "" {
+			v.oneOf(p+".reasoning", m.Reasoning, ReasoningNone, ReasoningEffort, ReasoningTemplate)
+		}
 	}
 	// Fallbacks are checked once every model name is known, so that a
 	// model may fall back to one listed after it.

@@ -120,11 +120,24 @@ func (c *exchange) messagesUpstream(dst, body []byte, route *backends.Route, b *
 		c.msg.MaxTokens = 1
 	}
 	out, e := translate.ChatRequest(dst, body, c.msg, translate.ChatOptions{Model: route.Upstream,
-		MaxOutputTokens: route.MaxOutputTokens, ContinuousUsage: b.ContinuousUsage()})
+		MaxOutputTokens: route.MaxOutputTokens, Reasoning: chatReasoning(route.Reasoning),
+		ContinuousUsage: b.ContinuousUsage()})
 	if e != nil {
 		return dst, backends.EndpointChat, fromAnthropic(e)
 	}
 	return out, backends.EndpointChat, nil
+}
+
+// chatReasoning is how translation asks a backend to think, for a model
+// whose models[].reasoning is mode.
+func chatReasoning(mode string) translate.Reasoning {
+	switch mode {
+	case config.ReasoningEffort:
+		return translate.ReasoningEffort
+	case config.ReasoningTemplate:
+		return translate.ReasoningTemplate
+	}
+	return translate.ReasoningNone
 }
 
 // shownModel is the model id a reply names (see replyModel).

@@ -46,6 +46,19 @@ func (u *upstreamSeen) last(t *testing.T) seenRequest {
 // which path each request took.
 func newMessagesHarness(t *testing.T, mode string) (*harness, *upstreamSeen) {
 	t.Helper()
+	return newMessagesHarnessWith(t, mode, `  - name: llama
+    upstream_model: meta-llama/Llama-3.1-8B-Instruct
+    backends: [sim]
+    tool_calling: true
+    max_output_tokens: 100
+`, nil)
+}
+
+// newMessagesHarnessWith is newMessagesHarness with the models' YAML
+// (their backend is "sim") and, when answer is not nil, an upstream that
+// answers every request with it rather than with the simulated backend.
+func newMessagesHarnessWith(t *testing.T, mode, models string, answer http.HandlerFunc) (*harness, *upstreamSeen) {
+	t.Helper()
 	n := newNode(t, "sim-node", simulated.Options{})
 	seen := &upstreamSeen{}
 	target, _ := url.Parse("http://" + n.addr)
@@ -57,6 +70,10 @@ func newMessagesHarness(t *testing.T, mode string) (*harness, *upstreamSeen) {
 		seen.reqs = append(seen.reqs, seenRequest{path: r.URL.Path, body: string(body), header: r.Header.Clone()})
 		seen.mu.Unlock()
 		r.Body = io.NopCloser(bytes.NewReader(body))
+		if answer != nil {
+			answer(w, r)
+			return
+		}
 		rp.ServeHTTP(w, r)
 	})}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -67,12 +84,7 @@ func newMessagesHarness(t *testing.T, mode string) (*harness, *upstreamSeen) {
 	t.Cleanup(func() { _ = front.Close() })
 	h := newHarness(t, harnessOptions{
 		backends: []backendSpec{{node: &node{name: "sim", addr: ln.Addr().String()}, yaml: "messages: " + mode}},
-		models: `  - name: llama
-    upstream_model: meta-llama/Llama-3.1-8B-Instruct
-    backends: [sim]
-    tool_calling: true
-    max_output_tokens: 100
-`,
+		models:   models,
 	})
 	return h, seen
 }
