@@ -106,7 +106,9 @@ func writeMessagesError(ctx *fasthttp.RequestCtx, e *openai.Error, requestID str
 // natively gets the client's body with the upstream model id spliced in;
 // any other gets the chat completions request translation makes (for
 // count_tokens, one asking for a single token, whose prompt count is the
-// answer). It sets c.native for the reply's handling.
+// answer). It sets c.native for the reply's handling. A request
+// translated for a model without tool calling may not ask for a tool
+// (anthropic.Request.ToolChoiceRefusal).
 func (c *exchange) messagesUpstream(dst, body []byte, route *backends.Route, b *backends.Backend) ([]byte, backends.Endpoint, *openai.Error) {
 	c.native = route.MessagesNative(b)
 	if c.native {
@@ -115,6 +117,11 @@ func (c *exchange) messagesUpstream(dst, body []byte, route *backends.Route, b *
 			up = backends.EndpointMessagesCount
 		}
 		return openai.AppendUpstreamBody(dst, body, c.req, route.UpstreamJSON, false), up, nil
+	}
+	// The model's tool calling rule is chat's (serve applies it to chat
+	// requests); a backend serving the API natively decides for itself.
+	if e := c.msg.ToolChoiceRefusal(route.Name, route.ToolCalling); e != nil {
+		return dst, backends.EndpointChat, fromAnthropic(e)
 	}
 	if c.ep.messages.count {
 		c.msg.MaxTokens = 1
