@@ -460,11 +460,37 @@ type Queue struct {
 	Wait time.Duration `yaml:"wait"`
 }
 
-// Pricing is a model's price per million tokens.
+// Pricing is a model's price per million tokens. Zero prices mean free,
+// but for the cached prompt's and the cache writes', which zero makes the
+// prompt's.
 type Pricing struct {
-	PromptPerMTok       float64 `yaml:"prompt_per_mtok"`
-	CompletionPerMTok   float64 `yaml:"completion_per_mtok"`
+	PromptPerMTok     float64 `yaml:"prompt_per_mtok"`
+	CompletionPerMTok float64 `yaml:"completion_per_mtok"`
+	// CachedPromptPerMTok prices the prompt tokens read from the prompt
+	// cache. Zero means the prompt price.
 	CachedPromptPerMTok float64 `yaml:"cached_prompt_per_mtok"`
+	// CacheWritePerMTok prices the prompt tokens written to the prompt
+	// cache (Anthropic's cache_creation_input_tokens). Zero means the
+	// prompt price.
+	CacheWritePerMTok float64 `yaml:"cache_write_per_mtok"`
+}
+
+// CachedPromptPrice is the price of a million prompt tokens read from the
+// cache.
+func (p Pricing) CachedPromptPrice() float64 {
+	if p.CachedPromptPerMTok > 0 {
+		return p.CachedPromptPerMTok
+	}
+	return p.PromptPerMTok
+}
+
+// CacheWritePrice is the price of a million prompt tokens written to the
+// cache.
+func (p Pricing) CacheWritePrice() float64 {
+	if p.CacheWritePerMTok > 0 {
+		return p.CacheWritePerMTok
+	}
+	return p.PromptPerMTok
 }
 
 // Store selects where usage records and traces are persisted.

@@ -63,7 +63,7 @@ func ReloadableSettings() []string {
 		"models[].name", "models[].upstream_model", "models[].backends",
 		"models[].priority_scheduling", "models[].tool_calling",
 		"models[].pricing.prompt_per_mtok", "models[].pricing.completion_per_mtok",
-		"models[].pricing.cached_prompt_per_mtok",
+		"models[].pricing.cached_prompt_per_mtok", "models[].pricing.cache_write_per_mtok",
 		"models[].fallbacks", "models[].fallback_keeps_model", "models[].affinity",
 		"models[].routing.prefix", "models[].routing.queue", "models[].routing.kv", "models[].routing.lora",
 		"models[].routing.queue_cost_tokens",

@@ -378,6 +378,7 @@ func (v *validator) models(models []Model, backendNames map[string]int) {
 		v.price(p+".pricing.prompt_per_mtok", m.Pricing.PromptPerMTok)
 		v.price(p+".pricing.completion_per_mtok", m.Pricing.CompletionPerMTok)
 		v.price(p+".pricing.cached_prompt_per_mtok", m.Pricing.CachedPromptPerMTok)
+		v.price(p+".pricing.cache_write_per_mtok", m.Pricing.CacheWritePerMTok)
 		if m.Affinity != "" && m.Affinity != "prefix" {
 			v.addf(p+".affinity", "want \"prefix\" or nothing, got %q", m.Affinity)
 		}

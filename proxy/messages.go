@@ -164,7 +164,10 @@ func (c *exchange) messagesReply(dst, rbody []byte, served *backends.Route, back
 		return dst, &openai.Error{Status: fasthttp.StatusBadGateway, Type: "api_error", Code: "upstream_error",
 			Message: "Backend " + backend + " answered 200 with a body that is not a JSON object."}
 	}
-	var u openai.UsageCounts
+	var (
+		u          openai.UsageCounts
+		cacheWrite int64
+	)
 	switch {
 	case c.native && c.ep.messages.count:
 		return append(dst, rbody...), nil
@@ -174,7 +177,7 @@ func (c *exchange) messagesReply(dst, rbody []byte, served *backends.Route, back
 		if err := au.Set(root.Get("usage"), false); err != nil {
 			return dst, invalidUsage(backend, err)
 		}
-		u = messagesUsage(au)
+		u, cacheWrite = messagesUsage(au), au.CacheCreation
 		c.rec.CompletionID = strings.Clone(root.Get("id").Str)
 		if replyModel != nil {
 			dst = openai.RewriteModel(dst, rbody, replyModel)
@@ -202,6 +205,7 @@ func (c *exchange) messagesReply(dst, rbody []byte, served *backends.Route, back
 		c.rec.CompletionID = translate.MessageID(reply.ID)
 	}
 	recordUsage(&c.rec, &u, u.Output)
+	c.rec.CacheWriteTokens = cacheWrite
 	return dst, nil
 }
 
