@@ -23,9 +23,9 @@ import (
 // and turns back. Nothing else differs: limits, budgets, retries and the
 // usage record are chat's.
 type messagesAPI struct {
-	// count is POST /v1/messages/count_tokens: no generation, nothing
-	// charged; a chat backend is asked for one token to learn the
-	// prompt's count.
+	// count is POST /v1/messages/count_tokens: no generation; a chat
+	// backend is asked for one token to learn the prompt's count, and
+	// that request is charged as any other (see messagesReply).
 	count bool
 }
 
@@ -158,7 +158,9 @@ func (c *exchange) shownModel(served *backends.Route) string {
 // messagesReply turns a backend's 2xx non-streamed reply, rbody, into the
 // client's body, appended to dst, and fills c's usage and completion id.
 // A native reply passes with the model renamed (replyModel, when not nil);
-// a chat reply is translated. A count_tokens answer charges nothing.
+// a chat reply is translated. A native count_tokens answer charges
+// nothing (the backend only tokenized the prompt); a translated one is
+// charged the tokens of the one-token chat request that counted them.
 func (c *exchange) messagesReply(dst, rbody []byte, served *backends.Route, backend string, replyModel []byte) ([]byte, *openai.Error) {
 	if !anthropic.ValidReply(rbody, c.gen.cfg.Server.MaxJSONDepth) {
 		return dst, &openai.Error{Status: fasthttp.StatusBadGateway, Type: "api_error", Code: "upstream_error",
@@ -194,8 +196,11 @@ func (c *exchange) messagesReply(dst, rbody []byte, served *backends.Route, back
 			return dst, invalidUsage(backend, err)
 		}
 		if c.ep.messages.count {
+			// The backend ran the prompt and generated a token for it:
+			// recorded and charged as the chat request it was.
 			dst = append(dst, `{"input_tokens":`...)
-			return append(strconv.AppendInt(dst, u.Input, 10), '}'), nil
+			dst = append(strconv.AppendInt(dst, u.Input, 10), '}')
+			break
 		}
 		var ae *anthropic.Error
 		if dst, _, ae = translate.MessagesReply(dst, rbody, c.shownModel(served)); ae != nil {
