@@ -7,30 +7,38 @@ import (
 )
 
 // Cost is what tokens cost at a model's prices, in US dollars, split as
-// OpenAI's costs API splits it into line items.
+// OpenAI's costs API splits it into line items, with the prompt tokens
+// written to the cache apart.
 type Cost struct {
-	Input, CachedInput, Output float64
+	Input, CachedInput, CacheWriteInput, Output float64
 }
 
-// PriceTokens prices prompt tokens (cached ones included, as OpenAI counts
-// them), completion tokens and the cached part of the prompt at p. Cached
-// tokens cost the prompt price when p sets no cached price, as the trace
-// service's costs count them.
+// PriceTokens is PriceUsage of a usage that wrote nothing to the prompt
+// cache, or whose cache writes are priced as the rest of its prompt.
 func PriceTokens(p config.Pricing, prompt, completion, cached int64) Cost {
-	cachedPrice := p.PromptPerMTok
-	if p.CachedPromptPerMTok > 0 {
-		cachedPrice = p.CachedPromptPerMTok
-	}
-	cached = min(max(cached, 0), max(prompt, 0))
+	return PriceUsage(p, prompt, completion, cached, 0)
+}
+
+// PriceUsage prices prompt tokens (cached ones and cache writes included,
+// as OpenAI counts cached ones), completion tokens, and the parts of the
+// prompt read from the cache (cached) and written to it (cacheWrite) at p:
+// cached tokens at p.CachedPromptPrice, cache writes at
+// p.CacheWritePrice, the rest of the prompt at the prompt price. The parts
+// are at most the prompt, the cached ones first.
+func PriceUsage(p config.Pricing, prompt, completion, cached, cacheWrite int64) Cost {
+	prompt = max(prompt, 0)
+	cached = min(max(cached, 0), prompt)
+	cacheWrite = min(max(cacheWrite, 0), prompt-cached)
 	return Cost{
-		Input:       float64(max(prompt, 0)-cached) * p.PromptPerMTok / 1e6,
-		CachedInput: float64(cached) * cachedPrice / 1e6,
-		Output:      float64(max(completion, 0)) * p.CompletionPerMTok / 1e6,
+		Input:           float64(prompt-cached-cacheWrite) * p.PromptPerMTok / 1e6,
+		CachedInput:     float64(cached) * p.CachedPromptPrice() / 1e6,
+		CacheWriteInput: float64(cacheWrite) * p.CacheWritePrice() / 1e6,
+		Output:          float64(max(completion, 0)) * p.CompletionPerMTok / 1e6,
 	}
 }
 
 // Total is the cost's sum in dollars.
-func (c Cost) Total() float64 { return c.Input + c.CachedInput + c.Output }
+func (c Cost) Total() float64 { return c.Input + c.CachedInput + c.CacheWriteInput + c.Output }
 
 // NanoUSDPerCent converts a spend limit's cents into the spend counters'
 // unit, billionths of a dollar: whole numbers for any price a config

@@ -75,3 +75,32 @@ func TestPriceTokens(t *testing.T) {
 		})
 	}
 }
+
+// TestPriceUsage prices the prompt tokens written to the cache at
+// cache_write_per_mtok, or at the prompt price when that is zero, apart
+// from the rest of the prompt, which counts them.
+func TestPriceUsage(t *testing.T) {
+	p := config.Pricing{PromptPerMTok: 3, CompletionPerMTok: 15, CachedPromptPerMTok: 0.3, CacheWritePerMTok: 3.75}
+	tests := []struct {
+		name                                   string
+		p                                      config.Pricing
+		prompt, completion, cached, cacheWrite int64
+		want                                   Cost
+	}{
+		{"split", p, 1000, 100, 200, 500, Cost{Input: 300 * 3 / 1e6, CachedInput: 200 * 0.3 / 1e6, CacheWriteInput: 500 * 3.75 / 1e6, Output: 100 * 15 / 1e6}},
+		{"no cache write price: the prompt's", config.Pricing{PromptPerMTok: 2}, 10, 0, 0, 4, Cost{Input: 6 * 2 / 1e6, CacheWriteInput: 4 * 2 / 1e6}},
+		{"writes beyond the uncached prompt", p, 10, 0, 6, 50, Cost{CachedInput: 6 * 0.3 / 1e6, CacheWriteInput: 4 * 3.75 / 1e6}},
+		{"negative writes count nothing", p, 10, 0, 0, -5, Cost{Input: 10 * 3 / 1e6}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := PriceUsage(tt.p, tt.prompt, tt.completion, tt.cached, tt.cacheWrite)
+			if got != tt.want {
+				t.Fatalf("PriceUsage = %+v, want %+v", got, tt.want)
+			}
+			if want := tt.want.Input + tt.want.CachedInput + tt.want.CacheWriteInput + tt.want.Output; got.Total() != want {
+				t.Fatalf("Total = %v, want %v", got.Total(), want)
+			}
+		})
+	}
+}

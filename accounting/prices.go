@@ -137,7 +137,7 @@ func UsageCosts(ctx context.Context, src UsageSource, prices *Prices, q UsageQue
 		}
 		for _, r := range rows {
 			r.BucketStart = bucketOf(r.BucketStart)
-			c := PriceTokens(prices.At(r.Model, start), r.InputTokens, r.OutputTokens, r.CachedTokens)
+			c := PriceUsage(prices.At(r.Model, start), r.InputTokens, r.OutputTokens, r.CachedTokens, r.CacheWriteTokens)
 			k := groupKey{r.BucketStart.UnixNano(), r.Team, r.Project, r.Model, r.KeyName, r.Endpoint, r.Status}
 			i, ok := byGroup[k]
 			if !ok {
@@ -149,10 +149,12 @@ func UsageCosts(ctx context.Context, src UsageSource, prices *Prices, q UsageQue
 			o.InputTokens = AddTokens(o.InputTokens, r.InputTokens)
 			o.OutputTokens = AddTokens(o.OutputTokens, r.OutputTokens)
 			o.CachedTokens = AddTokens(o.CachedTokens, r.CachedTokens)
+			o.CacheWriteTokens = AddTokens(o.CacheWriteTokens, r.CacheWriteTokens)
 			o.Requests += r.Requests
 			o.Records += r.Records
 			o.Cost.Input += c.Input
 			o.Cost.CachedInput += c.CachedInput
+			o.Cost.CacheWriteInput += c.CacheWriteInput
 			o.Cost.Output += c.Output
 		}
 		return nil

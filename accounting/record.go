@@ -79,7 +79,14 @@ type Record struct {
 	PromptTokens     int64
 	CompletionTokens int64
 	TotalTokens      int64
+	// CachedTokens are the prompt tokens read from the backend's prompt
+	// cache (OpenAI's cached_tokens, Anthropic's cache_read_input_tokens),
+	// and CacheWriteTokens those written to it (Anthropic's
+	// cache_creation_input_tokens): both are part of PromptTokens, told
+	// apart so that they can be priced apart. Zero means the backend
+	// reported none.
 	CachedTokens     int64
+	CacheWriteTokens int64
 
 	Started time.Time
 	Ended   time.Time
@@ -93,6 +100,11 @@ type Record struct {
 	// API project's rate and spend limits) reserved for the request; the
 	// Recorder settles it with the record's counts. Nil when nothing was.
 	Hold Hold
+}
+
+// ClearTokens sets every token count of r to 0: a record charged nothing.
+func (r *Record) ClearTokens() {
+	r.PromptTokens, r.CompletionTokens, r.TotalTokens, r.CachedTokens, r.CacheWriteTokens = 0, 0, 0, 0, 0
 }
 
 // Hold is a reservation an admission made for one request, settled once

@@ -355,6 +355,7 @@ func accountFields(rec *Record, extra ...zap.Field) []zap.Field {
 		zap.Int64("completion_tokens", rec.CompletionTokens),
 		zap.Int64("total_tokens", rec.TotalTokens),
 		zap.Int64("cached_tokens", rec.CachedTokens),
+		zap.Int64("cache_write_tokens", rec.CacheWriteTokens),
 		zap.Time("started", rec.Started))
 }
 
@@ -480,6 +481,7 @@ func invalidCount(rec *Record) string {
 		{"completion_tokens", rec.CompletionTokens},
 		{"total_tokens", rec.TotalTokens},
 		{"cached_tokens", rec.CachedTokens},
+		{"cache_write_tokens", rec.CacheWriteTokens},
 	} {
 		if c.n < 0 || c.n > MaxRecordTokens {
 			return c.name + "=" + strconv.FormatInt(c.n, 10)
@@ -503,7 +505,7 @@ func (r *Recorder) refuseCounts(rec *Record, bad string) {
 		msg = rec.Error + "; " + msg
 	}
 	rec.Error = msg
-	rec.PromptTokens, rec.CompletionTokens, rec.TotalTokens, rec.CachedTokens = 0, 0, 0, 0
+	rec.ClearTokens()
 }
 
 // write persists batch, retrying with backoff until it succeeds. It
@@ -659,7 +661,7 @@ func (r *Recorder) writeAlone(rec Record, cause error) bool {
 	}
 	stripped := rec
 	stripped.Input, stripped.Output = nil, nil
-	stripped.PromptTokens, stripped.CompletionTokens, stripped.TotalTokens, stripped.CachedTokens = 0, 0, 0, 0
+	stripped.ClearTokens()
 	msg := "usage record could not be stored whole: " + cause.Error()
 	if stripped.Error != "" {
 		msg = stripped.Error + "; " + msg

@@ -50,6 +50,9 @@ type UsageRow struct {
 	InputTokens  int64
 	OutputTokens int64
 	CachedTokens int64
+	// CacheWriteTokens are the input tokens written to the backend's
+	// prompt cache (Record.CacheWriteTokens), part of InputTokens.
+	CacheWriteTokens int64
 	// Requests counts the records a backend was reached for (OpenAI's
 	// num_model_requests); Records counts every record, those refused
 	// before any backend (a limit, a bad request) included.

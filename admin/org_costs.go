@@ -148,7 +148,8 @@ var costsLineItems = []struct {
 	tokens func(*accounting.CostRow) int64
 	cost   func(*accounting.CostRow) float64
 }{
-	{", input", func(r *accounting.CostRow) int64 { return max(r.InputTokens-r.CachedTokens, 0) }, func(r *accounting.CostRow) float64 { return r.Cost.Input }},
+	{", input", func(r *accounting.CostRow) int64 { return max(r.InputTokens-r.CachedTokens-r.CacheWriteTokens, 0) }, func(r *accounting.CostRow) float64 { return r.Cost.Input }},
+	{", cache write input", func(r *accounting.CostRow) int64 { return r.CacheWriteTokens }, func(r *accounting.CostRow) float64 { return r.Cost.CacheWriteInput }},
 	{", cached input", func(r *accounting.CostRow) int64 { return min(r.CachedTokens, r.InputTokens) }, func(r *accounting.CostRow) float64 { return r.Cost.CachedInput }},
 	{", output", func(r *accounting.CostRow) int64 { return r.OutputTokens }, func(r *accounting.CostRow) float64 { return r.Cost.Output }},
 }

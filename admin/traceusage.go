@@ -112,11 +112,17 @@ type ownEntry struct {
 //   - prompt: uncached prompt tokens at prompt_per_mtok plus cached ones
 //     (cache_read_input_tokens, at most the prompt tokens, since OpenAI's
 //     prompt_tokens include cached_tokens) at cached_prompt_per_mtok when
-//     that is set, else at prompt_per_mtok;
+//     that is set, else at prompt_per_mtok, and cache writes at the cache
+//     creation price below;
 //   - completion: completion tokens at completion_per_mtok;
 //   - cache read: cache_read_input_tokens at that same cached price. It is
 //     the cached share of the prompt cost, shown apart, not an extra charge;
-//   - cache creation: 0, as no price is configured for it.
+//   - cache creation: cache_creation_input_tokens at cache_write_per_mtok
+//     when that is set, else at prompt_per_mtok: the share of the prompt
+//     cost of the prompt tokens written to the cache (the gateway's calls
+//     count them in prompt_tokens), shown apart as cache reads are.
+//
+// The prompt cost is accounting.PriceUsage's.
 func computeTraceUsage(calls []trace.UsageCall, pricing map[string]config.Pricing, includeCosts bool) *traceUsage {
 	n := len(calls)
 	u := &traceUsage{
@@ -302,11 +308,11 @@ func parseUsage(usage string, fn func(model string, c counts)) {
 // function of costs, spend and the trace service: the prompt cost holds
 // its cached part, which cacheReadCost shows apart.
 func priceCounts(c *counts, p config.Pricing) {
-	cost := accounting.PriceTokens(p, c.prompt, c.completion, c.cacheRead)
-	c.promptCost = cost.Input + cost.CachedInput
+	cost := accounting.PriceUsage(p, c.prompt, c.completion, c.cacheRead, c.cacheCreation)
+	c.promptCost = cost.Input + cost.CachedInput + cost.CacheWriteInput
 	c.completionCost = cost.Output
-	c.cacheReadCost = accounting.PriceTokens(p, c.cacheRead, 0, c.cacheRead).CachedInput
-	c.cacheCreationCost = 0
+	c.cacheReadCost = float64(c.cacheRead) * p.CachedPromptPrice() / 1e6
+	c.cacheCreationCost = float64(c.cacheCreation) * p.CacheWritePrice() / 1e6
 }
 
 // find returns the entry of model m in call i's list, or -1.

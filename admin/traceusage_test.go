@@ -196,10 +196,13 @@ func TestTraceUsageCosts(t *testing.T) {
 	pricing := map[string]config.Pricing{
 		"priced":  {PromptPerMTok: 2, CompletionPerMTok: 10, CachedPromptPerMTok: 1},
 		"nocache": {PromptPerMTok: 3, CompletionPerMTok: 6},
+		"writes":  {PromptPerMTok: 3, CompletionPerMTok: 15, CachedPromptPerMTok: 0.3, CacheWritePerMTok: 3.75},
 	}
 	calls := []trace.UsageCall{
 		{ID: "r", Usage: `{"priced":{"requests":1,"prompt_tokens":1000000,"completion_tokens":500000,"cache_read_input_tokens":400000}}`},
 		{ID: "c", ParentID: "r", Usage: `{"nocache":{"requests":1,"prompt_tokens":1000000,"completion_tokens":1000000,"cache_read_input_tokens":500000},"free":{"requests":1,"prompt_tokens":7}}`},
+		{ID: "w", Usage: `{"writes":{"requests":1,"prompt_tokens":1000000,"completion_tokens":0,"cache_read_input_tokens":200000,"cache_creation_input_tokens":500000},` +
+			`"nocache":{"requests":1,"prompt_tokens":100,"cache_creation_input_tokens":40}}`},
 	}
 	t.Run("without include_costs the costs are null", func(t *testing.T) {
 		got := rollUp(t, calls, pricing, false)
@@ -214,7 +217,7 @@ func TestTraceUsageCosts(t *testing.T) {
 	})
 	t.Run("with include_costs", func(t *testing.T) {
 		got := rollUp(t, calls, pricing, true)
-		check := func(id, model string, prompt, completion, cacheRead float64) {
+		check := func(id, model string, prompt, completion, cacheRead, cacheCreation float64) {
 			t.Helper()
 			u := got.CallUsage[id][model]
 			for _, c := range []struct {
@@ -225,7 +228,7 @@ func TestTraceUsageCosts(t *testing.T) {
 				{"prompt", u.PromptTokensTotalCost, prompt},
 				{"completion", u.CompletionTokensTotalCost, completion},
 				{"cache_read", u.CacheReadInputTokensTotalCost, cacheRead},
-				{"cache_creation", u.CacheCreationInputTokensTotalCost, 0},
+				{"cache_creation", u.CacheCreationInputTokensTotalCost, cacheCreation},
 			} {
 				if c.got == nil || math.Abs(*c.got-c.want) > 1e-9 {
 					t.Errorf("%s/%s %s cost = %v, want %v", id, model, c.name, c.got, c.want)
@@ -233,12 +236,17 @@ func TestTraceUsageCosts(t *testing.T) {
 			}
 		}
 		// 600k uncached at 2 + 400k cached at 1; 500k completion at 10.
-		check("r", "priced", 1.2+0.4, 5, 0.4)
+		check("r", "priced", 1.2+0.4, 5, 0.4, 0)
 		// No cached price: cached tokens at the prompt price.
-		check("c", "nocache", 3, 6, 1.5)
-		check("r", "nocache", 3, 6, 1.5)
+		check("c", "nocache", 3, 6, 1.5, 0)
+		check("r", "nocache", 3, 6, 1.5, 0)
 		// A model without a price costs 0, not null.
-		check("c", "free", 0, 0, 0)
+		check("c", "free", 0, 0, 0, 0)
+		// Cache writes, part of the prompt, at their own price: 300k
+		// uncached at 3, 200k cached at 0.3, 500k written at 3.75.
+		check("w", "writes", 0.9+0.06+1.875, 0, 0.06, 1.875)
+		// No cache write price: the prompt's.
+		check("w", "nocache", 100*3/1e6, 0, 0, 40*3/1e6)
 	})
 }
 

@@ -367,16 +367,21 @@ type usageBucket struct {
 // and Status only with group_by=status, so that other answers keep
 // exactly OpenAI's shape.
 type usageResult struct {
-	Object            string  `json:"object"`
-	InputTokens       int64   `json:"input_tokens"`
-	OutputTokens      *int64  `json:"output_tokens,omitempty"`
-	InputCachedTokens *int64  `json:"input_cached_tokens,omitempty"`
-	NumModelRequests  int64   `json:"num_model_requests"`
-	ProjectID         *string `json:"project_id"`
-	APIKeyID          *string `json:"api_key_id"`
-	Model             *string `json:"model"`
-	Endpoint          *string `json:"endpoint,omitempty"`
-	Status            *string `json:"status,omitempty"`
+	Object            string `json:"object"`
+	InputTokens       int64  `json:"input_tokens"`
+	OutputTokens      *int64 `json:"output_tokens,omitempty"`
+	InputCachedTokens *int64 `json:"input_cached_tokens,omitempty"`
+	// InputCacheWriteTokens are the input tokens written to the backend's
+	// prompt cache (Anthropic's cache_creation_input_tokens), part of
+	// InputTokens; there only when some were, which OpenAI's usage never
+	// has.
+	InputCacheWriteTokens *int64  `json:"input_cache_write_tokens,omitempty"`
+	NumModelRequests      int64   `json:"num_model_requests"`
+	ProjectID             *string `json:"project_id"`
+	APIKeyID              *string `json:"api_key_id"`
+	Model                 *string `json:"model"`
+	Endpoint              *string `json:"endpoint,omitempty"`
+	Status                *string `json:"status,omitempty"`
 	// NumRequests is there only with group_by=status: refusals reach no
 	// model, so num_model_requests alone cannot count them.
 	NumRequests *int64 `json:"num_requests,omitempty"`
@@ -403,6 +408,9 @@ func (r *usageRequest) page(rows []accounting.UsageRow) usagePage {
 		}
 		if r.kind.outputs {
 			res.OutputTokens, res.InputCachedTokens = &row.OutputTokens, &row.CachedTokens
+			if row.CacheWriteTokens > 0 {
+				res.InputCacheWriteTokens = &row.CacheWriteTokens
+			}
 		}
 		if q.GroupByProject {
 			id := row.Team + "/" + row.Project

@@ -232,3 +232,43 @@ func TestUsageAPISaturates(t *testing.T) {
 		})
 	}
 }
+
+// TestUsageAPICacheWrites shows the input tokens a Messages API request
+// wrote to the prompt cache, part of its input tokens, as
+// input_cache_write_tokens, on the results that have some only.
+func TestUsageAPICacheWrites(t *testing.T) {
+	msg := endpointUsageRec("msg", "messages", "m1", usageDay.Add(time.Hour), 100, 7, 30)
+	msg.CacheWriteTokens = 50
+	api := endpointUsageAPI(t, msg)
+	status, raw, _ := getEndpointUsage(t, api, "/v1/organization/usage/completions",
+		"start_time="+usageStart(0)+"&end_time="+usageStart(24*time.Hour)+"&group_by=endpoint")
+	if status != 200 {
+		t.Fatalf("status %d: %s", status, raw)
+	}
+	var page struct {
+		Data []struct {
+			Results []map[string]any `json:"results"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal([]byte(raw), &page); err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for _, r := range page.Data[0].Results {
+		w, has := r["input_cache_write_tokens"]
+		switch r["endpoint"] {
+		case "messages":
+			seen++
+			if w != 50.0 || r["input_tokens"] != 100.0 || r["input_cached_tokens"] != 30.0 {
+				t.Errorf("messages result %v", r)
+			}
+		default:
+			if has {
+				t.Errorf("a result without cache writes has them: %v", r)
+			}
+		}
+	}
+	if seen != 1 {
+		t.Errorf("no messages result: %s", raw)
+	}
+}

@@ -63,8 +63,43 @@ func (r *Request) CheckMaxTokens(limit int64) *Error {
 		", which is the maximum allowed number of output tokens for "+string(r.Model)+".")
 }
 
+// ToolChoiceRefusal is the 400 for a request whose tool_choice needs tool
+// calling from model, whose backends are not configured for it
+// (toolCalling false), or nil when the request may go on: chat
+// completions' rule (openai.Request.ToolChoiceRefusal) in Anthropic's
+// terms. Only {"type":"none"} or no tool_choice is accepted then, as a
+// vLLM started without --enable-auto-tool-choice accepts only "none"; a
+// gateway applies it to the requests it translates to chat completions.
+func (r *Request) ToolChoiceRefusal(model string, toolCalling bool) *Error {
+	if toolCalling || r.ToolChoice == ToolChoiceAbsent || r.ToolChoice == ToolChoiceNone {
+		return nil
+	}
+	got := `{"type":"` + r.ToolChoice.String() + `"}`
+	if r.ToolChoice == ToolChoiceTool {
+		got = `{"type":"tool","name":` + quote(string(r.ToolChoiceName)) + "}"
+	}
+	return Invalid("tool_choice", "tool_choice: model "+model+` is not configured for tool calling, so tool_choice must be {"type":"none"} or left out, got `+got+
+		". To let it call tools, set `tool_calling: true` for model "+model+" in the gateway configuration; "+
+		"its backends must parse tool calls (vLLM: --enable-auto-tool-choice and --tool-call-parser).")
+}
+
 // ToolChoice is the kind of tool_choice a request sends.
 type ToolChoice uint8
+
+// String is the choice's type as the wire writes it ("" when absent).
+func (c ToolChoice) String() string {
+	switch c {
+	case ToolChoiceAuto:
+		return "auto"
+	case ToolChoiceAny:
+		return "any"
+	case ToolChoiceTool:
+		return "tool"
+	case ToolChoiceNone:
+		return "none"
+	}
+	return ""
+}
 
 // The kinds of tool_choice.
 const (

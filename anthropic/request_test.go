@@ -197,3 +197,43 @@ func TestErrorReplyShapeAndStatus(t *testing.T) {
 		t.Errorf("error event: %q", got)
 	}
 }
+
+// TestToolChoiceRefusal refuses, for a model without tool calling, every
+// tool_choice but none or none at all, naming the choice and the setting,
+// and refuses nothing for a model with it.
+func TestToolChoiceRefusal(t *testing.T) {
+	const tools = `"tools":[{"name":"get_weather","input_schema":{"type":"object"}}]`
+	tests := []struct {
+		name, choice string
+		refused      string // a part of the message; "" when accepted
+	}{
+		{"absent", ``, ""},
+		{"none", `,"tool_choice":{"type":"none"}`, ""},
+		{"auto", `,"tool_choice":{"type":"auto"}`, `got {"type":"auto"}`},
+		{"any", `,"tool_choice":{"type":"any"}`, `got {"type":"any"}`},
+		{"tool", `,"tool_choice":{"type":"tool","name":"get_weather"}`, `got {"type":"tool","name":"get_weather"}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var r Request
+			body := `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"x"}],` + tools + tt.choice + `}`
+			if e := Validate([]byte(body), &r, Limits{}); e != nil {
+				t.Fatalf("Validate: %v", e.Message)
+			}
+			if e := r.ToolChoiceRefusal("llama", true); e != nil {
+				t.Errorf("refused with tool calling: %s", e.Message)
+			}
+			e := r.ToolChoiceRefusal("llama", false)
+			if tt.refused == "" {
+				if e != nil {
+					t.Errorf("refused: %s", e.Message)
+				}
+				return
+			}
+			if e == nil || e.Type != InvalidRequest || e.Param != "tool_choice" || !strings.Contains(e.Message, tt.refused) ||
+				!strings.Contains(e.Message, "set `tool_calling: true` for model llama") {
+				t.Errorf("refusal %+v", e)
+			}
+		})
+	}
+}

@@ -53,6 +53,11 @@ type Route struct {
 	// MaxOutputTokens is the most a Messages API request may ask the
 	// model to generate; zero means no limit.
 	MaxOutputTokens int64
+	// Reasoning is models[].reasoning: how a Messages API request
+	// translated to chat completions asks the backends to think
+	// (config.ReasoningEffort or ReasoningTemplate); "" or "none" means
+	// it does not.
+	Reasoning string
 
 	queue config.Queue
 	// queued counts the requests in waitq, for a release to read without
@@ -142,7 +147,7 @@ func NewRegistry(cfg *config.Config) (*Registry, error) {
 		}
 		rt.adapter = fnv1a([]byte(rt.Upstream))
 		rt.serves = endpointSet(mc.Endpoints)
-		rt.messages, rt.MaxOutputTokens = mc.Messages, mc.MaxOutputTokens
+		rt.messages, rt.MaxOutputTokens, rt.Reasoning = mc.Messages, mc.MaxOutputTokens, mc.Reasoning
 		rt.NameJSON = quoteJSON(rt.Name)
 		rt.UpstreamJSON = quoteJSON(rt.Upstream)
 		for j, name := range mc.Backends {

@@ -371,12 +371,29 @@ type Model struct {
 	// Messages API reply: a larger max_tokens gets a 400 naming the limit.
 	// Zero means no limit of the gateway's (the backend's own applies).
 	MaxOutputTokens int64 `yaml:"max_output_tokens"`
+	// Reasoning is how a Messages API request's thinking reaches the
+	// model's backends when the gateway translates it to chat completions
+	// (a backend serving the API natively gets the request's thinking as
+	// it is): "effort" sends vLLM's reasoning_effort (low, medium or high
+	// from the thinking budget), which gpt-oss reads; "template" sends
+	// chat_template_kwargs {"enable_thinking": true or false}, which the
+	// chat templates of Qwen3 and its kind read. Either way the thinking
+	// blocks of earlier assistant turns go back as reasoning_content.
+	// "none" sends nothing and drops those blocks. Zero means none.
+	Reasoning string `yaml:"reasoning"`
 }
 
 // The values of Model.Messages and Backend.Messages.
 const (
 	MessagesNative    = "native"
 	MessagesTranslate = "translate"
+)
+
+// The values of Model.Reasoning.
+const (
+	ReasoningNone     = "none"
+	ReasoningEffort   = "effort"
+	ReasoningTemplate = "template"
 )
 
 // Signal turns one of the scheduler's signals on or off: "on", "off", or
@@ -443,11 +460,37 @@ type Queue struct {
 	Wait time.Duration `yaml:"wait"`
 }
 
-// Pricing is a model's price per million tokens.
+// Pricing is a model's price per million tokens. Zero prices mean free,
+// but for the cached prompt's and the cache writes', which zero makes the
+// prompt's.
 type Pricing struct {
-	PromptPerMTok       float64 `yaml:"prompt_per_mtok"`
-	CompletionPerMTok   float64 `yaml:"completion_per_mtok"`
+	PromptPerMTok     float64 `yaml:"prompt_per_mtok"`
+	CompletionPerMTok float64 `yaml:"completion_per_mtok"`
+	// CachedPromptPerMTok prices the prompt tokens read from the prompt
+	// cache. Zero means the prompt price.
 	CachedPromptPerMTok float64 `yaml:"cached_prompt_per_mtok"`
+	// CacheWritePerMTok prices the prompt tokens written to the prompt
+	// cache (Anthropic's cache_creation_input_tokens). Zero means the
+	// prompt price.
+	CacheWritePerMTok float64 `yaml:"cache_write_per_mtok"`
+}
+
+// CachedPromptPrice is the price of a million prompt tokens read from the
+// cache.
+func (p Pricing) CachedPromptPrice() float64 {
+	if p.CachedPromptPerMTok > 0 {
+		return p.CachedPromptPerMTok
+	}
+	return p.PromptPerMTok
+}
+
+// CacheWritePrice is the price of a million prompt tokens written to the
+// cache.
+func (p Pricing) CacheWritePrice() float64 {
+	if p.CacheWritePerMTok > 0 {
+		return p.CacheWritePerMTok
+	}
+	return p.PromptPerMTok
 }
 
 // Store selects where usage records and traces are persisted.

@@ -69,3 +69,19 @@ func TestValidateMessagesModes(t *testing.T) {
 	cfg.Models[0].MaxOutputTokens = -1
 	requireFieldError(t, cfg.Validate(), "models[0].max_output_tokens", "")
 }
+
+// TestValidateReasoning accepts "none", "effort", "template" or nothing
+// for how a translated Messages request asks a model to think, and
+// refuses the rest.
+func TestValidateReasoning(t *testing.T) {
+	for _, mode := range []string{"", ReasoningNone, ReasoningEffort, ReasoningTemplate} {
+		cfg := validConfig(t)
+		cfg.Models[0].Reasoning = mode
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("reasoning %q: %v", mode, err)
+		}
+	}
+	cfg := validConfig(t)
+	cfg.Models[0].Reasoning = "enable_thinking"
+	requireFieldError(t, cfg.Validate(), "models[0].reasoning", `want one of "none", "effort", "template", got "enable_thinking"`)
+}

@@ -378,6 +378,7 @@ func (v *validator) models(models []Model, backendNames map[string]int) {
 		v.price(p+".pricing.prompt_per_mtok", m.Pricing.PromptPerMTok)
 		v.price(p+".pricing.completion_per_mtok", m.Pricing.CompletionPerMTok)
 		v.price(p+".pricing.cached_prompt_per_mtok", m.Pricing.CachedPromptPerMTok)
+		v.price(p+".pricing.cache_write_per_mtok", m.Pricing.CacheWritePerMTok)
 		if m.Affinity != "" && m.Affinity != "prefix" {
 			v.addf(p+".affinity", "want \"prefix\" or nothing, got %q", m.Affinity)
 		}
@@ -390,6 +391,9 @@ func (v *validator) models(models []Model, backendNames map[string]int) {
 		v.endpoints(p+".endpoints", m.Endpoints)
 		v.messagesMode(p+".messages", m.Messages)
 		v.nonNegative(p+".max_output_tokens", m.MaxOutputTokens)
+		if m.Reasoning != "" {
+			v.oneOf(p+".reasoning", m.Reasoning, ReasoningNone, ReasoningEffort, ReasoningTemplate)
+		}
 	}
 	// Fallbacks are checked once every model name is known, so that a
 	// model may fall back to one listed after it.

@@ -243,7 +243,7 @@ func (e *Enforcer) Admit(key *auth.Key, model string, estimate int64) (accountin
 	h := &hold{limits: st.limits, enforcer: e, project: key.Project}
 	if p.spend {
 		price := e.price(model)
-		perToken := max(price.PromptPerMTok, price.CompletionPerMTok, price.CachedPromptPerMTok) / 1e6
+		perToken := max(price.PromptPerMTok, price.CompletionPerMTok, price.CachedPromptPerMTok, price.CacheWritePerMTok) / 1e6
 		r, err := st.limits.Reserve(accounting.Subject{Team: key.Project, Key: spendKey}, accounting.NanoUSD(float64(estimate)*perToken))
 		if err != nil {
 			return nil, quotaRefusal(err)
@@ -273,7 +273,7 @@ type hold struct {
 // the spend limit their cost at the model's price.
 func (h *hold) Settle(rec *accounting.Record) {
 	h.limits.Settle(h.rate, rec.TotalTokens)
-	cost := accounting.PriceTokens(h.enforcer.price(rec.Model), rec.PromptTokens, rec.CompletionTokens, rec.CachedTokens)
+	cost := accounting.PriceUsage(h.enforcer.price(rec.Model), rec.PromptTokens, rec.CompletionTokens, rec.CachedTokens, rec.CacheWriteTokens)
 	h.limits.Settle(h.spend, accounting.NanoUSD(cost.Total()))
 }
 

@@ -23,9 +23,9 @@ import (
 // and turns back. Nothing else differs: limits, budgets, retries and the
 // usage record are chat's.
 type messagesAPI struct {
-	// count is POST /v1/messages/count_tokens: no generation, nothing
-	// charged; a chat backend is asked for one token to learn the
-	// prompt's count.
+	// count is POST /v1/messages/count_tokens: no generation; a chat
+	// backend is asked for one token to learn the prompt's count, and
+	// that request is charged as any other (see messagesReply).
 	count bool
 }
 
@@ -106,7 +106,9 @@ func writeMessagesError(ctx *fasthttp.RequestCtx, e *openai.Error, requestID str
 // natively gets the client's body with the upstream model id spliced in;
 // any other gets the chat completions request translation makes (for
 // count_tokens, one asking for a single token, whose prompt count is the
-// answer). It sets c.native for the reply's handling.
+// answer). It sets c.native for the reply's handling. A request
+// translated for a model without tool calling may not ask for a tool
+// (anthropic.Request.ToolChoiceRefusal).
 func (c *exchange) messagesUpstream(dst, body []byte, route *backends.Route, b *backends.Backend) ([]byte, backends.Endpoint, *openai.Error) {
 	c.native = route.MessagesNative(b)
 	if c.native {
@@ -116,15 +118,33 @@ func (c *exchange) messagesUpstream(dst, body []byte, route *backends.Route, b *
 		}
 		return openai.AppendUpstreamBody(dst, body, c.req, route.UpstreamJSON, false), up, nil
 	}
+	// The model's tool calling rule is chat's (serve applies it to chat
+	// requests); a backend serving the API natively decides for itself.
+	if e := c.msg.ToolChoiceRefusal(route.Name, route.ToolCalling); e != nil {
+		return dst, backends.EndpointChat, fromAnthropic(e)
+	}
 	if c.ep.messages.count {
 		c.msg.MaxTokens = 1
 	}
 	out, e := translate.ChatRequest(dst, body, c.msg, translate.ChatOptions{Model: route.Upstream,
-		MaxOutputTokens: route.MaxOutputTokens, ContinuousUsage: b.ContinuousUsage()})
+		MaxOutputTokens: route.MaxOutputTokens, Reasoning: chatReasoning(route.Reasoning),
+		ContinuousUsage: b.ContinuousUsage()})
 	if e != nil {
 		return dst, backends.EndpointChat, fromAnthropic(e)
 	}
 	return out, backends.EndpointChat, nil
+}
+
+// chatReasoning is how translation asks a backend to think, for a model
+// whose models[].reasoning is mode.
+func chatReasoning(mode string) translate.Reasoning {
+	switch mode {
+	case config.ReasoningEffort:
+		return translate.ReasoningEffort
+	case config.ReasoningTemplate:
+		return translate.ReasoningTemplate
+	}
+	return translate.ReasoningNone
 }
 
 // shownModel is the model id a reply names (see replyModel).
@@ -138,13 +158,18 @@ func (c *exchange) shownModel(served *backends.Route) string {
 // messagesReply turns a backend's 2xx non-streamed reply, rbody, into the
 // client's body, appended to dst, and fills c's usage and completion id.
 // A native reply passes with the model renamed (replyModel, when not nil);
-// a chat reply is translated. A count_tokens answer charges nothing.
+// a chat reply is translated. A native count_tokens answer charges
+// nothing (the backend only tokenized the prompt); a translated one is
+// charged the tokens of the one-token chat request that counted them.
 func (c *exchange) messagesReply(dst, rbody []byte, served *backends.Route, backend string, replyModel []byte) ([]byte, *openai.Error) {
 	if !anthropic.ValidReply(rbody, c.gen.cfg.Server.MaxJSONDepth) {
 		return dst, &openai.Error{Status: fasthttp.StatusBadGateway, Type: "api_error", Code: "upstream_error",
 			Message: "Backend " + backend + " answered 200 with a body that is not a JSON object."}
 	}
-	var u openai.UsageCounts
+	var (
+		u          openai.UsageCounts
+		cacheWrite int64
+	)
 	switch {
 	case c.native && c.ep.messages.count:
 		return append(dst, rbody...), nil
@@ -154,7 +179,7 @@ func (c *exchange) messagesReply(dst, rbody []byte, served *backends.Route, back
 		if err := au.Set(root.Get("usage"), false); err != nil {
 			return dst, invalidUsage(backend, err)
 		}
-		u = messagesUsage(au)
+		u, cacheWrite = messagesUsage(au), au.CacheCreation
 		// The id enters here, bounded by the rule every backend id obeys.
 		c.rec.CompletionID = strings.Clone(openai.BackendID(root.Get("id").Str))
 		c.rec.FinishReasons = anthropic.FinishReasons(root)
@@ -173,8 +198,11 @@ func (c *exchange) messagesReply(dst, rbody []byte, served *backends.Route, back
 			return dst, invalidUsage(backend, err)
 		}
 		if c.ep.messages.count {
+			// The backend ran the prompt and generated a token for it:
+			// recorded and charged as the chat request it was.
 			dst = append(dst, `{"input_tokens":`...)
-			return append(strconv.AppendInt(dst, u.Input, 10), '}'), nil
+			dst = append(strconv.AppendInt(dst, u.Input, 10), '}')
+			break
 		}
 		var ae *anthropic.Error
 		if dst, _, ae = translate.MessagesReply(dst, rbody, c.shownModel(served)); ae != nil {
@@ -185,6 +213,7 @@ func (c *exchange) messagesReply(dst, rbody []byte, served *backends.Route, back
 		c.rec.FinishReasons = reply.Finish
 	}
 	recordUsage(&c.rec, &u, u.Output)
+	c.rec.CacheWriteTokens = cacheWrite
 	return dst, nil
 }
 

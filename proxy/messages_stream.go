@@ -66,9 +66,12 @@ func (sb *streamBody) process(dst, ev []byte) []byte {
 type streamFacts struct {
 	usage        openai.UsageCounts
 	outputTokens int64
-	replyID      string
-	created      int64
-	finish       finish.Reasons
+	// cacheWrite are the prompt tokens a native stream reported written
+	// to the cache, which chat's counts have no place for.
+	cacheWrite int64
+	replyID    string
+	created    int64
+	finish     finish.Reasons
 	// errMessage is the backend's in-band error, "" when none came.
 	errMessage string
 	// usageErr is why a usage block was refused.
@@ -78,7 +81,8 @@ type streamFacts struct {
 // facts reads the facts of the stream from the processor that ran.
 func (sb *streamBody) facts() streamFacts {
 	if m := &sb.messages; m.on && m.native {
-		return streamFacts{usage: messagesUsage(m.events.Usage()), outputTokens: m.events.OutputTokens(),
+		u := m.events.Usage()
+		return streamFacts{usage: messagesUsage(u), outputTokens: m.events.OutputTokens(), cacheWrite: u.CacheCreation,
 			replyID: openai.BackendID(m.events.ReplyID()), finish: m.events.FinishReasons(), errMessage: m.events.ErrorMessage(),
 			usageErr: m.events.UsageErr()}
 	}
@@ -111,7 +115,8 @@ func (sb *streamBody) done() bool {
 
 // messagesUsage is what a Messages API usage is charged as: the prompt is
 // the input with the tokens read from and written to the cache, of which
-// the reads are the cached tokens.
+// the reads are the cached tokens (the writes, u.CacheCreation, are the
+// record's CacheWriteTokens).
 func messagesUsage(u anthropic.Usage) openai.UsageCounts {
 	prompt := u.Prompt()
 	return openai.UsageCounts{Input: prompt, Output: u.Output, Total: prompt + u.Output, Cached: u.CacheRead, Reported: u.Reported}

@@ -47,6 +47,19 @@ func (u *upstreamSeen) last(t *testing.T) seenRequest {
 // which path each request took.
 func newMessagesHarness(t *testing.T, mode string) (*harness, *upstreamSeen) {
 	t.Helper()
+	return newMessagesHarnessWith(t, mode, `  - name: llama
+    upstream_model: meta-llama/Llama-3.1-8B-Instruct
+    backends: [sim]
+    tool_calling: true
+    max_output_tokens: 100
+`, nil)
+}
+
+// newMessagesHarnessWith is newMessagesHarness with the models' YAML
+// (their backend is "sim") and, when answer is not nil, an upstream that
+// answers every request with it rather than with the simulated backend.
+func newMessagesHarnessWith(t *testing.T, mode, models string, answer http.HandlerFunc) (*harness, *upstreamSeen) {
+	t.Helper()
 	n := newNode(t, "sim-node", simulated.Options{})
 	seen := &upstreamSeen{}
 	target, _ := url.Parse("http://" + n.addr)
@@ -58,6 +71,10 @@ func newMessagesHarness(t *testing.T, mode string) (*harness, *upstreamSeen) {
 		seen.reqs = append(seen.reqs, seenRequest{path: r.URL.Path, body: string(body), header: r.Header.Clone()})
 		seen.mu.Unlock()
 		r.Body = io.NopCloser(bytes.NewReader(body))
+		if answer != nil {
+			answer(w, r)
+			return
+		}
 		rp.ServeHTTP(w, r)
 	})}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -68,12 +85,7 @@ func newMessagesHarness(t *testing.T, mode string) (*harness, *upstreamSeen) {
 	t.Cleanup(func() { _ = front.Close() })
 	h := newHarness(t, harnessOptions{
 		backends: []backendSpec{{node: &node{name: "sim", addr: ln.Addr().String()}, yaml: "messages: " + mode}},
-		models: `  - name: llama
-    upstream_model: meta-llama/Llama-3.1-8B-Instruct
-    backends: [sim]
-    tool_calling: true
-    max_output_tokens: 100
-`,
+		models:   models,
 	})
 	return h, seen
 }
@@ -329,9 +341,18 @@ func TestMessagesNativeAndTranslated(t *testing.T) {
 				if r.status != 200 || r.json("input_tokens").Int() != plain.json("usage.input_tokens").Int() {
 					t.Errorf("count %d %s, reply's usage %s", r.status, r.body, plain.json("usage").Raw)
 				}
+				// A native backend only tokenizes, and nothing is charged;
+				// a chat backend ran the prompt and generated one token,
+				// which are charged as the chat request they were.
 				rec := h.recorder.wait(t, 10)
-				if rec.Endpoint != "messages.count_tokens" || rec.PromptTokens != 0 || rec.TotalTokens != 0 {
-					t.Errorf("count_tokens is charged: %+v", rec)
+				wantPrompt, wantCompletion := int64(0), int64(0)
+				if mode == "translate" {
+					wantPrompt, wantCompletion = r.json("input_tokens").Int(), 1
+				}
+				if rec.Endpoint != "messages.count_tokens" || rec.Status != 200 || rec.PromptTokens != wantPrompt ||
+					rec.CompletionTokens != wantCompletion || rec.TotalTokens != wantPrompt+wantCompletion {
+					t.Errorf("count_tokens recorded %d+%d=%d tokens, want %d+%d: %+v", rec.PromptTokens, rec.CompletionTokens,
+						rec.TotalTokens, wantPrompt, wantCompletion, rec)
 				}
 			})
 

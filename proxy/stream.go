@@ -353,6 +353,7 @@ func (sb *streamBody) CloseWithError(clientErr error) error {
 	f := sb.facts()
 	usage := &f.usage
 	recordUsage(&c.rec, usage, f.outputTokens)
+	c.rec.CacheWriteTokens = f.cacheWrite
 	c.rec.CompletionID, c.rec.CompletionCreated = f.replyID, f.created
 	c.rec.FinishReasons = f.finish
 	c.rec.Status = fasthttp.StatusOK
@@ -367,14 +368,14 @@ func (sb *streamBody) CloseWithError(clientErr error) error {
 		s.metrics.streamErrors.WithLabelValues(c.rec.Model, "inband").Inc()
 		if !usage.Reported {
 			// An error is charged only what the backend reported.
-			c.rec.PromptTokens, c.rec.CompletionTokens, c.rec.TotalTokens, c.rec.CachedTokens = 0, 0, 0, 0
+			c.rec.ClearTokens()
 		}
 	case f.usageErr != nil:
 		// The tokens recorded are the last valid cumulative count, if
 		// any: what the backend reported before its usage went bad.
 		c.rec.Error = "backend sent an invalid usage block: " + f.usageErr.Error()
 		if !usage.Reported {
-			c.rec.PromptTokens, c.rec.CompletionTokens, c.rec.TotalTokens, c.rec.CachedTokens = 0, 0, 0, 0
+			c.rec.ClearTokens()
 		}
 		s.metrics.streamErrors.WithLabelValues(c.rec.Model, "invalid_usage").Inc()
 	case sb.upstreamErr != nil:

@@ -87,7 +87,11 @@ func appendGatewayAttributes(b []byte, rec *accounting.Record) []byte {
 
 // appendGatewaySummary appends the summary of a record's call:
 // {"usage":{"<model>":{...}}}, the Weave shape the trace usage roll-up
-// reads, with the keys in the order the calls stored so far have them.
+// reads, with the keys in the order the calls stored so far have them;
+// cache_creation_input_tokens (the record's CacheWriteTokens, part of its
+// prompt_tokens), named as Weave's Anthropic integration names it, only
+// when the backend reported cache writes, so that the summaries of every
+// other call keep their bytes.
 func appendGatewaySummary(b []byte, rec *accounting.Record) []byte {
 	b = append(b, `{"usage":{`...)
 	b = jsonstr.Append(b, rec.Model)
@@ -99,6 +103,10 @@ func appendGatewaySummary(b []byte, rec *accounting.Record) []byte {
 	b = strconv.AppendInt(b, rec.TotalTokens, 10)
 	b = append(b, `,"cache_read_input_tokens":`...)
 	b = strconv.AppendInt(b, rec.CachedTokens, 10)
+	if rec.CacheWriteTokens != 0 {
+		b = append(b, `,"cache_creation_input_tokens":`...)
+		b = strconv.AppendInt(b, rec.CacheWriteTokens, 10)
+	}
 	return append(b, "}}}"...)
 }
 
@@ -129,6 +137,10 @@ type gatewayRow struct {
 // strings: its two times and the JSON around the attributes and summary.
 const gatewayRowText = 320
 
+// gatewayCacheWriteText is the most text a record's cache writes add to
+// its summary: the key and a count of up to 20 digits.
+const gatewayCacheWriteText = len(`,"cache_creation_input_tokens":`) + 20
+
 // gatewayCallRows returns the rows of recs' calls and the text they
 // bound. All of a batch's text is one string, built through one reused
 // buffer, so that a record's four texts cost no allocation of their own;
@@ -140,6 +152,9 @@ func gatewayCallRows(recs []accounting.Record, projects map[[2]string]*gatewayPr
 		rec := &recs[i]
 		size += gatewayRowText + len(rec.RequestID) + len(rec.KeyName) + len(rec.Backend) + len(rec.ServedModel) +
 			len(rec.CompletionID) + len(rec.Model)
+		if rec.CacheWriteTokens != 0 {
+			size += gatewayCacheWriteText
+		}
 	}
 	var text strings.Builder
 	text.Grow(size)

@@ -263,7 +263,7 @@ func (d *DB) UsageBuckets(ctx context.Context, q accounting.UsageQuery) ([]accou
 	}
 	dl := d.dialect
 	sb.WriteString(", " + dl.sumTokens("prompt_tokens") + ", " + dl.sumTokens("completion_tokens") +
-		", " + dl.sumTokens("cached_tokens") + `,
+		", " + dl.sumTokens("cached_tokens") + ", " + dl.sumTokens("cache_write_tokens") + `,
 		CAST(SUM(requests) AS BIGINT), CAST(SUM(records) AS BIGINT)
 		FROM usage_rollup WHERE started_sec >= ? AND started_sec < ?`)
 	args = append(args, ceilSecond(start), ceilSecond(q.End.UnixNano()))
@@ -311,7 +311,7 @@ func (d *DB) UsageBuckets(ctx context.Context, q accounting.UsageQuery) ([]accou
 			bucket int64
 		)
 		if err := rows.Scan(&bucket, &r.Team, &r.Project, &r.Model, &r.KeyName, &r.Endpoint, &r.Status,
-			&r.InputTokens, &r.OutputTokens, &r.CachedTokens, &r.Requests, &r.Records); err != nil {
+			&r.InputTokens, &r.OutputTokens, &r.CachedTokens, &r.CacheWriteTokens, &r.Requests, &r.Records); err != nil {
 			return nil, fmt.Errorf("usage buckets: %w", err)
 		}
 		r.BucketStart = time.Unix(0, start+bucket*int64(q.BucketWidth)).UTC()

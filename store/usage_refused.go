@@ -73,6 +73,7 @@ type refusedRecord struct {
 	CompletionTokens  int64     `json:"completion_tokens"`
 	TotalTokens       int64     `json:"total_tokens"`
 	CachedTokens      int64     `json:"cached_tokens"`
+	CacheWriteTokens  int64     `json:"cache_write_tokens,omitempty"`
 	Started           time.Time `json:"started"`
 	Ended             time.Time `json:"ended"`
 	Input             string    `json:"input,omitempty"`
@@ -94,7 +95,7 @@ func (d *DB) SetAside(ctx context.Context, rec accounting.Record, reason string)
 		Backend: r.Backend, CompletionID: r.CompletionID, CompletionCreated: r.CompletionCreated,
 		Endpoint: recordEndpoint(r), Status: r.Status, Error: r.Error, Stream: r.Stream, Incomplete: r.Incomplete,
 		PromptTokens: r.PromptTokens, CompletionTokens: r.CompletionTokens, TotalTokens: r.TotalTokens,
-		CachedTokens: r.CachedTokens, Started: r.Started.UTC(), Ended: r.Ended.UTC(),
+		CachedTokens: r.CachedTokens, CacheWriteTokens: r.CacheWriteTokens, Started: r.Started.UTC(), Ended: r.Ended.UTC(),
 		Input: string(r.Input), Output: string(r.Output),
 	})
 	if err != nil {

@@ -37,7 +37,7 @@ func (k *rollupKey) compare(o *rollupKey) int {
 // rollupSums are the sums of a usage_rollup row. Token sums count a
 // negative count as 0 and saturate at math.MaxInt64, as sumTokens does.
 type rollupSums struct {
-	prompt, completion, cached, total int64
+	prompt, completion, cached, cacheWrite, total int64
 	// spent is what a budget counts of a record: its total, or its prompt
 	// and completion tokens when the total is 0 (a proxy leaving the total
 	// unset cannot reset a budget).
@@ -51,6 +51,7 @@ func (s *rollupSums) add(r *accounting.Record) {
 	s.prompt = accounting.AddTokens(s.prompt, prompt)
 	s.completion = accounting.AddTokens(s.completion, completion)
 	s.cached = accounting.AddTokens(s.cached, max(r.CachedTokens, 0))
+	s.cacheWrite = accounting.AddTokens(s.cacheWrite, max(r.CacheWriteTokens, 0))
 	s.total = accounting.AddTokens(s.total, total)
 	if total == 0 {
 		total = accounting.AddTokens(prompt, completion)
@@ -83,18 +84,24 @@ func (u *usageRollup) add(r *accounting.Record) {
 	s.add(r)
 }
 
-// rollupCols are the columns of usage_rollup, key first.
-const rollupCols = `started_sec, team, project, key_name, model, endpoint, status_class,
+// rollupCols3 are the columns usage_rollup was created with (version 3),
+// key first, which the migration that created it filled.
+const rollupCols3 = `started_sec, team, project, key_name, model, endpoint, status_class,
 	prompt_tokens, completion_tokens, cached_tokens, total_tokens, spent_tokens, requests, records`
+
+// rollupCols are the columns of usage_rollup: cache_write_tokens came with
+// version 6.
+const rollupCols = rollupCols3 + `, cache_write_tokens`
 
 // upsertRollup adds rows to usage_rollup.
 var upsertRollup = multiRowInsert{
 	head: `INSERT INTO usage_rollup (` + rollupCols + `) VALUES `,
-	cols: 14,
+	cols: 15,
 	tail: ` ON CONFLICT (started_sec, team, project, key_name, model, endpoint, status_class) DO UPDATE SET
 	prompt_tokens = ` + addTokens("usage_rollup.prompt_tokens", "excluded.prompt_tokens") + `,
 	completion_tokens = ` + addTokens("usage_rollup.completion_tokens", "excluded.completion_tokens") + `,
 	cached_tokens = ` + addTokens("usage_rollup.cached_tokens", "excluded.cached_tokens") + `,
+	cache_write_tokens = ` + addTokens("usage_rollup.cache_write_tokens", "excluded.cache_write_tokens") + `,
 	total_tokens = ` + addTokens("usage_rollup.total_tokens", "excluded.total_tokens") + `,
 	spent_tokens = ` + addTokens("usage_rollup.spent_tokens", "excluded.spent_tokens") + `,
 	requests = usage_rollup.requests + excluded.requests,
@@ -115,7 +122,7 @@ func (u *usageRollup) write(ctx context.Context, c conn) error {
 		k := &keys[i]
 		s := u.sums[*k]
 		return append(args, k.sec, k.team, k.project, k.key, k.model, k.endpoint, k.status,
-			s.prompt, s.completion, s.cached, s.total, s.spent, s.requests, s.records), nil
+			s.prompt, s.completion, s.cached, s.total, s.spent, s.requests, s.records, s.cacheWrite), nil
 	})
 }
 
@@ -246,7 +253,7 @@ func fillRollupSQL(d dialect) string {
 	spentTotal := d.sumTokens("total_tokens")
 	spentPrompt := d.sumTokens("CASE WHEN total_tokens > 0 THEN 0 ELSE prompt_tokens END")
 	spentCompletion := d.sumTokens("CASE WHEN total_tokens > 0 THEN 0 ELSE completion_tokens END")
-	return `INSERT INTO usage_rollup (` + rollupCols + `)
+	return `INSERT INTO usage_rollup (` + rollupCols3 + `)
 	SELECT ` + floorSecondSQL + `, team, project, key_name, model, endpoint, ` + usageStatusSQL() + `, ` +
 		d.sumTokens("prompt_tokens") + `, ` + d.sumTokens("completion_tokens") + `, ` +
 		d.sumTokens("cached_tokens") + `, ` + d.sumTokens("total_tokens") + `, ` +

@@ -25,7 +25,7 @@ func rewindRollup(t *testing.T, d *store.DB, cfg config.Store) *store.DB {
 		`CREATE INDEX usage_records_team_project_started ON usage_records (team, project, started)`,
 		`CREATE INDEX usage_records_model_started ON usage_records (model, started)`,
 		`CREATE INDEX usage_records_request_id ON usage_records (request_id)`,
-		`DELETE FROM schema_migrations WHERE component = 'usage' AND version = 3`,
+		`DELETE FROM schema_migrations WHERE component = 'usage' AND version IN (3, 6)`,
 	)
 }
 

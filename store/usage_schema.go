@@ -66,6 +66,12 @@ package store
 // Version 4 creates usage_batches, and InsertRecords stops writing
 // usage_records, a row that repeated the gateway call's fields, so that a
 // record's fields are written and allocated once rather than twice.
+//
+// Version 6 adds usage_rollup.cache_write_tokens, the sum of the records'
+// CacheWriteTokens (prompt tokens written to a backend's prompt cache,
+// part of prompt_tokens as cached_tokens are), so that they can be priced
+// apart. Rows summed before it hold 0: the records they sum counted their
+// cache writes in prompt_tokens only.
 var usageMigrations = []migration{
 	{
 		component: "usage",
@@ -229,6 +235,16 @@ var usageMigrations = []migration{
 				reason        TEXT NOT NULL,
 				record        TEXT NOT NULL
 			)`,
+		},
+	},
+	{
+		component: "usage",
+		version:   6,
+		sqlite: []string{
+			`ALTER TABLE usage_rollup ADD COLUMN cache_write_tokens INTEGER NOT NULL DEFAULT 0`,
+		},
+		postgres: []string{
+			`ALTER TABLE usage_rollup ADD COLUMN cache_write_tokens BIGINT NOT NULL DEFAULT 0`,
 		},
 	},
 }

@@ -80,6 +80,7 @@ func gatewayCallRecord(t *testing.T, d *store.DB, callID string) accounting.Reco
 		}
 		r.Model, r.PromptTokens, r.CompletionTokens = model, u.Get("prompt_tokens").Int(), u.Get("completion_tokens").Int()
 		r.TotalTokens, r.CachedTokens = u.Get("total_tokens").Int(), u.Get("cache_read_input_tokens").Int()
+		r.CacheWriteTokens = u.Get("cache_creation_input_tokens").Int()
 	}
 	return r
 }

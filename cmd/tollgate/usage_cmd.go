@@ -141,6 +141,7 @@ func printUsage(w io.Writer, priced []accounting.CostRow, column usageColumn, q 
 		sum.OutputTokens = accounting.AddTokens(sum.OutputTokens, r.OutputTokens)
 		sum.Cost.Input += r.Cost.Input
 		sum.Cost.CachedInput += r.Cost.CachedInput
+		sum.Cost.CacheWriteInput += r.Cost.CacheWriteInput
 		sum.Cost.Output += r.Cost.Output
 	}
 	// The rows come split by model as well, to be priced: one per name.

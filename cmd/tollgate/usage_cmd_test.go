@@ -107,6 +107,8 @@ func TestUsageCommandByEndpoint(t *testing.T) {
 			r.Endpoint, r.CachedTokens = endpoint, cached
 			return r
 		}
+		messages := rec("m1", "messages", 90, 5, 30)
+		messages.CacheWriteTokens = 50
 		path := seedUsage(t, cfg,
 			rec("c1", "chat.completions", 10, 5, 2),
 			rec("c2", "", 1, 1, 0),
@@ -114,15 +116,22 @@ func TestUsageCommandByEndpoint(t *testing.T) {
 			rec("e1", "embeddings", 40, 0, 0),
 			rec("e2", "embeddings", 60, 0, 0),
 			rec("r1", "responses", 20, 30, 4),
+			// Anthropic's Messages API: a message whose input counts its
+			// cache reads and writes, and a count_tokens a native backend
+			// answered, a request of no tokens.
+			messages,
+			rec("n1", "messages.count_tokens", 0, 0, 0),
 		)
 		got := usageTable(t, "-config", path, "-by", "endpoint")
 		want := [][]string{
 			{"ENDPOINT", "REQUESTS", "INPUT", "CACHED", "OUTPUT", "TOTAL", "COST"},
 			{"embeddings", "2", "100", "0", "0", "100", "0.000000"},
+			{"messages", "1", "90", "30", "5", "95", "0.000000"},
 			{"responses", "1", "20", "4", "30", "50", "0.000000"},
 			{"chat.completions", "2", "11", "2", "6", "17", "0.000000"},
 			{"completions", "1", "7", "0", "3", "10", "0.000000"},
-			{"TOTAL", "6", "138", "6", "39", "177", "0.000000"},
+			{"messages.count_tokens", "1", "0", "0", "0", "0", "0.000000"},
+			{"TOTAL", "8", "228", "36", "44", "272", "0.000000"},
 		}
 		checkTable(t, got, want)
 	})

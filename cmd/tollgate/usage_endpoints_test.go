@@ -158,3 +158,63 @@ usage: {flush_interval: 50ms}
 		}
 	})
 }
+
+// TestUsageCommandMessagesThroughGateway sends Anthropic Messages API
+// requests through the gateway to a chat backend, which the gateway
+// translates for, and reads them back with `tollgate usage -by endpoint`:
+// messages with the tokens the chat usage reported, and count_tokens
+// charged the chat request that counted the prompt.
+func TestUsageCommandMessagesThroughGateway(t *testing.T) {
+	storetest.ForEachConfig(t, func(t *testing.T, st config.Store) {
+		backend := endpointBackend(t)
+		storeLine := fmt.Sprintf("store: {path: %q}", st.Path)
+		if st.Driver == storetest.Postgres {
+			storeLine = fmt.Sprintf("store: {driver: postgres, dsn: %q}", st.DSN)
+		}
+		cfg, err := config.Parse([]byte(fmt.Sprintf(`
+listen: "127.0.0.1:0"
+log: {level: error}
+auth:
+  keys:
+    - {name: admin, key: %q, teams: ["*"], default_team: acme, admin: true}
+backends:
+  - name: fixed
+    url: %q
+models:
+  - name: demo
+    backends: [fixed]
+%s
+usage: {flush_interval: 50ms}
+`, adminKey, backend.URL+"/v1", storeLine)), "test.yaml")
+		if err != nil {
+			t.Fatalf("config: %v", err)
+		}
+		g := start(t, cfg)
+		for _, s := range []struct{ path, body string }{
+			{"/v1/messages", `{"model":"demo","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`},
+			{"/v1/messages", `{"model":"demo","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`},
+			{"/v1/messages/count_tokens", `{"model":"demo","messages":[{"role":"user","content":"hi"}]}`},
+		} {
+			if code, body := g.do(t, "POST", s.path, adminKey, s.body); code != http.StatusOK {
+				t.Fatalf("POST %s: %d %s", s.path, code, body)
+			}
+		}
+		// The chat reply's usage: 11 prompt tokens (2 cached), 3
+		// completion tokens, for each request.
+		want := [][]string{
+			{"ENDPOINT", "REQUESTS", "INPUT", "CACHED", "OUTPUT", "TOTAL", "COST"},
+			{"messages", "2", "22", "4", "6", "28", "0.000000"},
+			{"messages.count_tokens", "1", "11", "2", "3", "14", "0.000000"},
+			{"TOTAL", "3", "33", "6", "9", "42", "0.000000"},
+		}
+		path := usageCmdConfig(t, st)
+		var got [][]string
+		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			got = usageTable(t, "-config", path, "-by", "endpoint")
+			if reflect.DeepEqual(got, want) || time.Now().After(deadline) {
+				break
+			}
+		}
+		checkTable(t, got, want)
+	})
+}
