@@ -31,14 +31,16 @@ func (s signals) readsServer() bool { return s.queue || s.kv || s.lora }
 
 // The weights of the score of a backend with free capacity. The prefix
 // term is the prefill the backend saves the request, in units of
-// routing.queue_cost_tokens: the cached prompt tokens that pay for a whole
-// wait in a queue pay here for a whole server's slots in use, so that the
-// score and the queue rule agree, and a long prompt's miss weighs more
-// than a short one's. The running term is the share of its sequence slots
-// in use, the KV term the share of its KV cache in use, the LoRA term one
-// when it has the request's adapter loaded.
+// routing.queue_cost_tokens (the cached prompt that pays for a whole wait
+// in a queue), so that a long prompt's miss weighs more than a short
+// one's. The running term is the share of its sequence slots in use, the
+// KV term the share of its KV cache in use, the LoRA term one when it has
+// the request's adapter loaded. A backend with every slot in use but a
+// free one slows a request's prefill and tokens (vLLM batches it with the
+// rest) without making it wait, so all its slots in use count as half a
+// wait: the prefix term's weight is twice the running term's.
 const (
-	weightPrefix  = 1
+	weightPrefix  = 2
 	weightRunning = 1
 	weightKV      = 0.5
 	weightLoRA    = 1
