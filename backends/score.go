@@ -30,11 +30,15 @@ func signalsOf(m *config.Model) signals {
 func (s signals) readsServer() bool { return s.queue || s.kv || s.lora }
 
 // The weights of the score of a backend with free capacity. The prefix
-// term is the share of the request's blocks the backend holds, the running
-// term the share of its sequence slots in use, the KV term the share of its
-// KV cache in use, the LoRA term one when it has the request's adapter
-// loaded. A backend holding all of a prompt thus stays preferred until it
-// is about twice as busy, in slot shares, as one holding none of it.
+// term is the prefill the backend saves the request, in units of
+// routing.queue_cost_tokens (the cached prompt that pays for a whole wait
+// in a queue), so that a long prompt's miss weighs more than a short
+// one's. The running term is the share of its sequence slots in use, the
+// KV term the share of its KV cache in use, the LoRA term one when it has
+// the request's adapter loaded. A backend with every slot in use but a
+// free one slows a request's prefill and tokens (vLLM batches it with the
+// rest) without making it wait, so all its slots in use count as half a
+// wait: the prefix term's weight is twice the running term's.
 const (
 	weightPrefix  = 2
 	weightRunning = 1
@@ -48,8 +52,8 @@ const (
 // across backends of different weights.
 const assumedRunning = 16
 
-// candidateSlots is how many requests fewer a backend may need to score as
-// well as the best one and still be drawn.
+// candidateSlots is how many requests fewer a backend holding as much of
+// the prompt as the best one may need to score as well and still be drawn.
 const candidateSlots = 2
 
 // scoreTie absorbs rounding when scores are compared.
@@ -114,13 +118,11 @@ func (r *Route) assess(b *Backend, blocks []uint64) assessment {
 	return a
 }
 
-// score ranks a backend with free capacity for a request of n blocks;
-// higher is better.
-func (a *assessment) score(n int) float64 {
-	s := -weightRunning*a.runShare - weightKV*a.kvUsage
-	if n > 0 {
-		s += weightPrefix * float64(a.held) / float64(n)
-	}
+// score ranks a backend with free capacity for a request; higher is
+// better. queueCostTokens is routing.queue_cost_tokens.
+func (a *assessment) score(queueCostTokens int64) float64 {
+	s := weightPrefix*float64(heldTokens(a.held))/float64(queueCostTokens) -
+		weightRunning*a.runShare - weightKV*a.kvUsage
 	if a.adapter {
 		s += weightLoRA
 	}
@@ -137,19 +139,23 @@ func (a *assessment) score(n int) float64 {
 // (prefix held, slots and KV cache in use, LoRA adapter loaded), and among
 // queueing ones the least wait net of its prefix.
 //
-// The best score does not win outright: every free backend that would
-// score as well with candidateSlots requests fewer is a candidate, and one
-// is drawn by weight. So backends that differ by a request or two share the traffic in
+// The best score does not win outright: every free backend that holds as
+// much of the prompt as the best one and would score as well with
+// candidateSlots requests fewer is a candidate, and one is drawn by weight.
+// So backends that differ by a request or two share the traffic in
 // proportion to their weights (at idle, exactly), rather than each request
 // piling onto whichever looked least loaded, which also keeps gateway
-// replicas from herding onto one backend.
+// replicas from herding onto one backend. The tolerance is for load only:
+// a backend holding less of the prompt is not drawn, or a conversation
+// would drift off the server holding its turns whenever they are a small
+// part of its prompt beside a shared system prompt.
 func (r *Route) schedule(tried Tried, blocks []uint64) *Backend {
 	if !r.signals.prefix {
 		blocks = nil
 	}
 	var queued, best *Backend
 	bestScore := math.Inf(-1)
-	var queuedHeld int
+	var queuedHeld, bestHeld int
 	var queuedAhead, queuedCost int64
 	for _, b := range r.backends {
 		if !usable(b, tried) {
@@ -163,8 +169,8 @@ func (r *Route) schedule(tried Tried, blocks []uint64) *Backend {
 			}
 			continue
 		}
-		if s := a.score(len(blocks)); s > bestScore {
-			best, bestScore = b, s
+		if s := a.score(r.signals.queueCostTokens); s > bestScore {
+			best, bestScore, bestHeld = b, s, a.held
 		}
 	}
 	if best == nil {
@@ -179,7 +185,8 @@ func (r *Route) schedule(tried Tried, blocks []uint64) *Backend {
 			continue
 		}
 		a := r.assess(b, blocks)
-		if a.ahead > 0 || a.score(len(blocks))+weightRunning*candidateSlots*a.slot < bestScore-scoreTie {
+		if a.ahead > 0 || a.held < bestHeld ||
+			a.score(r.signals.queueCostTokens)+weightRunning*candidateSlots*a.slot < bestScore-scoreTie {
 			continue
 		}
 		drawn += b.weight

@@ -109,6 +109,28 @@ func TestScheduleSignals(t *testing.T) {
 			want: "a",
 		},
 		{
+			// The turns are a small share of the prompt beside the system prompt both hold:
+			// a request less busy must not draw the conversation away from them.
+			name: "prefix: the backend holding the conversation's turns, not one holding only its system prompt",
+			setup: func(a, b *Backend, c []uint64) {
+				a.index.insert(c)
+				b.index.insert(c[:MaxPrefixBlocks-6])
+				reading(a, 3, 0, 8, 0.2)
+				reading(b, 2, 0, 8, 0.2)
+			},
+			want: "a",
+		},
+		{
+			name: "prefix: the system prompt's holder once the turns' holder is much busier",
+			setup: func(a, b *Backend, c []uint64) {
+				a.index.insert(c)
+				b.index.insert(c[:MaxPrefixBlocks-6])
+				reading(a, 7, 0, 8, 0.2)
+				reading(b, 1, 0, 8, 0.2)
+			},
+			want: "b",
+		},
+		{
 			name:    "prefix off: the less busy",
 			routing: config.Routing{Prefix: config.SignalOff},
 			setup: func(a, b *Backend, c []uint64) {

@@ -446,6 +446,7 @@ func (f *fleetBench) scenario(ctx context.Context, loads []openLoad) ([]*tenantL
 	}
 	var mu sync.Mutex
 	warm := f.o.fleetPhase / 5
+	tail := f.o.fleetPhase - f.work.saturatedService(f.eng)
 	_, err := f.phase(ctx, func(end, began time.Time) error {
 		var wg sync.WaitGroup
 		for i, l := range loads {
@@ -469,7 +470,7 @@ func (f *fleetBench) scenario(ctx context.Context, loads []openLoad) ([]*tenantL
 					go func() {
 						defer reqs.Done()
 						s := f.send(f.gw, -1, body, []string{"Compat-Project", l.project}, make([]byte, 16<<10))
-						s.tokens, s.late = conv.turns[0].maxTokens, time.Now().After(end)
+						s.tokens, s.late, s.tail = conv.turns[0].maxTokens, time.Now().After(end), at >= tail
 						if at >= warm {
 							mu.Lock()
 							out[i].add(s)
@@ -486,9 +487,10 @@ func (f *fleetBench) scenario(ctx context.Context, loads []openLoad) ([]*tenantL
 }
 
 // capacity estimates the requests a second the fleet serves with every slot busy, for a
-// single turn under a cached system prompt.
+// single turn under a cached system prompt: with every slot busy, every request runs at the
+// load factor's top.
 func (f *fleetBench) capacity() float64 {
-	return float64(fleetServers*f.eng.maxNumSeqs) / f.work.meanService(f.eng).Seconds()
+	return float64(fleetServers*f.eng.maxNumSeqs) / f.work.saturatedService(f.eng).Seconds()
 }
 
 // fairness runs the well-behaved tenants alone, then with a tenant flooding at floodFactor

@@ -28,6 +28,10 @@ type fleetSample struct {
 	// late says it ended after its phase: its tokens were served from a backlog, once the
 	// load that competed with it had stopped, and do not count as served under that load.
 	late bool
+	// tail says it was sent within a saturated service time of its phase's end: no routing
+	// could answer it within the phase, so its tokens count neither as asked for nor as
+	// served, or the light tenants' last requests would count as demand left unserved.
+	tail bool
 }
 
 // routeResult is what the conversations measured through one routing, pooled over rounds.
@@ -141,20 +145,22 @@ type tenantLoad struct {
 	Name         string          `json:"name"`
 	TTFT         []time.Duration `json:"-"`
 	Sent, Errors int             `json:"-"`
-	// OfferedTokens and ServedTokens are the completion tokens asked for by every request sent,
-	// and by those answered in full within the phase.
+	// OfferedTokens and ServedTokens are the completion tokens asked for by every request sent
+	// early enough to be answered within the phase, and by those answered in full within it.
 	OfferedTokens, ServedTokens int `json:"-"`
 }
 
 func (t *tenantLoad) add(s fleetSample) {
 	t.Sent++
-	t.OfferedTokens += s.tokens
+	if !s.tail {
+		t.OfferedTokens += s.tokens
+	}
 	if s.err != nil {
 		t.Errors++
 		return
 	}
 	t.TTFT = append(t.TTFT, s.ttft)
-	if !s.late {
+	if !s.late && !s.tail {
 		t.ServedTokens += s.tokens
 	}
 }

@@ -219,6 +219,18 @@ func TestFairnessRows(t *testing.T) {
 	}
 }
 
+// TestTenantLoadTail checks that a request sent too late to be answered within its phase
+// keeps its TTFT but counts its tokens neither as asked for nor as served.
+func TestTenantLoadTail(t *testing.T) {
+	var l tenantLoad
+	l.add(fleetSample{ttft: time.Millisecond, tokens: 10})
+	l.add(fleetSample{ttft: 2 * time.Millisecond, tokens: 20, tail: true, late: true})
+	l.add(fleetSample{ttft: 3 * time.Millisecond, tokens: 40, late: true})
+	if l.Sent != 3 || len(l.TTFT) != 3 || l.OfferedTokens != 50 || l.ServedTokens != 10 {
+		t.Errorf("sent %d, %d TTFTs, offered %d, served %d; want 3, 3, 50, 10", l.Sent, len(l.TTFT), l.OfferedTokens, l.ServedTokens)
+	}
+}
+
 func TestPriorityRows(t *testing.T) {
 	alone := &tenantLoad{TTFT: ms(100, 10, 20)}
 	for _, tc := range []struct {

@@ -151,9 +151,21 @@ func simulatedReply(n int) string {
 // middle of the workload's draws: prefill of a new turn's words (the rest cached) plus the
 // reply's tokens, at the load factor's midpoint.
 func (w *fleetWorkload) meanService(e fleetEngine) time.Duration {
+	return w.serviceAt(e, 1+(e.loadFactor-1)/2)
+}
+
+// saturatedService is meanService with every server running max_num_seqs sequences, as in a
+// saturated fleet: at the load factor's top, which is what bounds the fleet's capacity.
+func (w *fleetWorkload) saturatedService(e fleetEngine) time.Duration {
+	return w.serviceAt(e, max(e.loadFactor, 1))
+}
+
+// serviceAt is a request's time on a server, at the middle of the workload's draws, with its
+// prefill and tokens slowed by factor.
+func (w *fleetWorkload) serviceAt(e fleetEngine, factor float64) time.Duration {
 	reply := (w.minReply + w.maxReply) / 2
 	prefill := e.ttft + time.Duration((w.minWords+w.maxWords)/2+8)*e.prefillPerToken
-	return time.Duration(float64(prefill+time.Duration(reply)*e.itl) * (1 + (e.loadFactor-1)/2))
+	return time.Duration(float64(prefill+time.Duration(reply)*e.itl) * factor)
 }
 
 // thinkForBusy is the mean think time that keeps conversations closed-loop workers busy the
