@@ -91,6 +91,10 @@ type limitListener struct {
 	acceptErrors prometheus.Counter
 	refused      prometheus.Counter
 	log          *zap.Logger
+	// closed is set by Close: after it, a failed accept ends Serve
+	// whatever error the listener returns (not every listener wraps
+	// net.ErrClosed, fasthttputil's in-memory one for instance).
+	closed atomic.Bool
 	// Only the server's accepting goroutine reads and writes these.
 	backoff      time.Duration
 	failed       int // accepts failed since the last log line
@@ -113,13 +117,19 @@ func (s *Server) newLimitListener(ln net.Listener, o listenerOptions) *limitList
 		refused:      s.listenerMetrics.refused.WithLabelValues(o.name), log: s.log}
 }
 
+// Close closes the listener, after which Accept returns its error.
+func (l *limitListener) Close() error {
+	l.closed.Store(true)
+	return l.Listener.Close()
+}
+
 // Accept returns the next connection within the cap, answering and closing
 // those beyond it. It returns an error only once the listener is closed.
 func (l *limitListener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
+			if errors.Is(err, net.ErrClosed) || l.closed.Load() {
 				return nil, err
 			}
 			l.acceptFailed(err)
@@ -171,6 +181,8 @@ type countedConn struct {
 	net.Conn
 	l    *limitListener
 	once sync.Once
+	// writeDeadline is the write deadline last set (see Write).
+	writeDeadline time.Time
 }
 
 // Write bounds each write by server.write_timeout: a client that stops
@@ -178,14 +190,33 @@ type countedConn struct {
 // that long, and the server then closes the connection. Every writer of
 // the connection goes through here: fasthttp's, and a stream's goroutine
 // after fasthttp hands the connection over (whose deadline fasthttp, with
-// no WriteTimeout of its own, never sets).
+// no WriteTimeout of its own, never sets). Setting a deadline takes the
+// poller's lock, so it is moved only once less than half of it is left: a
+// stalled write then fails after between half and all of write_timeout.
+// Writers of one connection take turns, never writing at once.
 func (c *countedConn) Write(p []byte) (int, error) {
-	if c.l.writeTimeout > 0 {
-		if err := c.Conn.SetWriteDeadline(time.Now().Add(c.l.writeTimeout)); err != nil {
-			return 0, err
+	if t := c.l.writeTimeout; t > 0 {
+		now := time.Now()
+		if c.writeDeadline.Sub(now) < t/2 {
+			c.writeDeadline = now.Add(t)
+			if err := c.Conn.SetWriteDeadline(c.writeDeadline); err != nil {
+				return 0, err
+			}
 		}
 	}
 	return c.Conn.Write(p)
+}
+
+// SetWriteDeadline and SetDeadline keep Write's record of the deadline
+// true: fasthttp clears every deadline before it hands a connection over.
+func (c *countedConn) SetWriteDeadline(t time.Time) error {
+	c.writeDeadline = t
+	return c.Conn.SetWriteDeadline(t)
+}
+
+func (c *countedConn) SetDeadline(t time.Time) error {
+	c.writeDeadline = t
+	return c.Conn.SetDeadline(t)
 }
 
 func (c *countedConn) Close() error {

@@ -9,9 +9,11 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttputil"
 	"go.uber.org/zap"
 
 	"github.com/tollgate-dev/tollgate/auth"
@@ -103,5 +105,29 @@ func TestAcceptRetries(t *testing.T) {
 	}
 	if _, err := ln.Accept(); !errors.Is(err, net.ErrClosed) {
 		t.Errorf("Accept on a closed listener: %v, want net.ErrClosed", err)
+	}
+}
+
+// TestAcceptEndsOnceClosed: a listener whose Accept after Close fails
+// with an error that is not net.ErrClosed (fasthttputil's in-memory one)
+// still ends Serve once closed, rather than being retried for ever.
+func TestAcceptEndsOnceClosed(t *testing.T) {
+	s := &Server{listenerMetrics: newListenerMetrics(nil), log: zap.NewNop()}
+	ln := s.newLimitListener(fasthttputil.NewInmemoryListener(), listenerOptions{name: "proxy", max: 1})
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := ln.Accept()
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("Accept on a closed listener returned a connection")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Accept on a closed in-memory listener kept retrying")
 	}
 }
