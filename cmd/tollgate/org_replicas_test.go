@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,8 +11,6 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/tidwall/gjson"
-
-	"github.com/tollgate-dev/tollgate/store/storetest"
 )
 
 // TestReplicasShareAdminAPI runs three gateway processes on one PostgreSQL
@@ -22,15 +19,7 @@ import (
 // concurrent load to within one request's cost, and a key revoked on one
 // is refused by every replica within a second.
 func TestReplicasShareAdminAPI(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts three gateway processes")
-	}
-	redisAddr := os.Getenv("TOLLGATE_TEST_REDIS_ADDR")
-	if os.Getenv(storetest.EnvDSN) == "" || redisAddr == "" {
-		t.Skip("needs TOLLGATE_TEST_PG_DSN and TOLLGATE_TEST_REDIS_ADDR: multi-replica test skipped")
-	}
-	st := storetest.Config(t, storetest.Postgres)
-	prefix := fmt.Sprintf("tollgate-test-%d:", time.Now().UnixNano())
+	st, redisAddr, prefix := replicaStores(t)
 	// A request costs 8 prompt tokens at $1000/MTok and 10 completion
 	// tokens at $30000/MTok: 30.8 cents; it reserves its 18 estimated
 	// tokens at the higher price, 54 cents.

@@ -20,6 +20,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/tollgate-dev/tollgate/config"
 	"github.com/tollgate-dev/tollgate/store/storetest"
 )
 
@@ -134,21 +135,28 @@ func (r *replica) post(client *http.Client, key, project, body string) (int, str
 	return resp.StatusCode, string(b), err
 }
 
+// replicaStores skips the test unless PostgreSQL and Redis are there for
+// three gateway processes to share, and returns a fresh PostgreSQL store,
+// Redis's address and a key prefix of the test's own.
+func replicaStores(t *testing.T) (st config.Store, redisAddr, prefix string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts three gateway processes")
+	}
+	redisAddr = os.Getenv("TOLLGATE_TEST_REDIS_ADDR")
+	if os.Getenv(storetest.EnvDSN) == "" || redisAddr == "" {
+		t.Skip("needs TOLLGATE_TEST_PG_DSN and TOLLGATE_TEST_REDIS_ADDR: multi-replica test skipped")
+	}
+	return storetest.Config(t, storetest.Postgres), redisAddr, fmt.Sprintf("tollgate-test-%d:", time.Now().UnixNano())
+}
+
 // TestReplicasShareBudgetAndUsage runs three gateway processes on one
 // PostgreSQL and one Redis: concurrent load spread over them spends one
 // team budget exactly up to its limit, a replica stopped mid-load loses
 // none of the records it acknowledged, and every replica reports the same,
 // exact usage totals.
 func TestReplicasShareBudgetAndUsage(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts three gateway processes")
-	}
-	redisAddr := os.Getenv("TOLLGATE_TEST_REDIS_ADDR")
-	if os.Getenv(storetest.EnvDSN) == "" || redisAddr == "" {
-		t.Skip("needs TOLLGATE_TEST_PG_DSN and TOLLGATE_TEST_REDIS_ADDR: multi-replica test skipped")
-	}
-	st := storetest.Config(t, storetest.Postgres)
-	prefix := fmt.Sprintf("tollgate-test-%d:", time.Now().UnixNano())
+	st, redisAddr, prefix := replicaStores(t)
 	// Each request costs exactly 8 prompt + 10 completion tokens, and the
 	// gateway reserves exactly 18 for it, so 111 fit in a budget of 2000.
 	// The Redis timeout is far above the 50 ms default: past it a replica
