@@ -93,8 +93,9 @@ func openSlowStream(t *testing.T, addr, prompt string) net.Conn {
 
 // Bounds of TestOpenStreamMemory, with the in-process simulated backend's
 // side of each stream included: one goroutine each side, with its heap and
-// stack (the test logs what each stream holds). The heap bound catches a regression of about 8 KiB per stream or more (a buffer
-// held while the stream waits); it holds under -race too. The upstream
+// stack (the test logs what each stream holds). The heap bound catches a
+// regression of about 8 KiB per stream or more (a buffer held while the
+// stream waits); it holds under -race too. The upstream
 // read buffer a waiting stream gives back is checked apart, by
 // backends.TestAwaitStreamHoldsNoBuffer. The stack bound
 // catches the gateway's stream goroutine growing to 8 KiB (see
