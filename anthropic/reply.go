@@ -3,6 +3,7 @@ package anthropic
 import (
 	"github.com/tidwall/gjson"
 
+	"github.com/tollgate-dev/tollgate/internal/bytesconv"
 	"github.com/tollgate-dev/tollgate/internal/jsonscan"
 )
 
@@ -10,7 +11,7 @@ import (
 // object nested no deeper than maxDepth. The depth is checked first, since
 // the syntax check recurses once per level and the body is the backend's.
 func ValidReply(body []byte, maxDepth int) bool {
-	s := b2s(body)
+	s := bytesconv.String(body)
 	first := skipSpace(s, 0)
 	return first < len(s) && s[first] == '{' && !jsonscan.TooDeep(s, maxDepth) && gjson.Valid(s)
 }

@@ -5,10 +5,10 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
-	"unsafe"
 
 	"github.com/tidwall/gjson"
 
+	"github.com/tollgate-dev/tollgate/internal/bytesconv"
 	"github.com/tollgate-dev/tollgate/internal/jsonscan"
 )
 
@@ -223,7 +223,7 @@ type validator struct {
 
 func validate(body []byte, req *Request, lim Limits, count bool) *Error {
 	*req = Request{}
-	s := b2s(body)
+	s := bytesconv.String(body)
 	first := skipSpace(s, 0)
 	if first == len(s) {
 		return Invalid("", `The request body is empty; send a JSON object with "model", "max_tokens" and "messages".`)
@@ -836,6 +836,3 @@ func skipSpace(s string, i int) int {
 	}
 	return i
 }
-
-// b2s views b as a string without copying; the string must not outlive b.
-func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/tollgate-dev/tollgate/internal/bytesconv"
 	"github.com/tollgate-dev/tollgate/internal/finish"
 	"github.com/tollgate-dev/tollgate/internal/usagecount"
 )
@@ -167,7 +168,7 @@ func (p *EventProcessor) Process(dst, ev []byte) []byte {
 		return append(dst, ev...)
 	}
 	p.events++
-	data := b2s(ev[start:end])
+	data := bytesconv.String(ev[start:end])
 	switch gjson.Get(data, "type").Str {
 	case "message_start":
 		if id := gjson.Get(data, "message.id"); id.Type == gjson.String && p.replyID == "" {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/tollgate-dev/tollgate/internal/bytesconv"
 	"github.com/tollgate-dev/tollgate/internal/finish"
 )
 
@@ -138,7 +139,7 @@ func (c *EventProcessor) Process(dst, ev []byte) []byte {
 		return append(dst, ev...)
 	}
 	c.events++
-	f := readChunkFields(b2s(data), c.replyID == "")
+	f := readChunkFields(bytesconv.String(data), c.replyID == "")
 	if f.id != "" {
 		c.replyID = f.id
 	}
@@ -274,7 +275,7 @@ func InBandErrorMessage(v gjson.Result) string {
 // replaced by publicModel (already quoted). It returns body unchanged when
 // there is no string model.
 func RewriteModel(dst, body, publicModel []byte) []byte {
-	m := gjson.Get(b2s(body), "model")
+	m := gjson.Get(bytesconv.String(body), "model")
 	if m.Type != gjson.String || m.Index <= 0 {
 		return append(dst, body...)
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/tollgate-dev/tollgate/internal/bytesconv"
 	"github.com/tollgate-dev/tollgate/internal/finish"
 	"github.com/tollgate-dev/tollgate/internal/jsonscan"
 )
@@ -42,7 +43,7 @@ type ReplyMembers struct {
 // response) find; a reply with an escaped top-level key (which those
 // unescape before comparing) is left to them.
 func ScanReply(body []byte, maxDepth int, response bool) (m ReplyMembers, ok bool) {
-	s := b2s(body)
+	s := bytesconv.String(body)
 	if !looksLikeJSONObject(body) || jsonscan.TooDeep(s, maxDepth) {
 		return m, false
 	}
@@ -196,7 +197,7 @@ func replyKeyOf(body []byte, response bool) (id string, created int64) {
 		dateKey = "created_at"
 	}
 	var haveID, haveDate bool
-	gjson.Parse(b2s(body)).ForEach(func(k, v gjson.Result) bool {
+	gjson.Parse(bytesconv.String(body)).ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
 		case "id":
 			id, haveID = strings.Clone(BackendID(v.String())), true

@@ -6,6 +6,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/tollgate-dev/tollgate/internal/bytesconv"
 	"github.com/tollgate-dev/tollgate/internal/finish"
 )
 
@@ -47,7 +48,7 @@ func (c *EventProcessor) processResponseEvent(dst, ev []byte) []byte {
 	c.events++
 	// Parsed in place, as chat's chunks are (ParseBytes would copy each
 	// event): results point into the scanner's buffer.
-	parsed := gjson.Parse(b2s(data))
+	parsed := gjson.Parse(bytesconv.String(data))
 	response := parsed.Get("response")
 	switch typ := parsed.Get("type").String(); typ {
 	case "response.output_text.delta", "response.reasoning_text.delta", "response.function_call_arguments.delta":

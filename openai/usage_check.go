@@ -5,6 +5,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/tollgate-dev/tollgate/internal/bytesconv"
 	"github.com/tollgate-dev/tollgate/internal/jsonscan"
 	"github.com/tollgate-dev/tollgate/internal/usagecount"
 )
@@ -240,6 +241,6 @@ func (u *UsageCounts) setCounts(input, output, total, cached gjson.Result, f *us
 // nested no deeper than maxDepth. The depth is checked first because the
 // syntax check recurses once per level, and the body is the backend's.
 func validReply(body []byte, maxDepth int) bool {
-	s := b2s(body)
+	s := bytesconv.String(body)
 	return looksLikeJSONObject(body) && !jsonscan.TooDeep(s, maxDepth) && validJSON(s)
 }

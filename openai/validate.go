@@ -10,6 +10,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/tollgate-dev/tollgate/internal/bytesconv"
 	"github.com/tollgate-dev/tollgate/internal/jsonscan"
 )
 
@@ -154,7 +155,7 @@ func ValidateChatLimits(body []byte, req *Request, lim BodyLimits) *ValidationEr
 // req, in one walk that checks the syntax as it goes. False says only that
 // the walk cannot accept the body, not why: req is then to be refilled.
 func validateChatOnePass(body []byte, req *Request, lim BodyLimits) bool {
-	s := b2s(body)
+	s := bytesconv.String(body)
 	first := skipSpace(s, 0)
 	// The checked walk recurses once per level of the values it delimits,
 	// so the depth is bounded first, as for validJSON.
@@ -238,7 +239,7 @@ func (v *validator) start(body []byte, req *Request, lim BodyLimits, empty strin
 // valid JSON in UTF-8, and an object. It returns the body as a string and
 // the offset of its opening brace.
 func checkDocument(body []byte, depth int, empty string) (string, int, *ValidationError) {
-	s := b2s(body)
+	s := bytesconv.String(body)
 	first := skipSpace(s, 0)
 	if first == len(s) {
 		return "", 0, &ValidationError{Message: empty}

@@ -2,12 +2,12 @@ package proxy
 
 import (
 	"errors"
-	"github.com/tollgate-dev/tollgate/openai"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/tollgate-dev/tollgate/accounting"
 	"github.com/tollgate-dev/tollgate/auth"
+	"github.com/tollgate-dev/tollgate/openai"
 	"github.com/tollgate-dev/tollgate/org"
 )
 

@@ -3,7 +3,6 @@ package proxy
 import (
 	"bytes"
 	"errors"
-	"github.com/tollgate-dev/tollgate/accounting"
 	"math/rand/v2"
 	"strconv"
 	"time"
@@ -11,7 +10,9 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
+	"github.com/tollgate-dev/tollgate/accounting"
 	"github.com/tollgate-dev/tollgate/backends"
+	"github.com/tollgate-dev/tollgate/internal/bytesconv"
 	"github.com/tollgate-dev/tollgate/openai"
 )
 
@@ -166,7 +167,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *exchange, route *backends.
 	// gateway's own are canonical constants (see serve).
 	req.Header.DisableNormalizing()
 	forwardHeaders(&req.Header, &ctx.Request.Header)
-	req.Header.SetCanonical(requestIDName, s2b(c.rec.RequestID))
+	req.Header.SetCanonical(requestIDName, bytesconv.Bytes(c.rec.RequestID))
 	// The gateway's span is the backend's parent, whether or not the
 	// client sent a traceparent (which forwardHeaders drops).
 	var traceparent [55]byte
@@ -216,7 +217,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *exchange, route *backends.
 		b.ReportSuccess(roundTrip)
 	}
 	replyModel := c.replyModel(route)
-	ctx.Response.Header.SetCanonical(servedModelName, s2b(route.Name))
+	ctx.Response.Header.SetCanonical(servedModelName, bytesconv.Bytes(route.Name))
 	if c.req.Stream && status == fasthttp.StatusOK && hasPrefixFold(resp.Header.ContentType(), eventStream) {
 		// Ownership of resp, b's acquisition and the reservation moves to
 		// the stream body, which releases them when the stream ends.
@@ -273,7 +274,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *exchange, route *backends.
 	var u openai.UsageCounts
 	var uerr error
 	if c.ep.responses {
-		reply := gjson.Parse(b2s(rbody))
+		reply := gjson.Parse(bytesconv.String(rbody))
 		uerr = u.SetResponses(reply.Get("usage"))
 		c.rec.FinishReasons = openai.ResponseFinish(reply)
 		// A reply whose id another team owns is still this request's

@@ -14,12 +14,13 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/tollgate-dev/tollgate/accounting"
+	"github.com/tollgate-dev/tollgate/internal/bytesconv"
 	"github.com/tollgate-dev/tollgate/openai"
 )
 
 // validID reports whether a client-supplied id is safe to keep (see
 // openai.ValidID).
-func validID(b []byte) bool { return openai.ValidID(b2s(b)) }
+func validID(b []byte) bool { return openai.ValidID(bytesconv.String(b)) }
 
 // callIDs makes the call ids of one server: UUIDv7s (RFC 9562, section
 // 5.7) whose 48-bit time prefix keeps the ids of one trace sortable by
@@ -131,7 +132,7 @@ func formatUUID(u *[16]byte) string {
 	binary.LittleEndian.PutUint32(b[24:28], uint32(h>>32))
 	binary.LittleEndian.PutUint64(b[28:36], hex8(binary.BigEndian.Uint32(u[12:16])))
 	// Nothing else holds b, and nothing writes it again.
-	return b2s(b)
+	return bytesconv.String(b)
 }
 
 // hex8 returns the eight lower-case hex digits of v, most significant

@@ -10,6 +10,7 @@ import (
 	"github.com/tollgate-dev/tollgate/anthropic"
 	"github.com/tollgate-dev/tollgate/backends"
 	"github.com/tollgate-dev/tollgate/config"
+	"github.com/tollgate-dev/tollgate/internal/bytesconv"
 	"github.com/tollgate-dev/tollgate/openai"
 	"github.com/tollgate-dev/tollgate/translate"
 )
@@ -174,7 +175,7 @@ func (c *exchange) messagesReply(dst, rbody []byte, served *backends.Route, back
 	case c.native && c.ep.messages.count:
 		return append(dst, rbody...), nil
 	case c.native:
-		root := gjson.Parse(b2s(rbody))
+		root := gjson.Parse(bytesconv.String(rbody))
 		var au anthropic.Usage
 		if err := au.Set(root.Get("usage"), false); err != nil {
 			return dst, invalidUsage(backend, err)

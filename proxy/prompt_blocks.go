@@ -1,6 +1,10 @@
 package proxy
 
-import "github.com/tidwall/gjson"
+import (
+	"github.com/tidwall/gjson"
+
+	"github.com/tollgate-dev/tollgate/internal/bytesconv"
+)
 
 // promptFields are the body fields that hold a prompt, by endpoint: chat's
 // messages, the completions prompt, the Responses API's input.
@@ -12,7 +16,7 @@ var promptFields = [...]string{"messages", "prompt", "input"}
 // wrote it, or nil. It slices body without copying.
 func promptMessages(body []byte) []byte {
 	for _, f := range promptFields {
-		v := gjson.Get(b2s(body), f)
+		v := gjson.Get(bytesconv.String(body), f)
 		if !v.Exists() {
 			continue
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/tollgate-dev/tollgate/accounting"
 	"github.com/tollgate-dev/tollgate/anthropic"
 	"github.com/tollgate-dev/tollgate/backends"
+	"github.com/tollgate-dev/tollgate/internal/bytesconv"
 	"github.com/tollgate-dev/tollgate/openai"
 )
 
@@ -153,8 +154,8 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, ep *endpoint) {
 	} else {
 		c.rec.RequestID = callID
 	}
-	ctx.Response.Header.SetCanonical(requestIDName, s2b(c.rec.RequestID))
-	ctx.Response.Header.SetCanonical(callIDName, s2b(callID))
+	ctx.Response.Header.SetCanonical(requestIDName, bytesconv.Bytes(c.rec.RequestID))
+	ctx.Response.Header.SetCanonical(callIDName, bytesconv.Bytes(callID))
 
 	key, e := s.authenticateKey(st, hdr.authorization, hdr.apiKey)
 	if e != nil {

@@ -4,16 +4,18 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/tollgate-dev/tollgate/internal/bytesconv"
 )
 
 // replyRequestID is the X-Request-Id of a reply: the client's when it is a
 // valid id, otherwise a new one, set on the reply and returned.
 func (s *Server) replyRequestID(ctx *fasthttp.RequestCtx, now time.Time) string {
 	id := string(ctx.Request.Header.PeekBytes(requestIDName))
-	if !validID(s2b(id)) {
+	if !validID(bytesconv.Bytes(id)) {
 		id = s.callIDs.next(now)
 	}
-	ctx.Response.Header.SetCanonical(requestIDName, s2b(id))
+	ctx.Response.Header.SetCanonical(requestIDName, bytesconv.Bytes(id))
 	return id
 }
 

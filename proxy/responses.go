@@ -13,6 +13,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/auth"
 	"github.com/tollgate-dev/tollgate/backends"
+	"github.com/tollgate-dev/tollgate/internal/bytesconv"
 	"github.com/tollgate-dev/tollgate/openai"
 )
 
@@ -71,7 +72,7 @@ func (s *Server) foreignRequestID(ep *endpoint, body []byte, key *auth.Key) *ope
 	if !ep.responses {
 		return nil
 	}
-	id := gjson.Get(b2s(body), "request_id")
+	id := gjson.Get(bytesconv.String(body), "request_id")
 	if id.Type != gjson.String || id.Str == "" {
 		return nil
 	}

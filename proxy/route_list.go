@@ -2,11 +2,11 @@ package proxy
 
 import (
 	"bytes"
-	"github.com/tollgate-dev/tollgate/openai"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/tollgate-dev/tollgate/internal/route"
+	"github.com/tollgate-dev/tollgate/openai"
 )
 
 // Routes are the proxy's rows of the binary's table, with their handlers.

@@ -5,6 +5,7 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/tollgate-dev/tollgate/anthropic"
+	"github.com/tollgate-dev/tollgate/internal/bytesconv"
 	"github.com/tollgate-dev/tollgate/internal/jsonstr"
 )
 
@@ -111,7 +112,7 @@ func reasoningOf(m gjson.Result) gjson.Result {
 // stop_sequence, and the usage, which it also returns. A reply that is not a
 // chat completion is an api_error.
 func MessagesReply(dst, chat []byte, model string) ([]byte, Usage, *anthropic.Error) {
-	s := b2s(chat)
+	s := bytesconv.String(chat)
 	if !gjson.Valid(s) {
 		return dst, Usage{}, &anthropic.Error{Type: anthropic.APIError, Message: "The backend's reply is not valid JSON."}
 	}

@@ -8,10 +8,10 @@ package translate
 
 import (
 	"strconv"
-	"unsafe"
 
 	"github.com/tidwall/gjson"
 	"github.com/tollgate-dev/tollgate/anthropic"
+	"github.com/tollgate-dev/tollgate/internal/bytesconv"
 	"github.com/tollgate-dev/tollgate/internal/jsonstr"
 )
 
@@ -77,7 +77,7 @@ func ChatRequest(dst, body []byte, req *anthropic.Request, opts ChatOptions) ([]
 	if e := req.CheckMaxTokens(opts.MaxOutputTokens); e != nil {
 		return dst, e
 	}
-	root := gjson.Parse(b2s(body))
+	root := gjson.Parse(bytesconv.String(body))
 	dst = append(dst, `{"model":`...)
 	dst = jsonstr.Append(dst, opts.Model)
 	dst = append(dst, `,"messages":[`...)
@@ -491,7 +491,7 @@ func tools(dst []byte, root gjson.Result, req *anthropic.Request) ([]byte, *anth
 			return dst, anthropic.Invalid("tool_choice.name", "tool_choice.name: "+strconv.Quote(string(req.ToolChoiceName))+" is a server tool, which runs only on Anthropic's own API; name a custom tool.")
 		}
 		dst = append(dst, `,"tool_choice":{"type":"function","function":{"name":`...)
-		dst = jsonstr.Append(dst, b2s(req.ToolChoiceName))
+		dst = jsonstr.Append(dst, bytesconv.String(req.ToolChoiceName))
 		dst = append(dst, "}}"...)
 	}
 	if req.DisableParallelToolUse && req.CustomTools > 0 {
@@ -538,6 +538,3 @@ func appendEscaped(dst []byte, s string) []byte {
 	n := copy(dst[start:], dst[start+1:len(dst)-1])
 	return dst[:start+n]
 }
-
-// b2s views b as a string without copying; the string must not outlive b.
-func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

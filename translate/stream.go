@@ -6,6 +6,7 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/tollgate-dev/tollgate/anthropic"
+	"github.com/tollgate-dev/tollgate/internal/bytesconv"
 	"github.com/tollgate-dev/tollgate/internal/jsonstr"
 )
 
@@ -71,7 +72,7 @@ func (s *Stream) Event(dst, event []byte) []byte {
 	if string(bytes.TrimSpace(data)) == "[DONE]" {
 		return s.Finish(dst)
 	}
-	js := b2s(data)
+	js := bytesconv.String(data)
 	if !gjson.Valid(js) {
 		return s.Fail(dst, &anthropic.Error{Type: anthropic.APIError, Message: "The backend sent an event that is not JSON."})
 	}

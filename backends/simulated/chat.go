@@ -9,6 +9,8 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
+
+	"github.com/tollgate-dev/tollgate/internal/bytesconv"
 )
 
 // chat serves one chat completion request.
@@ -170,7 +172,7 @@ func (r *streamRequest) checkStreamOptions() apiError {
 // be a JSON object with a messages array, the model must be served, and the few fields that shape
 // the reply must have usable values.
 func (s *Server) parseChat(body []byte, r *chatRequest) (e apiError) {
-	js := b2s(body)
+	js := bytesconv.String(body)
 	if !gjson.Valid(js) {
 		return badRequest("", "The request body is not valid JSON.")
 	}

@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/tollgate-dev/tollgate/internal/bytesconv"
 )
 
 // The chat path for requests that need more than the counting text of the hot path (chat.go):
@@ -129,7 +131,7 @@ func appendChatRich(b []byte, id, created int64, req *chatRequest, choices []cha
 			b = append(b, "null,"...)
 			b = appendToolCalls(b, c.call, c.out.text)
 		} else {
-			b = appendJSONString(b, b2s(c.out.text))
+			b = appendJSONString(b, bytesconv.String(c.out.text))
 		}
 		b = append(b, `,"refusal":null},"logprobs":`...)
 		b = appendChatLogprobs(b, &c.out, 0, c.out.tokens(), req.logprobs, req.topLogprobs)
@@ -205,7 +207,7 @@ func (ce *chatEvents) token(b []byte, i int, c *chatChoice) []byte {
 		b = appendToolCallFragment(b, c.out.piece(k))
 	} else {
 		b = append(b, `"delta":{"content":`...)
-		b = appendJSONString(b, b2s(c.out.piece(k)))
+		b = appendJSONString(b, bytesconv.String(c.out.piece(k)))
 		b = append(b, '}')
 	}
 	ce.emitted++

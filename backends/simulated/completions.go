@@ -7,6 +7,8 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
+
+	"github.com/tollgate-dev/tollgate/internal/bytesconv"
 )
 
 // Legacy text completions (POST /v1/completions), as vLLM serves them. The prompt is a string,
@@ -110,7 +112,7 @@ func (s *Server) completions(ctx *fasthttp.RequestCtx) {
 }
 
 func (s *Server) parseCompletion(body []byte, r *completionRequest) (e apiError) {
-	js := b2s(body)
+	js := bytesconv.String(body)
 	if !gjson.Valid(js) {
 		return badRequest("", "The request body is not valid JSON.")
 	}
@@ -291,7 +293,7 @@ func appendTextCompletion(b []byte, id, created int64, req *completionRequest, o
 		b = append(b, `{"index":`...)
 		b = strconv.AppendInt(b, int64(i), 10)
 		b = append(b, `,"text":`...)
-		b = appendJSONString(b, echo+b2s(o.text))
+		b = appendJSONString(b, echo+bytesconv.String(o.text))
 		b = append(b, `,"logprobs":`...)
 		if req.logprobs >= 0 {
 			b = appendCompletionLogprobs(b, o, 0, o.tokens(), req.logprobs, len(echo))
@@ -373,7 +375,7 @@ func (ce *completionEvents) token(b []byte, i int) []byte {
 	}
 	ce.emitted++
 	b = append(b, `,"text":`...)
-	b = appendJSONString(b, b2s(o.piece(k)))
+	b = appendJSONString(b, bytesconv.String(o.piece(k)))
 	b = append(b, `,"logprobs":`...)
 	if ce.logprobs >= 0 && len(o.piece(k)) > 0 {
 		offset := 0

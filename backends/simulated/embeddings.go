@@ -9,6 +9,8 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
+
+	"github.com/tollgate-dev/tollgate/internal/bytesconv"
 )
 
 // Embeddings (POST /v1/embeddings). Each input (a string, an array of strings, an array of token
@@ -70,7 +72,7 @@ func (s *Server) embeddings(ctx *fasthttp.RequestCtx) {
 }
 
 func (s *Server) parseEmbeddings(body []byte) (inputs []completionPrompt, dims int, base64Format bool, modelRaw string, e apiError) {
-	js := b2s(body)
+	js := bytesconv.String(body)
 	if !gjson.Valid(js) {
 		return nil, 0, false, "", badRequest("", "The request body is not valid JSON.")
 	}

@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/tollgate-dev/tollgate/internal/bytesconv"
 )
 
 // Generated text. The default completion is "tok0 tok1 …" (token i is "tok<i> ", token id i), so
@@ -241,7 +243,7 @@ func (o *output) cut(n int) {
 // returning where it starts.
 func firstStop(text []byte, stops []string) (int, string, bool) {
 	best, which := -1, ""
-	s := b2s(text)
+	s := bytesconv.String(text)
 	for _, stop := range stops {
 		if at := strings.Index(s, stop); at >= 0 && (best < 0 || at < best) {
 			best, which = at, stop

@@ -3,6 +3,8 @@ package simulated
 import (
 	"math"
 	"strconv"
+
+	"github.com/tollgate-dev/tollgate/internal/bytesconv"
 )
 
 // Log probabilities. They are deterministic functions of the token's text and position: the
@@ -14,7 +16,7 @@ const maxTopLogprobs = 20
 
 // tokenLogprob is the logprob of the token at position k with this text.
 func tokenLogprob(piece []byte, k int) float64 {
-	h := mix(fnv64(fnvOffset, b2s(piece)), uint64(k))
+	h := mix(fnv64(fnvOffset, bytesconv.String(piece)), uint64(k))
 	return -float64(h%2000) / 1000
 }
 
@@ -32,7 +34,7 @@ func alternative(j int, k int) string {
 func appendChatLogprob(b []byte, piece []byte, k, top int) []byte {
 	lp := tokenLogprob(piece, k)
 	b = append(b, `{"token":`...)
-	b = appendJSONString(b, b2s(piece))
+	b = appendJSONString(b, bytesconv.String(piece))
 	b = append(b, `,"logprob":`...)
 	b = appendFloat(b, lp)
 	b = append(b, `,"bytes":`...)
@@ -48,7 +50,7 @@ func appendChatLogprob(b []byte, piece []byte, k, top int) []byte {
 			alt, altLP = []byte(s), altLogprob(lp, j)
 		}
 		b = append(b, `{"token":`...)
-		b = appendJSONString(b, b2s(alt))
+		b = appendJSONString(b, bytesconv.String(alt))
 		b = append(b, `,"logprob":`...)
 		b = appendFloat(b, altLP)
 		b = append(b, `,"bytes":`...)
@@ -102,7 +104,7 @@ func appendCompletionLogprobs(b []byte, o *output, from, to int, top int, offset
 			start = int(o.ends[k-1])
 		}
 		lp := tokenLogprob(piece, k)
-		tokens = appendJSONString(tokens, b2s(piece))
+		tokens = appendJSONString(tokens, bytesconv.String(piece))
 		lps = appendFloat(lps, lp)
 		offsets = strconv.AppendInt(offsets, int64(offset+start), 10)
 		tops = append(tops, '{')
@@ -110,7 +112,7 @@ func appendCompletionLogprobs(b []byte, o *output, from, to int, top int, offset
 			if j > 0 {
 				tops = append(tops, ',')
 			}
-			alt, altLP := b2s(piece), lp
+			alt, altLP := bytesconv.String(piece), lp
 			if j > 0 {
 				alt, altLP = alternative(j, k), altLogprob(lp, j)
 			}

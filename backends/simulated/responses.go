@@ -10,6 +10,8 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
+
+	"github.com/tollgate-dev/tollgate/internal/bytesconv"
 )
 
 // The Responses API (POST /v1/responses), as vLLM serves it. The input is a string or a list of
@@ -288,7 +290,7 @@ func hexID(seq int64, salt uint64) string {
 // parseResponse reads a Responses API request. Every string kept in r is a copy, because a
 // streamed response outlives the request body.
 func (s *Server) parseResponse(body []byte) (r *response, stream bool, maxTokens int, sp sampling, e apiError) {
-	js := b2s(body)
+	js := bytesconv.String(body)
 	if !gjson.Valid(js) {
 		return nil, false, 0, sp, badRequest("", "The request body is not valid JSON.")
 	}
@@ -499,7 +501,7 @@ func appendOutputItem(b []byte, r *response, status string) []byte {
 	if status == "in_progress" {
 		b = append(b, `""`...)
 	} else {
-		b = appendJSONString(b, b2s(r.out.text))
+		b = appendJSONString(b, bytesconv.String(r.out.text))
 	}
 	b = append(b, `,"status":"`...)
 	b = append(b, status...)
@@ -521,7 +523,7 @@ func appendMessageItem(b []byte, r *response, status string) []byte {
 
 func appendOutputText(b []byte, text []byte) []byte {
 	b = append(b, `{"type":"output_text","text":`...)
-	b = appendJSONString(b, b2s(text))
+	b = appendJSONString(b, bytesconv.String(text))
 	return append(b, `,"annotations":[],"logprobs":[]}`...)
 }
 
@@ -611,12 +613,12 @@ func (re *responseEvents) next(b []byte) ([]byte, eventKind, bool) {
 			b = re.event(b, "response.function_call_arguments.delta")
 			b = re.itemRef(b)
 			b = append(b, `,"delta":`...)
-			b = appendJSONString(b, b2s(r.out.piece(re.tok)))
+			b = appendJSONString(b, bytesconv.String(r.out.piece(re.tok)))
 		} else {
 			b = re.event(b, "response.output_text.delta")
 			b = re.partRef(b)
 			b = append(b, `,"delta":`...)
-			b = appendJSONString(b, b2s(r.out.piece(re.tok)))
+			b = appendJSONString(b, bytesconv.String(r.out.piece(re.tok)))
 			b = append(b, `,"logprobs":[]`...)
 		}
 		kind = eventStep
@@ -630,7 +632,7 @@ func (re *responseEvents) next(b []byte) ([]byte, eventKind, bool) {
 			b = append(b, `,"name":`...)
 			b = appendJSONString(b, r.call.name)
 			b = append(b, `,"arguments":`...)
-			b = appendJSONString(b, b2s(r.out.text))
+			b = appendJSONString(b, bytesconv.String(r.out.text))
 			kind = eventTail
 			re.phase = respItemDone
 			break
@@ -638,7 +640,7 @@ func (re *responseEvents) next(b []byte) ([]byte, eventKind, bool) {
 		b = re.event(b, "response.output_text.done")
 		b = re.partRef(b)
 		b = append(b, `,"text":`...)
-		b = appendJSONString(b, b2s(r.out.text))
+		b = appendJSONString(b, bytesconv.String(r.out.text))
 		b = append(b, `,"logprobs":[]`...)
 		kind = eventTail
 		re.phase++

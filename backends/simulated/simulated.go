@@ -39,9 +39,10 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/tollgate-dev/tollgate/internal/bytesconv"
 )
 
 const (
@@ -412,7 +413,7 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		// vLLM answers its health check with 200 and an empty body.
 		ctx.SetStatusCode(fasthttp.StatusOK)
 	default:
-		path := b2s(ctx.Path())
+		path := bytesconv.String(ctx.Path())
 		if rest, ok := strings.CutPrefix(path, "/v1/responses/"); ok {
 			s.responseByID(ctx, rest)
 			return
@@ -536,11 +537,6 @@ type apiError struct {
 
 func badRequest(param, msg string) apiError {
 	return apiError{status: fasthttp.StatusBadRequest, typ: "BadRequestError", param: param, msg: msg}
-}
-
-// b2s views b as a string without copying; the string must not outlive the handler's use of b.
-func b2s(b []byte) string {
-	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
 // appendUsage appends a usage object. completion counts the tokens of all choices, as OpenAI and

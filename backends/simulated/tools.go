@@ -4,6 +4,8 @@ import (
 	"strings"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/tollgate-dev/tollgate/internal/bytesconv"
 )
 
 // Tool calling, as a vLLM server started with --enable-auto-tool-choice answers it:
@@ -205,7 +207,7 @@ func appendToolCalls(b []byte, c *toolCall, arguments []byte) []byte {
 	b = append(b, `,"type":"function","function":{"name":`...)
 	b = appendJSONString(b, c.name)
 	b = append(b, `,"arguments":`...)
-	b = appendJSONString(b, b2s(arguments))
+	b = appendJSONString(b, bytesconv.String(arguments))
 	return append(b, "}}]"...)
 }
 
@@ -222,6 +224,6 @@ func appendToolCallHead(b []byte, c *toolCall) []byte {
 // appendToolCallFragment appends a delta carrying a fragment of the arguments.
 func appendToolCallFragment(b []byte, fragment []byte) []byte {
 	b = append(b, `"delta":{"tool_calls":[{"index":0,"function":{"arguments":`...)
-	b = appendJSONString(b, b2s(fragment))
+	b = appendJSONString(b, bytesconv.String(fragment))
 	return append(b, `}}]}`...)
 }

@@ -6,7 +6,8 @@ package jsonscan
 
 import (
 	"strings"
-	"unsafe"
+
+	"github.com/tollgate-dev/tollgate/internal/bytesconv"
 )
 
 // TooDeep reports whether s nests arrays and objects deeper than limit,
@@ -35,7 +36,7 @@ func TooDeep(s string, limit int) bool {
 }
 
 // TooDeepBytes is TooDeep over b, read in place.
-func TooDeepBytes(b []byte, limit int) bool { return TooDeep(view(b), limit) }
+func TooDeepBytes(b []byte, limit int) bool { return TooDeep(bytesconv.String(b), limit) }
 
 // ClosingQuote returns the index of the quote closing the string token whose
 // opening quote is at s[i], or len(s) when it is not closed. It jumps from
@@ -61,14 +62,10 @@ func ClosingQuote(s string, i int) int {
 }
 
 // ClosingQuoteBytes is ClosingQuote over b, read in place.
-func ClosingQuoteBytes(b []byte, i int) int { return ClosingQuote(view(b), i) }
+func ClosingQuoteBytes(b []byte, i int) int { return ClosingQuote(bytesconv.String(b), i) }
 
 // StringEnd returns the index just past the string token whose opening
 // quote is at s[i], or len(s) when it is not closed.
 func StringEnd(s string, i int) int {
 	return min(ClosingQuote(s, i)+1, len(s))
 }
-
-// view shares b's memory as a string; the scans only read it, and nothing
-// they return refers to it.
-func view(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

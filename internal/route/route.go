@@ -9,9 +9,10 @@ import (
 	"bytes"
 	"fmt"
 	"strings"
-	"unsafe"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/tollgate-dev/tollgate/internal/bytesconv"
 )
 
 // MaxParams is the most "{name}" segments a pattern may have.
@@ -151,9 +152,9 @@ func compile(rt Route) (entry, error) {
 // match reports whether path matches e's pattern, filling p's values.
 func (e *entry) match(path []byte, p *Params) bool {
 	if e.segs == nil {
-		return b2s(path) == e.Pattern
+		return bytesconv.String(path) == e.Pattern
 	}
-	if len(path) < len(e.prefix) || b2s(path[:len(e.prefix)]) != e.prefix {
+	if len(path) < len(e.prefix) || bytesconv.String(path[:len(e.prefix)]) != e.prefix {
 		return false
 	}
 	// left is what follows the segments taken so far; nil once the path
@@ -184,7 +185,7 @@ func (e *entry) match(path []byte, p *Params) bool {
 		case s.param:
 			p.values[n] = seg
 			n++
-		case b2s(seg) != s.literal:
+		case bytesconv.String(seg) != s.literal:
 			return false
 		}
 	}
@@ -199,7 +200,7 @@ func (r *Router) Serve(ctx *fasthttp.RequestCtx) {
 	if len(path) > 1 && path[len(path)-1] == '/' {
 		trimmed = path[:len(path)-1]
 	}
-	method := b2s(ctx.Method())
+	method := bytesconv.String(ctx.Method())
 	var allowed [8]string
 	nAllowed := 0
 	for i := range r.table {
@@ -241,6 +242,3 @@ func Match(pattern, path string) bool {
 	var p Params
 	return err == nil && e.match([]byte(path), &p)
 }
-
-// b2s views b as a string without copying; the string must not outlive b.
-func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
