@@ -215,8 +215,7 @@ func (r *Recorder) SetLabelPolicy(p *LabelPolicy) { r.labels.Store(p) }
 // logged at error level. Its Hold is settled first, whatever happens to it.
 func (r *Recorder) Record(rec Record) {
 	if rec.Hold != nil {
-		rec.Hold.Settle(&rec)
-		rec.Hold = nil
+		rec = settled(rec)
 	}
 	if r.state.Add(1)&closedBit != 0 {
 		r.leave()
@@ -229,6 +228,18 @@ func (r *Recorder) Record(rec Record) {
 		r.wakeWriter()
 	}
 	r.leave()
+}
+
+// settled is rec once its Hold has been settled, without it. A record
+// handed to an interface's method escapes to the heap: settling it here,
+// on a copy, keeps Record's own rec on the stack for the requests that
+// hold nothing.
+//
+//go:noinline
+func settled(rec Record) Record {
+	rec.Hold.Settle(&rec)
+	rec.Hold = nil
+	return rec
 }
 
 // wakeWriter tells the writer a batch is waiting, unless it has been told.
