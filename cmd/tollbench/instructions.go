@@ -1,0 +1,295 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// -instructions counts what the gateway and the bare proxy execute per
+// request, in user-space instructions, under valgrind's cachegrind: a
+// count that other programs on the host do not change, where CPU time on
+// a shared host moves by more than the differences worth finding. Each
+// side runs twice per round, once for instrRequestsBase requests and once
+// for that many more; the difference between the two runs' counts, over
+// the difference in requests, is the cost of a request without the
+// process's start and shutdown. Kernel time is not counted: it follows
+// the system calls, which a change to the gateway's own code rarely adds.
+
+// instrRequestsBase is the smaller run's requests; it also warms the
+// pools and buffers both runs then reuse.
+const instrRequestsBase = 1000
+
+// instrConns is the load's concurrency: a few connections, as a closed
+// loop on a small host keeps busy, without the scheduler's idle spinning
+// of many.
+const instrConns = 4
+
+// instrSide is one side's runs: its requests per run and the instructions
+// per request of each round.
+type instrSide struct {
+	Side     string    `json:"side"`
+	PerRound []float64 `json:"instructions_per_request"`
+	Mean     float64   `json:"mean"`
+}
+
+// instrReport is what -instructions prints, and writes with -json.
+type instrReport struct {
+	Date     string      `json:"date"`
+	Command  string      `json:"command"`
+	Requests [2]int      `json:"requests"`
+	Sides    []instrSide `json:"sides"`
+	// Ratio is the gateway's mean over the bare proxy's.
+	Ratio float64 `json:"gateway_over_bare"`
+}
+
+// runInstructions is tollbench -instructions.
+func runInstructions(ctx context.Context, o options, args []string, stdout, stderr io.Writer) (err error) {
+	valgrind, err := exec.LookPath("valgrind")
+	if err != nil {
+		return errors.New("-instructions needs valgrind on PATH (Debian: apt-get install valgrind)")
+	}
+	dir, err := os.MkdirTemp("", "tollbench-instr-")
+	if err != nil {
+		return fmt.Errorf("make run directory: %w", err)
+	}
+	if o.keep {
+		fmt.Fprintln(stderr, "tollbench: run directory", dir)
+	} else {
+		defer func() { err = errors.Join(err, os.RemoveAll(dir)) }()
+	}
+	bins := binariesIn(o.binDir)
+	if o.binDir == "" {
+		fmt.Fprintln(stderr, "tollbench: building tollgate, mockllm and bareproxy")
+		if bins, err = buildBinaries(ctx, dir); err != nil {
+			return err
+		}
+	}
+	mock, mockAddr, err := startMock(ctx, bins.mock, dir, "mock-fast", mockFlags{tokens: 16})
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, mock.stop(stopGrace)) }()
+	key := "sk-tollbench-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	m := &instrMeter{valgrind: valgrind, bins: bins, dir: dir, upstream: mockAddr, key: key}
+	rep := instrReport{
+		Date:     time.Now().UTC().Format(time.RFC3339),
+		Command:  strings.Join(append([]string{"tollbench"}, args...), " "),
+		Requests: [2]int{instrRequestsBase, instrRequestsBase + o.instructions},
+		Sides:    []instrSide{{Side: "bare proxy"}, {Side: "gateway"}},
+	}
+	for round := range o.rounds {
+		for i := range rep.Sides {
+			per, err := m.perRequest(ctx, i == 1, round, rep.Requests)
+			if err != nil {
+				return interrupted(ctx, err)
+			}
+			fmt.Fprintf(stderr, "tollbench: round %d, %s: %.0f instructions per request\n", round+1, rep.Sides[i].Side, per)
+			rep.Sides[i].PerRound = append(rep.Sides[i].PerRound, per)
+		}
+	}
+	for i := range rep.Sides {
+		s := &rep.Sides[i]
+		for _, v := range s.PerRound {
+			s.Mean += v / float64(len(s.PerRound))
+		}
+	}
+	rep.Ratio = safeRatio(rep.Sides[1].Mean, rep.Sides[0].Mean)
+	fmt.Fprintf(stdout, "tollbench %s (%s)\nuser-space instructions per request (valgrind cachegrind), %d-request difference, %d connections, chat completion of 16 tokens:\n",
+		rep.Date, rep.Command, o.instructions, instrConns)
+	for _, s := range rep.Sides {
+		fmt.Fprintf(stdout, "  %-10s  mean %9.0f  rounds %s\n", s.Side, s.Mean, joinFloats(s.PerRound))
+	}
+	fmt.Fprintf(stdout, "  gateway / bare proxy: %.3f×\n", rep.Ratio)
+	if o.jsonPath == "" {
+		return nil
+	}
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode results: %w", err)
+	}
+	if err := os.WriteFile(o.jsonPath, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write results: %w", err)
+	}
+	return nil
+}
+
+func joinFloats(vs []float64) string {
+	parts := make([]string, len(vs))
+	for i, v := range vs {
+		parts[i] = strconv.FormatFloat(v, 'f', 0, 64)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// instrMeter runs one side under cachegrind.
+type instrMeter struct {
+	valgrind string
+	bins     binaries
+	dir      string
+	upstream string
+	key      string
+}
+
+// perRequest runs the side once for each of requests and returns the
+// instructions per request of the difference.
+func (m *instrMeter) perRequest(ctx context.Context, gateway bool, round int, requests [2]int) (float64, error) {
+	var counts [2]uint64
+	for i, n := range requests {
+		name := fmt.Sprintf("%s-%d-%d", map[bool]string{false: "bare", true: "gateway"}[gateway], round+1, n)
+		c, err := m.count(ctx, name, gateway, n)
+		if err != nil {
+			return 0, err
+		}
+		counts[i] = c
+	}
+	if counts[1] <= counts[0] {
+		return 0, fmt.Errorf("the run of %d requests counted %d instructions, no more than the run of %d (%d)",
+			requests[1], counts[1], requests[0], counts[0])
+	}
+	return float64(counts[1]-counts[0]) / float64(requests[1]-requests[0]), nil
+}
+
+// count starts the side under cachegrind, sends it n requests, stops it
+// and returns the instructions it executed in all.
+func (m *instrMeter) count(ctx context.Context, name string, gateway bool, n int) (uint64, error) {
+	out := filepath.Join(m.dir, name+".cachegrind")
+	addr, err := freePort()
+	if err != nil {
+		return 0, err
+	}
+	// Asynchronous preemption is off on both sides: under valgrind every
+	// goroutine runs slowly enough for the runtime's preemption signals
+	// to land at moments no native run sees.
+	args := []string{"GODEBUG=asyncpreemptoff=1", m.valgrind, "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=" + out}
+	if gateway {
+		cfg := filepath.Join(m.dir, name+".yaml")
+		if err := os.WriteFile(cfg, []byte(m.gatewayYAML(name)), 0o600); err != nil {
+			return 0, fmt.Errorf("write gateway config: %w", err)
+		}
+		args = append(args, m.bins.gateway, "-config", cfg, "-listen", addr)
+	} else {
+		args = append(args, m.bins.bare, "-listen", addr, "-upstream", m.upstream)
+	}
+	p, err := startProc(name, "env", args, filepath.Join(m.dir, name+".log"))
+	if err != nil {
+		return 0, err
+	}
+	loadErr := waitServing(ctx, p, addr)
+	if loadErr == nil {
+		loadErr = closedLoopN(addr, m.key, n)
+	}
+	if err := errors.Join(loadErr, p.stop(stopGrace)); err != nil {
+		return 0, err
+	}
+	return cachegrindTotal(out)
+}
+
+// gatewayYAML is the gateway's configuration: the settings every version
+// since the gateway of commit ef60e68 reads, so that -bin-dir can count
+// older builds with this tollbench.
+func (m *instrMeter) gatewayYAML(name string) string {
+	return fmt.Sprintf(`# Generated by tollbench -instructions.
+log: {level: info, format: json}
+auth:
+  keys:
+    - name: bench
+      key: %q
+      teams: [bench]
+      default_team: bench
+backends:
+  - name: mock-fast
+    url: "http://%s/v1"
+models:
+  - name: %s
+    backends: [mock-fast]
+store: {driver: sqlite, path: %q}
+usage: {flush_interval: 1s}
+`, m.key, m.upstream, modelFast, filepath.Join(m.dir, name+".db"))
+}
+
+// waitServing waits until addr answers a TCP request with any status: a
+// process under valgrind takes seconds to start.
+func waitServing(ctx context.Context, p *proc, addr string) error {
+	c := &fasthttp.HostClient{Addr: addr}
+	defer c.CloseIdleConnections()
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		if _, _, err := c.GetTimeout(nil, "http://"+addr+"/readyz", time.Second); err == nil {
+			return nil
+		}
+		if ok, err := p.exited(); ok {
+			return fmt.Errorf("%s exited before serving: %v\n%s", p.name, err, p.logTail(20))
+		}
+		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("%s did not answer within 2m\n%s", p.name, p.logTail(20))
+}
+
+// closedLoopN sends n chat completions to addr over instrConns
+// connections, each waiting for its reply before the next, and fails on
+// the first that does not answer 200.
+func closedLoopN(addr, key string, n int) error {
+	e := newEndpoint("instr", addr, key, instrConns)
+	defer e.client.CloseIdleConnections()
+	body := chatBody(modelFast, 16, false)
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for w := range instrConns {
+		share := n / instrConns
+		if w < n%instrConns {
+			share++
+		}
+		wg.Go(func() {
+			req, resp := e.newRequest(body), fasthttp.AcquireResponse()
+			defer fasthttp.ReleaseRequest(req)
+			defer fasthttp.ReleaseResponse(resp)
+			for range share {
+				if err := e.do(req, resp); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// cachegrindTotal reads the instruction count of a cachegrind output
+// file's "summary:" line.
+func cachegrindTotal(path string) (uint64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("read cachegrind output: %w", err)
+	}
+	for line := range bytes.SplitSeq(b, []byte("\n")) {
+		if rest, ok := bytes.CutPrefix(line, []byte("summary:")); ok {
+			n, err := strconv.ParseUint(string(bytes.TrimSpace(rest)), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("cachegrind output %s: summary %q", path, rest)
+			}
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("cachegrind output %s has no summary line", path)
+}
