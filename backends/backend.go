@@ -323,6 +323,18 @@ func (b *Backend) serveRoutes() {
 // InFlight is the number of requests in flight on b.
 func (b *Backend) InFlight() int64 { return b.inflight.Load() }
 
+// ObservePrompt tells the backend's prefix index that its server counted
+// promptTokens tokens (usage.prompt_tokens) in a prompt whose raw JSON,
+// the bytes its block chain is cut from, was promptBytes long: the index
+// learns how many bytes make a token, which places its eviction horizon
+// and converts the blocks it holds into the tokens routing's settings
+// speak in. It does nothing for a backend without an index.
+func (b *Backend) ObservePrompt(promptBytes int, promptTokens int64) {
+	if b.index != nil {
+		b.index.observe(promptBytes, promptTokens)
+	}
+}
+
 // Healthy reports whether the backend takes traffic: its last probe
 // succeeded and it is not ejected.
 func (b *Backend) Healthy() bool { return b.health.usable() }
