@@ -335,6 +335,16 @@ func (b *Backend) ObservePrompt(promptBytes int, promptTokens int64) {
 	}
 }
 
+// PromptBytesPerToken is the prompt bytes per token the backend's prefix
+// index has learned (ObservePrompt), the default until a reply taught it;
+// zero for a backend without an index.
+func (b *Backend) PromptBytesPerToken() float64 {
+	if b.index == nil {
+		return 0
+	}
+	return float64(b.index.bpt()) / bptScale
+}
+
 // Healthy reports whether the backend takes traffic: its last probe
 // succeeded and it is not ejected.
 func (b *Backend) Healthy() bool { return b.health.usable() }
