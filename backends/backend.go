@@ -127,6 +127,7 @@ func newBackend(cfg config.Backend) (*Backend, error) {
 				KVCacheBlocks: cfg.Simulated.KVCacheBlocks, BlockSize: cfg.Simulated.BlockSize,
 				LoadFactor: cfg.Simulated.LoadFactor, LoRAs: cfg.Simulated.LoRAs,
 				MaxLoRAs: cfg.Simulated.MaxLoRAs, LoRALoadTime: cfg.Simulated.LoRALoadTime,
+				PriorityPreemption: cfg.Simulated.PriorityPreemption,
 			},
 		})
 		b.simDone = make(chan error, 1)
@@ -273,6 +274,20 @@ func (b *Backend) tryAcquire() bool {
 	for {
 		n := b.inflight.Load()
 		if b.maxConcurrency > 0 && n >= b.maxConcurrency {
+			return false
+		}
+		if b.inflight.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// tryAcquireUpTo takes a slot while fewer than limit requests are in
+// flight, whatever max_concurrency says.
+func (b *Backend) tryAcquireUpTo(limit int64) bool {
+	for {
+		n := b.inflight.Load()
+		if n >= limit {
 			return false
 		}
 		if b.inflight.CompareAndSwap(n, n+1) {
