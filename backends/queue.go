@@ -204,8 +204,10 @@ func (r *Route) join(w *waiter) error {
 // lower band: its server preempts a running sequence of lower priority for
 // w (vLLM's priority policy), so w need not wait here for one of them to
 // end. A backend takes at most max_concurrency requests beyond its limit
-// (as many as it can run, all of them of lower priority at most), the one
-// with the smallest share of its limit in flight first. A request of the
+// (as many as it can run, all of them of lower priority at most); the one
+// holding most of the prompt is chosen (a cold prompt's prefill on a full
+// server costs more than any wait saved), and among those the one with the
+// smallest share of its limit in flight. A request of the
 // top band waiting means no more are taken beyond the limits: the
 // newcomer queues behind it, so the band stays fair across tenants.
 // Nil otherwise; q.mu is held.
@@ -214,14 +216,24 @@ func (r *Route) pickAbove(w *waiter) *Backend {
 	if !r.PriorityScheduling || len(q.bands) == 0 || w.claim.Priority >= q.bands[0].priority {
 		return nil
 	}
+	blocks := w.blocks
+	if !r.signals.prefix {
+		blocks = nil
+	}
 	for range 4 {
 		var best *Backend
+		bestHeld := 0
 		for _, b := range r.backends {
 			if b.maxConcurrency <= 0 || !b.Healthy() || w.tried.Has(b) || b.InFlight() >= 2*b.maxConcurrency {
 				continue
 			}
-			if best == nil || b.InFlight()*best.maxConcurrency < best.InFlight()*b.maxConcurrency {
-				best = b
+			held := 0
+			if len(blocks) > 0 && b.index != nil {
+				held = b.index.held(blocks)
+			}
+			if best == nil || held > bestHeld ||
+				held == bestHeld && b.InFlight()*best.maxConcurrency < best.InFlight()*b.maxConcurrency {
+				best, bestHeld = b, held
 			}
 		}
 		if best == nil {

@@ -489,20 +489,29 @@ func TestQueuePassesHigherBands(t *testing.T) {
 		inflight   [2]int64
 		priority   int64
 		want       string // the backend it gets at once, or "" when it queues
+		aHolds     bool   // a was sent the request's prompt
 	}{
-		{"above every waiting band: past the limit", true, []int64{1, 1}, [2]int64{2, 2}, 0, "a"},
-		{"the backend with the smaller share in flight", true, []int64{1}, [2]int64{3, 2}, 0, "b"},
-		{"without priority scheduling it queues", false, []int64{1}, [2]int64{2, 2}, 0, ""},
-		{"with nothing waiting it queues, first in line", true, nil, [2]int64{2, 2}, 0, ""},
-		{"behind a request of its own band it queues", true, []int64{0, 1}, [2]int64{2, 2}, 0, ""},
-		{"below the waiting band it queues", true, []int64{1}, [2]int64{2, 2}, 3, ""},
-		{"every backend at twice its limit: it queues", true, []int64{1}, [2]int64{4, 4}, 0, ""},
+		{"above every waiting band: past the limit", true, []int64{1, 1}, [2]int64{2, 2}, 0, "a", false},
+		{"the backend with the smaller share in flight", true, []int64{1}, [2]int64{3, 2}, 0, "b", false},
+		{"the backend holding the prompt, though busier", true, []int64{1}, [2]int64{3, 2}, 0, "a", true},
+		{"without priority scheduling it queues", false, []int64{1}, [2]int64{2, 2}, 0, "", false},
+		{"with nothing waiting it queues, first in line", true, nil, [2]int64{2, 2}, 0, "", false},
+		{"behind a request of its own band it queues", true, []int64{0, 1}, [2]int64{2, 2}, 0, "", false},
+		{"below the waiting band it queues", true, []int64{1}, [2]int64{2, 2}, 3, "", false},
+		{"every backend at twice its limit: it queues", true, []int64{1}, [2]int64{4, 4}, 0, "", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			a, b := newTestBackend("a", 1, 2), newTestBackend("b", 1, 2)
 			r := newTestRoute(config.Queue{Depth: 16, Wait: time.Hour}, a, b)
 			r.PriorityScheduling = tt.scheduling
+			chain := testChain(8)
+			for _, be := range r.backends {
+				be.index = new(prefixIndex)
+			}
+			if tt.aHolds {
+				a.index.insert(chain)
+			}
 			a.inflight.Store(tt.inflight[0])
 			b.inflight.Store(tt.inflight[1])
 			gone := make(chan struct{})
@@ -521,7 +530,7 @@ func TestQueuePassesHigherBands(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				be, err := r.WaitForSlot(nil, nil, Claim{Priority: tt.priority, Tenant: "u"}, gone, nil)
+				be, err := r.WaitForSlot(nil, chain, Claim{Priority: tt.priority, Tenant: "u"}, gone, nil)
 				got <- outcome{b: be, err: err}
 			}()
 			if tt.want == "" {
