@@ -62,8 +62,7 @@ const scoreTie = 1e-9
 // assessment is what the scheduler knows of one backend for one request.
 type assessment struct {
 	// held is how many leading blocks of the request the backend holds,
-	// and tokens about how many prompt tokens they are, at the bytes per
-	// token its replies taught its index.
+	// and tokens what the score counts them as (heldTokens).
 	held   int
 	tokens int64
 	// ahead is how many requests must leave the backend before this one
@@ -88,7 +87,7 @@ func (r *Route) assess(b *Backend, blocks []uint64) assessment {
 	var a assessment
 	if len(blocks) > 0 && b.index != nil {
 		a.held = b.index.held(blocks)
-		a.tokens = b.index.tokens(a.held)
+		a.tokens = heldTokens(a.held)
 	}
 	inflight := b.InFlight()
 	load, capacity := inflight, b.maxConcurrency

@@ -80,7 +80,7 @@ func TestScheduleQueueRule(t *testing.T) {
 				t.Fatalf("chose %v, want %s", got, tt.want)
 			}
 			ahead := r.assess(queued, nil).ahead
-			gain := queued.index.tokens(tt.heldQueue) - free.index.tokens(tt.heldFree)
+			gain := heldTokens(tt.heldQueue) - heldTokens(tt.heldFree)
 			if pays := !tt.prefixOff && gain > ahead*int64(m.Routing.QueueCostTokens); pays != (tt.want == "queued") {
 				t.Errorf("the case is mislabelled: gain %d tokens, %d ahead, cost %d", gain, ahead, m.Routing.QueueCostTokens)
 			}
