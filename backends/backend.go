@@ -341,9 +341,8 @@ func (b *Backend) InFlight() int64 { return b.inflight.Load() }
 // ObservePrompt tells the backend's prefix index that its server counted
 // promptTokens tokens (usage.prompt_tokens) in a prompt whose raw JSON,
 // the bytes its block chain is cut from, was promptBytes long: the index
-// learns how many bytes make a token, which places its eviction horizon
-// and converts the blocks it holds into the tokens routing's settings
-// speak in. It does nothing for a backend without an index.
+// learns how many bytes make a token, which places its eviction horizon.
+// It does nothing for a backend without an index.
 func (b *Backend) ObservePrompt(promptBytes int, promptTokens int64) {
 	if b.index != nil {
 		b.index.observe(promptBytes, promptTokens)

@@ -141,9 +141,9 @@ func (x *prefixIndex) observe(promptBytes int, promptTokens int64) {
 // heldTokens is how many prompt tokens the score and the queue rule count
 // for the first k blocks: at defaultBytesPerToken, whatever the server
 // counts. The score's weights and routing.queue_cost_tokens were set in
-// this unit; counting the learned tokens instead made the prefix term
-// lighter by the ratio (1.6 times on tollbench -fleet's prompts) and moved
-// more conversations off the servers holding their turns.
+// this unit; counting the learned tokens instead makes the prefix term
+// lighter wherever a token is longer than four bytes, and moved more
+// conversations off the servers holding their turns (docs/scheduler.md).
 func heldTokens(k int) int64 {
 	if k == 0 {
 		return 0

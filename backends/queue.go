@@ -207,10 +207,9 @@ func (r *Route) join(w *waiter) error {
 // (as many as it can run, all of them of lower priority at most); the one
 // holding most of the prompt is chosen (a cold prompt's prefill on a full
 // server costs more than any wait saved), and among those the one with the
-// smallest share of its limit in flight. A request of the
-// top band waiting means no more are taken beyond the limits: the
-// newcomer queues behind it, so the band stays fair across tenants.
-// Nil otherwise; q.mu is held.
+// smallest share of its limit in flight. A request of the top band waiting
+// means no more are taken beyond the limits: the newcomer queues behind
+// it, so the band stays fair across tenants. Nil otherwise; q.mu is held.
 func (r *Route) pickAbove(w *waiter) *Backend {
 	q := &r.waitq
 	if !r.PriorityScheduling || len(q.bands) == 0 || w.claim.Priority >= q.bands[0].priority {

@@ -478,9 +478,10 @@ func (h *queueHarness) grant() string {
 }
 
 // TestQueuePassesHigherBands checks that, for a model whose backends schedule by priority, a
-// request of a band above every waiting request goes past max_concurrency at once, to the
-// backend with the smallest share of its limit in flight (its server preempts a lower-priority
-// sequence for it), up to twice the limit; and that it queues otherwise.
+// request of a band above every waiting request goes past max_concurrency at once (its server
+// preempts a lower-priority sequence for it), up to twice the limit, to the backend holding its
+// prompt and then to the one with the smallest share of its limit in flight; and that it queues
+// otherwise.
 func TestQueuePassesHigherBands(t *testing.T) {
 	tests := []struct {
 		name       string
