@@ -127,6 +127,7 @@ func newBackend(cfg config.Backend) (*Backend, error) {
 				KVCacheBlocks: cfg.Simulated.KVCacheBlocks, BlockSize: cfg.Simulated.BlockSize,
 				LoadFactor: cfg.Simulated.LoadFactor, LoRAs: cfg.Simulated.LoRAs,
 				MaxLoRAs: cfg.Simulated.MaxLoRAs, LoRALoadTime: cfg.Simulated.LoRALoadTime,
+				PriorityPreemption: cfg.Simulated.PriorityPreemption,
 			},
 		})
 		b.simDone = make(chan error, 1)
@@ -281,6 +282,20 @@ func (b *Backend) tryAcquire() bool {
 	}
 }
 
+// tryAcquireUpTo takes a slot while fewer than limit requests are in
+// flight, whatever max_concurrency says.
+func (b *Backend) tryAcquireUpTo(limit int64) bool {
+	for {
+		n := b.inflight.Load()
+		if n >= limit {
+			return false
+		}
+		if b.inflight.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
 // Release frees the slot Pick took, and hands it to a request queued for
 // it, if any. With nothing queued it costs an atomic load per route.
 func (b *Backend) Release() {
@@ -322,6 +337,27 @@ func (b *Backend) serveRoutes() {
 
 // InFlight is the number of requests in flight on b.
 func (b *Backend) InFlight() int64 { return b.inflight.Load() }
+
+// ObservePrompt tells the backend's prefix index that its server counted
+// promptTokens tokens (usage.prompt_tokens) in a prompt whose raw JSON,
+// the bytes its block chain is cut from, was promptBytes long: the index
+// learns how many bytes make a token, which places its eviction horizon.
+// It does nothing for a backend without an index.
+func (b *Backend) ObservePrompt(promptBytes int, promptTokens int64) {
+	if b.index != nil {
+		b.index.observe(promptBytes, promptTokens)
+	}
+}
+
+// PromptBytesPerToken is the prompt bytes per token the backend's prefix
+// index has learned (ObservePrompt), the default until a reply taught it;
+// zero for a backend without an index.
+func (b *Backend) PromptBytesPerToken() float64 {
+	if b.index == nil {
+		return 0
+	}
+	return float64(b.index.bpt()) / bptScale
+}
 
 // Healthy reports whether the backend takes traffic: its last probe
 // succeeded and it is not ejected.

@@ -24,8 +24,23 @@ const (
 // the request's stack.
 const MaxPrefixBlocks = fineBlocks + 64
 
-// bytesPerToken converts prompt bytes to the tokens the settings speak in.
-const bytesPerToken = 4
+// defaultBytesPerToken converts prompt bytes to tokens: in the score
+// (heldTokens), and for the index's horizon until a backend's replies have
+// said how its server counts them (prefixIndex.observe).
+const defaultBytesPerToken = 4
+
+// The learned bytes per token, in fixed point (bptScale units a byte), is
+// an exponentially weighted average of the replies' ratios, each weighing
+// 1/bptWeight, and each ratio is kept within [minBytesPerToken,
+// maxBytesPerToken]: a reply counting tokens as no tokenizer does (a
+// prompt of images, a server reporting nothing useful) cannot throw the
+// index's horizon far off.
+const (
+	bptScale         = 1 << 10
+	bptWeight        = 16
+	minBytesPerToken = 1
+	maxBytesPerToken = 16
+)
 
 // blockEnd is the offset in the prompt where block i ends.
 func blockEnd(i int) int {
@@ -33,14 +48,6 @@ func blockEnd(i int) int {
 		return (i + 1) * fineBlockBytes
 	}
 	return fineBlocks*fineBlockBytes + (i-fineBlocks+1)*PrefixBlockBytes
-}
-
-// heldTokens is about how many prompt tokens the first k blocks hold.
-func heldTokens(k int) int64 {
-	if k == 0 {
-		return 0
-	}
-	return int64(blockEnd(k-1) / bytesPerToken)
 }
 
 // AppendBlockChain appends to dst the hash chain of prompt, the raw JSON
@@ -87,16 +94,71 @@ const (
 // prefixIndex remembers which prompt blocks a backend was sent recently,
 // standing in for the server's prefix cache. It forgets a block when its
 // set needs room for a newer one (least recently sent first), or once more
-// blocks were sent after it than the server's KV cache holds (capacity):
-// by then the server has evicted it too, approximately.
+// blocks were sent after it than the server's KV cache holds: by then the
+// server has evicted it too, approximately. The cache's size is known in
+// tokens (from the server's metrics) and the blocks are cut in prompt
+// bytes, so the index learns how many bytes of prompt the server counts
+// as a token from the replies' usage (observe) to place that horizon.
 type prefixIndex struct {
 	// clock counts the new blocks inserted: a block's age is how many
 	// were inserted after it.
 	clock atomic.Uint64
-	// capacity is the server's KV cache in blocks, from its metrics; zero
+	// kvTokens is the server's KV cache in tokens, from its metrics; zero
 	// when unknown, and then only the table's bound applies.
-	capacity atomic.Int64
-	slots    [indexEntries]atomic.Uint64
+	kvTokens atomic.Int64
+	// bytesPerToken is the learned prompt bytes per token the server
+	// counts, in bptScale units; zero until a reply was observed, and then
+	// defaultBytesPerToken stands for it.
+	bytesPerToken atomic.Int64
+	slots         [indexEntries]atomic.Uint64
+}
+
+// bpt is the prompt bytes per token, in bptScale units.
+func (x *prefixIndex) bpt() int64 {
+	if v := x.bytesPerToken.Load(); v > 0 {
+		return v
+	}
+	return defaultBytesPerToken * bptScale
+}
+
+// observe learns from a reply to a prompt of promptBytes bytes (the raw
+// JSON the blocks are cut from) that the server counted promptTokens
+// tokens. Two replies racing may lose one's update, which only slows the
+// learning.
+func (x *prefixIndex) observe(promptBytes int, promptTokens int64) {
+	if promptBytes <= 0 || promptTokens <= 0 {
+		return
+	}
+	ratio := min(max(int64(promptBytes)*bptScale/promptTokens, minBytesPerToken*bptScale), maxBytesPerToken*bptScale)
+	old := x.bytesPerToken.Load()
+	if old <= 0 {
+		x.bytesPerToken.Store(ratio)
+		return
+	}
+	x.bytesPerToken.Store(old + (ratio-old)/bptWeight)
+}
+
+// heldTokens is how many prompt tokens the score and the queue rule count
+// for the first k blocks: at defaultBytesPerToken, whatever the server
+// counts. The score's weights and routing.queue_cost_tokens were set in
+// this unit; counting the learned tokens instead makes the prefix term
+// lighter wherever a token is longer than four bytes, and moved more
+// conversations off the servers holding their turns (docs/scheduler.md).
+func heldTokens(k int) int64 {
+	if k == 0 {
+		return 0
+	}
+	return int64(blockEnd(k-1) / defaultBytesPerToken)
+}
+
+// limit is how many blocks of PrefixBlockBytes the server's KV cache
+// holds, or zero when its size is not known.
+func (x *prefixIndex) limit() uint64 {
+	kv := x.kvTokens.Load()
+	if kv <= 0 {
+		return 0
+	}
+	return uint64(max(kv*x.bpt()/(bptScale*PrefixBlockBytes), 1))
 }
 
 // indexSlot splits a block hash into its set's first slot and the tag the
@@ -111,7 +173,7 @@ func indexSlot(h uint64) (base int, tag uint64) {
 func (x *prefixIndex) has(h uint64) bool {
 	base, tag := indexSlot(h)
 	now := x.clock.Load()
-	limit := uint64(x.capacity.Load())
+	limit := x.limit()
 	for w := range indexWays {
 		e := x.slots[base+w].Load()
 		if e>>tickBits != tag {

@@ -2,6 +2,7 @@ package backends
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"unsafe"
@@ -121,7 +122,7 @@ func TestPrefixIndexBound(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			x := new(prefixIndex)
-			x.capacity.Store(tt.capacity)
+			x.kvTokens.Store(tt.capacity * PrefixBlockBytes / defaultBytesPerToken)
 			// A conversation's chain of 32 blocks; the hashes stand in for
 			// AppendBlockChain's, which TestBlockChain checks.
 			conv := func(i int) []uint64 {
@@ -163,4 +164,55 @@ func mix(x uint64) uint64 {
 	x ^= x >> 27
 	x *= 0x94d049bb133111eb
 	return x ^ x>>31
+}
+
+// TestPrefixIndexLearnsBytesPerToken checks that the replies' usage teaches the index how many
+// prompt bytes the server counts as a token, within bounds, and that its horizon in blocks
+// follows it.
+func TestPrefixIndexLearnsBytesPerToken(t *testing.T) {
+	type reply struct {
+		bytes  int
+		tokens int64
+	}
+	repeat := func(n int, r reply) []reply { return slices.Repeat([]reply{r}, n) }
+	tests := []struct {
+		name    string
+		replies []reply
+		want    float64 // bytes per token learned
+	}{
+		{"nothing observed: the default", nil, defaultBytesPerToken},
+		{"the first reply is taken whole", []reply{{6500, 1000}}, 6.5},
+		{"no usage teaches nothing", []reply{{6500, 0}, {0, 100}}, defaultBytesPerToken},
+		{"a steady ratio is learned", repeat(200, reply{6500, 1000}), 6.5},
+		{"one odd reply moves it by a sixteenth", append(repeat(200, reply{6500, 1000}), reply{2500, 1000}), 6.25},
+		{"the ratio is kept under the bound", []reply{{100000, 10}}, maxBytesPerToken},
+		{"and over the bound below", []reply{{10, 100}}, minBytesPerToken},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := newTestBackend("b", 1, 0)
+			b.index = new(prefixIndex)
+			for _, r := range tt.replies {
+				b.ObservePrompt(r.bytes, r.tokens)
+			}
+			x := b.index
+			if got := float64(x.bpt()) / bptScale; got < tt.want-0.01 || got > tt.want+0.01 {
+				t.Fatalf("learned %.3f bytes a token, want %.3f", got, tt.want)
+			}
+			if x.limit() != 0 {
+				t.Errorf("horizon %d blocks with the KV cache unknown, want 0 (none)", x.limit())
+			}
+			x.kvTokens.Store(100000)
+			if got, want := x.limit(), 100000*tt.want/PrefixBlockBytes; float64(got) < want-1 || float64(got) > want+1 {
+				t.Errorf("a KV cache of 100000 tokens holds %d blocks, want about %.0f", got, want)
+			}
+		})
+	}
+	t.Run("no index: nothing to learn", func(t *testing.T) {
+		b := newTestBackend("b", 1, 0)
+		b.ObservePrompt(6500, 1000)
+		if b.index != nil {
+			t.Fatal("observing made an index")
+		}
+	})
 }

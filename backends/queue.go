@@ -166,6 +166,11 @@ func (r *Route) join(w *waiter) error {
 	q := &r.waitq
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if b := r.pickAbove(w); b != nil {
+		w.backend = b
+		close(w.done)
+		return nil
+	}
 	w.cost = min(max(w.claim.Tokens, 1), maxClaimTokens)
 	if r.queued.Load() >= int64(r.queue.Depth) {
 		last := q.lastInLine()
@@ -191,6 +196,55 @@ func (r *Route) join(w *waiter) error {
 	// and one before is seen by the Pick below.
 	r.queued.Add(1)
 	r.serveLocked()
+	return nil
+}
+
+// pickAbove is, for a model whose backends schedule by priority, a backend
+// beyond its max_concurrency for w when every request waiting is of a
+// lower band: its server preempts a running sequence of lower priority for
+// w (vLLM's priority policy), so w need not wait here for one of them to
+// end. A backend takes at most max_concurrency requests beyond its limit
+// (as many as it can run, all of them of lower priority at most); the one
+// holding most of the prompt is chosen (a cold prompt's prefill on a full
+// server costs more than any wait saved), and among those the one with the
+// smallest share of its limit in flight. A request of the top band waiting
+// means no more are taken beyond the limits: the newcomer queues behind
+// it, so the band stays fair across tenants. Nil otherwise; q.mu is held.
+func (r *Route) pickAbove(w *waiter) *Backend {
+	q := &r.waitq
+	if !r.PriorityScheduling || len(q.bands) == 0 || w.claim.Priority >= q.bands[0].priority {
+		return nil
+	}
+	blocks := w.blocks
+	if !r.signals.prefix {
+		blocks = nil
+	}
+	for range 4 {
+		var best *Backend
+		bestHeld := 0
+		for _, b := range r.backends {
+			if b.maxConcurrency <= 0 || !b.Healthy() || w.tried.Has(b) || b.InFlight() >= 2*b.maxConcurrency {
+				continue
+			}
+			held := 0
+			if len(blocks) > 0 && b.index != nil {
+				held = b.index.held(blocks)
+			}
+			if best == nil || held > bestHeld ||
+				held == bestHeld && b.InFlight()*best.maxConcurrency < best.InFlight()*b.maxConcurrency {
+				best, bestHeld = b, held
+			}
+		}
+		if best == nil {
+			return nil
+		}
+		if best.tryAcquireUpTo(2 * best.maxConcurrency) {
+			if best.index != nil && r.signals.prefix {
+				best.index.insert(w.blocks)
+			}
+			return best
+		}
+	}
 	return nil
 }
 

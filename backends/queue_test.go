@@ -476,3 +476,86 @@ func (h *queueHarness) grant() string {
 	}
 	return ""
 }
+
+// TestQueuePassesHigherBands checks that, for a model whose backends schedule by priority, a
+// request of a band above every waiting request goes past max_concurrency at once (its server
+// preempts a lower-priority sequence for it), up to twice the limit, to the backend holding its
+// prompt and then to the one with the smallest share of its limit in flight; and that it queues
+// otherwise.
+func TestQueuePassesHigherBands(t *testing.T) {
+	tests := []struct {
+		name       string
+		scheduling bool
+		waiting    []int64 // the priorities of the requests already queued
+		inflight   [2]int64
+		priority   int64
+		want       string // the backend it gets at once, or "" when it queues
+		aHolds     bool   // a was sent the request's prompt
+	}{
+		{"above every waiting band: past the limit", true, []int64{1, 1}, [2]int64{2, 2}, 0, "a", false},
+		{"the backend with the smaller share in flight", true, []int64{1}, [2]int64{3, 2}, 0, "b", false},
+		{"the backend holding the prompt, though busier", true, []int64{1}, [2]int64{3, 2}, 0, "a", true},
+		{"without priority scheduling it queues", false, []int64{1}, [2]int64{2, 2}, 0, "", false},
+		{"with nothing waiting it queues, first in line", true, nil, [2]int64{2, 2}, 0, "", false},
+		{"behind a request of its own band it queues", true, []int64{0, 1}, [2]int64{2, 2}, 0, "", false},
+		{"below the waiting band it queues", true, []int64{1}, [2]int64{2, 2}, 3, "", false},
+		{"every backend at twice its limit: it queues", true, []int64{1}, [2]int64{4, 4}, 0, "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, b := newTestBackend("a", 1, 2), newTestBackend("b", 1, 2)
+			r := newTestRoute(config.Queue{Depth: 16, Wait: time.Hour}, a, b)
+			r.PriorityScheduling = tt.scheduling
+			chain := testChain(8)
+			for _, be := range r.backends {
+				be.index = new(prefixIndex)
+			}
+			if tt.aHolds {
+				a.index.insert(chain)
+			}
+			a.inflight.Store(tt.inflight[0])
+			b.inflight.Store(tt.inflight[1])
+			gone := make(chan struct{})
+			var wg sync.WaitGroup
+			defer wg.Wait()
+			defer close(gone)
+			for i, p := range tt.waiting {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_, _ = r.WaitForSlot(nil, nil, Claim{Priority: p, Tenant: "t"}, gone, nil)
+				}()
+				waitFor(t, "a queued request", 5*time.Second, func() bool { return r.queued.Load() == int64(i+1) })
+			}
+			got := make(chan outcome, 1)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				be, err := r.WaitForSlot(nil, chain, Claim{Priority: tt.priority, Tenant: "u"}, gone, nil)
+				got <- outcome{b: be, err: err}
+			}()
+			if tt.want == "" {
+				waitFor(t, "the newcomer queued", 5*time.Second, func() bool { return r.queued.Load() == int64(len(tt.waiting)+1) })
+				if a.InFlight() != tt.inflight[0] || b.InFlight() != tt.inflight[1] {
+					t.Errorf("in flight %d and %d, want %d and %d: a slot was taken", a.InFlight(), b.InFlight(), tt.inflight[0], tt.inflight[1])
+				}
+				return
+			}
+			var o outcome
+			select {
+			case o = <-got:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("the newcomer waited; want %s at once", tt.want)
+			}
+			if o.err != nil || o.b == nil || o.b.Name != tt.want {
+				t.Fatalf("WaitForSlot = %v, %v; want %s at once", o.b, o.err, tt.want)
+			}
+			if n, want := o.b.InFlight(), tt.inflight[slices.Index([]string{"a", "b"}, tt.want)]+1; n != want {
+				t.Errorf("%s has %d in flight, want %d", tt.want, n, want)
+			}
+			if r.queued.Load() != int64(len(tt.waiting)) {
+				t.Errorf("queued %d, want the %d that waited before", r.queued.Load(), len(tt.waiting))
+			}
+		})
+	}
+}

@@ -61,8 +61,10 @@ const scoreTie = 1e-9
 
 // assessment is what the scheduler knows of one backend for one request.
 type assessment struct {
-	// held is how many leading blocks of the request the backend holds.
-	held int
+	// held is how many leading blocks of the request the backend holds,
+	// and tokens what the score counts them as (heldTokens).
+	held   int
+	tokens int64
 	// ahead is how many requests must leave the backend before this one
 	// runs: zero when it has a free sequence slot.
 	ahead int64
@@ -85,6 +87,7 @@ func (r *Route) assess(b *Backend, blocks []uint64) assessment {
 	var a assessment
 	if len(blocks) > 0 && b.index != nil {
 		a.held = b.index.held(blocks)
+		a.tokens = heldTokens(a.held)
 	}
 	inflight := b.InFlight()
 	load, capacity := inflight, b.maxConcurrency
@@ -121,7 +124,7 @@ func (r *Route) assess(b *Backend, blocks []uint64) assessment {
 // score ranks a backend with free capacity for a request; higher is
 // better. queueCostTokens is routing.queue_cost_tokens.
 func (a *assessment) score(queueCostTokens int64) float64 {
-	s := weightPrefix*float64(heldTokens(a.held))/float64(queueCostTokens) -
+	s := weightPrefix*float64(a.tokens)/float64(queueCostTokens) -
 		weightRunning*a.runShare - weightKV*a.kvUsage
 	if a.adapter {
 		s += weightLoRA
@@ -155,17 +158,17 @@ func (r *Route) schedule(tried Tried, blocks []uint64) *Backend {
 	}
 	var queued, best *Backend
 	bestScore := math.Inf(-1)
-	var queuedHeld, bestHeld int
-	var queuedAhead, queuedCost int64
+	var bestHeld int
+	var queuedTokens, queuedAhead, queuedCost int64
 	for _, b := range r.backends {
 		if !usable(b, tried) {
 			continue
 		}
 		a := r.assess(b, blocks)
 		if a.ahead > 0 {
-			cost := a.ahead*r.signals.queueCostTokens - heldTokens(a.held)
+			cost := a.ahead*r.signals.queueCostTokens - a.tokens
 			if queued == nil || cost < queuedCost {
-				queued, queuedCost, queuedAhead, queuedHeld = b, cost, a.ahead, a.held
+				queued, queuedCost, queuedAhead, queuedTokens = b, cost, a.ahead, a.tokens
 			}
 			continue
 		}
@@ -178,8 +181,7 @@ func (r *Route) schedule(tried Tried, blocks []uint64) *Backend {
 	}
 	// The draw among the candidates (weighted reservoir sampling).
 	var free *Backend
-	var freeHeld int
-	var drawn int64
+	var freeTokens, drawn int64
 	for _, b := range r.backends {
 		if !usable(b, tried) {
 			continue
@@ -191,14 +193,14 @@ func (r *Route) schedule(tried Tried, blocks []uint64) *Backend {
 		}
 		drawn += b.weight
 		if rand.Int64N(drawn) < b.weight {
-			free, freeHeld = b, a.held
+			free, freeTokens = b, a.tokens
 		}
 	}
 	if free == nil {
 		// The loads moved between the two passes.
-		free, freeHeld = best, r.assess(best, blocks).held
+		free, freeTokens = best, r.assess(best, blocks).tokens
 	}
-	if queued != nil && heldTokens(queuedHeld)-heldTokens(freeHeld) > queuedAhead*r.signals.queueCostTokens {
+	if queued != nil && queuedTokens-freeTokens > queuedAhead*r.signals.queueCostTokens {
 		return queued
 	}
 	return free

@@ -335,7 +335,7 @@ func (p *metricsPoller) load(r vllmReading) *serverLoad {
 	}
 	p.prevQueries, p.prevHits = r.prefixQueries, r.prefixHits
 	if p.b.index != nil && r.kvTokens > 0 {
-		p.b.index.capacity.Store(max(r.kvTokens*bytesPerToken/PrefixBlockBytes, 1))
+		p.b.index.kvTokens.Store(r.kvTokens)
 	}
 	return s
 }

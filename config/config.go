@@ -314,6 +314,12 @@ type Simulated struct {
 	// LoRALoadTime delays the first token of a request whose adapter had
 	// to be loaded. Zero means loading is free.
 	LoRALoadTime time.Duration `yaml:"lora_load_time"`
+	// PriorityPreemption makes a request arriving while max_num_seqs
+	// run preempt the running sequence of the lowest priority, if lower
+	// than its own, as vLLM's priority scheduling policy does; the
+	// preempted one waits again and recomputes what it generated. Zero
+	// means false: a request waits for a slot whatever its priority.
+	PriorityPreemption bool `yaml:"priority_preemption"`
 }
 
 // Model is a public model id and where it is served.

@@ -52,6 +52,7 @@ func ReloadableSettings() []string {
 		"backends[].simulated.prefill_per_token", "backends[].simulated.kv_cache_blocks",
 		"backends[].simulated.block_size", "backends[].simulated.load_factor",
 		"backends[].simulated.loras", "backends[].simulated.max_loras", "backends[].simulated.lora_load_time",
+		"backends[].simulated.priority_preemption",
 		"backends[].weight", "backends[].max_concurrency", "backends[].max_conns",
 		"backends[].continuous_usage", "backends[].messages",
 		"backends[].timeouts.connect", "backends[].timeouts.first_byte",

@@ -34,7 +34,9 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *exchange, body 
 	var blockArr [backends.MaxPrefixBlocks]uint64
 	blocks := blockArr[:0]
 	if c.route.WantsBlocks() {
-		blocks = backends.AppendBlockChain(blocks, promptMessages(body))
+		prompt := promptMessages(body)
+		c.promptBytes = len(prompt)
+		blocks = backends.AppendBlockChain(blocks, prompt)
 	}
 	c.watch = s.clients.watch(ctx, c.rec.Started)
 	defer c.watch.stop()
@@ -296,6 +298,9 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *exchange, route *backends.
 		return attemptResult{done: true}
 	}
 	recordUsage(&c.rec, &u, u.Output)
+	if u.Reported {
+		b.ObservePrompt(c.promptBytes, u.Input)
+	}
 	c.rec.CompletionID, c.rec.CompletionCreated = reply.ID, reply.Created
 	if c.payloads {
 		c.rec.Input = append([]byte(nil), body...)

@@ -99,6 +99,10 @@ type exchange struct {
 	// from sending to the last byte (the response headers for a stream),
 	// summed over attempts: the rest of its time is the gateway's own.
 	upstream time.Duration
+	// promptBytes is the length of the prompt's raw JSON the scheduler cut
+	// into blocks, for the backend to learn its bytes per token from the
+	// reply's usage; zero when the route cuts no blocks.
+	promptBytes int
 }
 
 // newExchange returns an exchange with its openai.Request, for the pool.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/tollgate-dev/tollgate/accounting"
 	"github.com/tollgate-dev/tollgate/backends/simulated"
 )
 
@@ -722,5 +723,51 @@ func TestOneKilledOneFailingUnderLoad(t *testing.T) {
 	}
 	if got := healthy.requests() - before; got != 80 {
 		t.Errorf("the healthy backend served %d of the 80 requests after the faults, want all", got)
+	}
+}
+
+// TestBackendLearnsBytesPerToken checks that a reply's usage, streamed or not, teaches the
+// backend that served it how many bytes of the prompt's raw JSON its server counts as a token,
+// and teaches the backend that did not serve nothing.
+func TestBackendLearnsBytesPerToken(t *testing.T) {
+	const messages = `[{"role":"system","content":"You are a terse assistant of the fleet."},` +
+		`{"role":"user","content":"How many bytes make one token on this server?"}]`
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			nodes := newNodes(t, simulated.Options{}, "v1", "v2")
+			c := newHarness(t, harnessOptions{backends: sameSpecs("", nodes...), models: "  - name: m\n    backends: [v1, v2]\n"})
+			body := fmt.Sprintf(`{"model":"m","max_tokens":2,"stream":%v,"messages":%s}`, stream, messages)
+			if stream {
+				if status, _ := c.stream(body); status != http.StatusOK {
+					t.Fatalf("status %d", status)
+				}
+			} else {
+				c.postOK(body)
+			}
+			var recs []accounting.Record
+			pollUntil(t, "usage record", 5*time.Second, func() bool {
+				recs = c.recorder.snapshot()
+				return len(recs) > 0
+			})
+			if recs[0].PromptTokens <= 0 {
+				t.Fatalf("recorded %d prompt tokens", recs[0].PromptTokens)
+			}
+			want := float64(len(messages)) / float64(recs[0].PromptTokens)
+			learned := map[string]float64{}
+			for _, b := range c.reg.Route([]byte("m")).Backends() {
+				learned[b.Name] = b.PromptBytesPerToken()
+			}
+			served, other := recs[0].Backend, "v1"
+			if served == "v1" {
+				other = "v2"
+			}
+			if got := learned[served]; got < want-0.01 || got > want+0.01 {
+				t.Errorf("%s, which served, learned %.3f bytes a token, want %.3f (%d bytes, %d tokens)",
+					served, got, want, len(messages), recs[0].PromptTokens)
+			}
+			if got := learned[other]; got != 4 {
+				t.Errorf("%s, which did not serve, has %.3f bytes a token, want the default 4", other, got)
+			}
+		})
 	}
 }

@@ -353,6 +353,9 @@ func (sb *streamBody) CloseWithError(clientErr error) error {
 	f := sb.facts()
 	usage := &f.usage
 	recordUsage(&c.rec, usage, f.outputTokens)
+	if usage.Reported {
+		sb.backend.ObservePrompt(c.promptBytes, usage.Input)
+	}
 	c.rec.CacheWriteTokens = f.cacheWrite
 	c.rec.CompletionID, c.rec.CompletionCreated = f.replyID, f.created
 	c.rec.FinishReasons = f.finish

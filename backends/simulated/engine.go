@@ -35,6 +35,10 @@ type engine struct {
 	arrived uint64
 	blocks  *blockCache // nil without KVCacheBlocks
 	loras   loraSet
+	// runs are the running sequences that may be preempted (PriorityPreemption only).
+	runs []*seq
+	// preemptions counts the sequences preempted, as vllm:num_preemptions_total.
+	preemptions atomic.Int64
 
 	// runningNow mirrors running for the lock-free reads of every token's delay.
 	runningNow atomic.Int64
@@ -60,6 +64,17 @@ type seq struct {
 	cached  int
 	prefill time.Duration
 	done    bool
+	// priority and order are its place in the queue, should it be preempted (see
+	// Engine.PriorityPreemption); generated counts the tokens it generated, which a
+	// preemption makes it recompute; tail is its prompt's tokens after its last whole block,
+	// which no cache holds.
+	priority  int64
+	order     uint64
+	generated int
+	tail      int
+	// preempted is the waiter it waits as since it was preempted, until it runs again; nil
+	// while it runs. Guarded by e.mu.
+	preempted *waiter
 }
 
 func newEngine(cfg Engine) *engine {
@@ -96,7 +111,16 @@ func (s *Server) decodeWhole(q *seq, tokens int) {
 		s.waitFirstToken()
 		return
 	}
-	s.clock.Sleep(q.firstToken(s.opts.TimeToFirstToken) + time.Duration(max(tokens-1, 0))*q.interToken(s.opts.InterTokenDelay))
+	if !s.engine.cfg.PriorityPreemption {
+		s.clock.Sleep(q.firstToken(s.opts.TimeToFirstToken) + time.Duration(max(tokens-1, 0))*q.interToken(s.opts.InterTokenDelay))
+		q.finish()
+		return
+	}
+	// Token by token, so that a preemption stops it at its next token.
+	s.clock.Sleep(q.firstToken(s.opts.TimeToFirstToken))
+	for range max(tokens-1, 0) {
+		s.clock.Sleep(q.interToken(s.opts.InterTokenDelay))
+	}
 	q.finish()
 }
 
@@ -114,23 +138,23 @@ func (e *engine) start(blocks []uint64, tokens int, adapter string, priority int
 		// Whoever waits cannot be admitted (admitWaiting runs on every release), so this
 		// overtakes nobody who could run.
 		w.loads = e.admit(adapter)
+	} else if v := e.victim(priority, adapter); v != nil {
+		// The victim's slot passes to this request: running stays as it was.
+		e.preempt(v)
 	} else {
 		w.admitted = make(chan struct{})
-		i, _ := slices.BinarySearchFunc(e.waiting, w, func(a, b *waiter) int {
-			if a.priority != b.priority {
-				return cmpInt64(a.priority, b.priority)
-			}
-			return cmpInt64(int64(a.order), int64(b.order))
-		})
-		e.waiting = slices.Insert(e.waiting, i, w)
+		e.enqueue(w)
 	}
 	e.mu.Unlock()
 	if w.admitted != nil {
 		<-w.admitted
 	}
 
-	q := &seq{e: e, adapter: adapter}
+	q := &seq{e: e, adapter: adapter, priority: priority, order: w.order, tail: max(tokens-len(blocks)*e.cfg.BlockSize, 0)}
 	e.mu.Lock()
+	if e.cfg.PriorityPreemption && adapter == "" {
+		e.runs = append(e.runs, q)
+	}
 	hitBlocks := 0
 	if e.blocks != nil {
 		// vLLM recomputes at least the prompt's last token, so a prompt made of whole cached
@@ -160,9 +184,70 @@ func (q *seq) firstToken(ttft time.Duration) time.Duration {
 	return q.e.scale(ttft, int(q.e.runningNow.Load())) + q.prefill
 }
 
-// interToken is the delay before the next token at the current load.
+// interToken is the delay before the next token at the current load. A sequence preempted
+// since its last token first waits to run again, and then recomputes what it generated.
 func (q *seq) interToken(itl time.Duration) time.Duration {
-	return q.e.scale(itl, int(q.e.runningNow.Load()))
+	d := q.e.scale(itl, int(q.e.runningNow.Load()))
+	if q.e.cfg.PriorityPreemption {
+		d += q.resume()
+		q.generated++
+	}
+	return d
+}
+
+// victim is the running sequence a request of priority for adapter preempts, or nil: the one of
+// the lowest priority (the highest value; the latest arrival among equals), if lower than the
+// request's. e.mu is held.
+func (e *engine) victim(priority int64, adapter string) *seq {
+	if !e.cfg.PriorityPreemption || adapter != "" {
+		return nil
+	}
+	var v *seq
+	for _, q := range e.runs {
+		if q.priority > priority && (v == nil || q.priority > v.priority || q.priority == v.priority && q.order > v.order) {
+			v = q
+		}
+	}
+	return v
+}
+
+// preempt takes v off the running sequences and queues it again at its priority and arrival;
+// its slot is the caller's. e.mu is held.
+func (e *engine) preempt(v *seq) {
+	e.runs = slices.DeleteFunc(e.runs, func(q *seq) bool { return q == v })
+	v.preempted = &waiter{priority: v.priority, order: v.order, admitted: make(chan struct{})}
+	e.enqueue(v.preempted)
+	e.preemptions.Add(1)
+}
+
+// enqueue inserts w in the queue, by priority then arrival. e.mu is held.
+func (e *engine) enqueue(w *waiter) {
+	i, _ := slices.BinarySearchFunc(e.waiting, w, func(a, b *waiter) int {
+		if a.priority != b.priority {
+			return cmpInt64(a.priority, b.priority)
+		}
+		return cmpInt64(int64(a.order), int64(b.order))
+	})
+	e.waiting = slices.Insert(e.waiting, i, w)
+}
+
+// resume waits, when q was preempted, until it is readmitted, and returns the time to recompute
+// its state: the tokens it generated and its prompt's tail, at the load it runs again under.
+func (q *seq) resume() time.Duration {
+	e := q.e
+	e.mu.Lock()
+	w := q.preempted
+	e.mu.Unlock()
+	if w == nil {
+		return 0
+	}
+	<-w.admitted
+	e.mu.Lock()
+	q.preempted = nil
+	e.runs = append(e.runs, q)
+	running := e.running
+	e.mu.Unlock()
+	return e.scale(e.cfg.PrefillPerToken*time.Duration(q.generated+q.tail), running)
 }
 
 // finish ends the sequence: its blocks become evictable and its slot goes to the next waiter
@@ -177,6 +262,16 @@ func (q *seq) finish() {
 	defer e.mu.Unlock()
 	if e.blocks != nil {
 		e.blocks.release(q.held)
+	}
+	if w := q.preempted; w != nil {
+		// Preempted after its last token: it holds a slot only if readmitted meanwhile.
+		q.preempted = nil
+		if i := slices.Index(e.waiting, w); i >= 0 {
+			e.waiting = slices.Delete(e.waiting, i, i+1)
+			return
+		}
+	} else if e.cfg.PriorityPreemption {
+		e.runs = slices.DeleteFunc(e.runs, func(r *seq) bool { return r == q })
 	}
 	e.running--
 	if q.adapter != "" {
@@ -247,6 +342,7 @@ type engineState struct {
 	running, waiting  int
 	kvUsage           float64
 	queried, hit      int64
+	preemptions       int64
 	runningAdapters   []string
 	waitingAdapters   []string
 	maxLoRAs, kvBlock int
@@ -258,7 +354,7 @@ func (e *engine) state() engineState {
 	defer e.mu.Unlock()
 	st := engineState{
 		running: e.running, waiting: len(e.waiting),
-		queried: e.queried.Load(), hit: e.hit.Load(),
+		queried: e.queried.Load(), hit: e.hit.Load(), preemptions: e.preemptions.Load(),
 		maxLoRAs: e.cfg.MaxLoRAs, kvBlock: e.cfg.BlockSize, kvBlocks: e.cfg.KVCacheBlocks,
 	}
 	if e.blocks != nil {

@@ -422,3 +422,96 @@ func TestResetPrefixCache(t *testing.T) {
 		t.Errorf("cached_tokens after a reset = %d, want 0", got)
 	}
 }
+
+// TestEnginePriorityPreemption checks vLLM's priority policy: a request arriving at a full engine
+// takes the slot of the running sequence of the lowest priority (the latest among equals) when
+// that is lower than its own, and the preempted sequence waits at its next token, then
+// recomputes the tokens it generated.
+func TestEnginePriorityPreemption(t *testing.T) {
+	const perToken = time.Millisecond
+	tests := []struct {
+		name       string
+		preempt    bool
+		running    []int64 // the priorities of the sequences running, in arrival order
+		newcomer   int64
+		wantVictim int // index in running of the sequence preempted; -1 none (the newcomer queues)
+	}{
+		{"the lowest priority is preempted", true, []int64{1, 3}, 2, 1},
+		{"the latest of the lowest priority is preempted", true, []int64{1, 1}, 0, 1},
+		{"the lowest even when it came first", true, []int64{3, 1}, 0, 0},
+		{"an equal priority preempts nothing", true, []int64{0, 0}, 0, -1},
+		{"a lower priority preempts nothing", true, []int64{0, 0}, 5, -1},
+		{"off: the newcomer queues", false, []int64{1, 1}, 0, -1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEngine(Engine{MaxNumSeqs: 2, PrefillPerToken: perToken, PriorityPreemption: tt.preempt}.normalized())
+			var running []*seq
+			for _, p := range tt.running {
+				running = append(running, e.start(nil, 8, "", p))
+			}
+			// Each running sequence generated three tokens so far.
+			for _, q := range running {
+				for range 3 {
+					q.interToken(0)
+				}
+			}
+			newcomer := startAsync(e, "", tt.newcomer)
+			if tt.wantVictim < 0 {
+				waitQueued(t, e, 1)
+				if admitted(newcomer) != nil {
+					t.Fatal("the newcomer was admitted at a full engine")
+				}
+				if st := e.state(); st.running != 2 || st.preemptions != 0 {
+					t.Errorf("running %d, preemptions %d; want 2, 0", st.running, st.preemptions)
+				}
+				running[0].finish()
+				(<-newcomer).finish()
+				running[1].finish()
+				return
+			}
+			n := <-newcomer // admitted at once: it does not wait
+			if st := e.state(); st.running != 2 || st.waiting != 1 || st.preemptions != 1 {
+				t.Fatalf("running %d, waiting %d, preemptions %d; want 2, 1, 1", st.running, st.waiting, st.preemptions)
+			}
+			victim, other := running[tt.wantVictim], running[1-tt.wantVictim]
+			resumed := make(chan time.Duration, 1)
+			go func() { resumed <- victim.interToken(0) }()
+			select {
+			case <-resumed:
+				t.Fatal("the preempted sequence went on while its slot was taken")
+			case <-time.After(20 * time.Millisecond):
+			}
+			// The other running sequence is not preempted.
+			if d := other.interToken(0); d != 0 {
+				t.Errorf("the other sequence's next token waited %v, want 0", d)
+			}
+			n.finish()
+			// Its three tokens generated are recomputed (the 8-token prompt has no whole block).
+			if d := <-resumed; d != 11*perToken {
+				t.Errorf("the preempted sequence resumed after %v, want %v", d, 11*perToken)
+			}
+			if st := e.state(); st.running != 2 || st.waiting != 0 {
+				t.Errorf("running %d, waiting %d after it resumed; want 2, 0", st.running, st.waiting)
+			}
+			victim.finish()
+			other.finish()
+			if st := e.state(); st.running != 0 {
+				t.Errorf("running %d after every finish", st.running)
+			}
+		})
+	}
+	t.Run("preempted after its last token", func(t *testing.T) {
+		e := newEngine(Engine{MaxNumSeqs: 1, PriorityPreemption: true}.normalized())
+		low := e.start(nil, 8, "", 1)
+		high := e.start(nil, 8, "", 0)
+		low.finish() // leaves the queue, frees nothing: its slot is high's
+		if st := e.state(); st.running != 1 || st.waiting != 0 {
+			t.Fatalf("running %d, waiting %d; want 1, 0", st.running, st.waiting)
+		}
+		high.finish()
+		if st := e.state(); st.running != 0 {
+			t.Errorf("running %d after every finish", st.running)
+		}
+	})
+}

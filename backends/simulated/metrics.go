@@ -39,6 +39,7 @@ func (s *Server) metrics(ctx *fasthttp.RequestCtx) {
 	gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", st.kvUsage)
 	counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.", st.queried)
 	counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", st.hit)
+	counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.", st.preemptions)
 	if s.engine != nil && len(s.engine.cfg.LoRAs) > 0 {
 		// vLLM adds a series each time the adapters change and leaves the old ones; a reader
 		// takes the one with the latest value, so one series stamped now says the same.

@@ -97,6 +97,15 @@ type Engine struct {
 	// LoRALoadTime is added to the first token of a request whose adapter had to be loaded.
 	// Zero means loading is free.
 	LoRALoadTime time.Duration
+	// PriorityPreemption makes the engine preempt as vLLM's priority scheduling policy
+	// (--scheduling-policy priority) does: a request arriving while MaxNumSeqs sequences run
+	// takes the slot of the running sequence of the lowest priority (the highest value, the
+	// latest arrival among equals) when that priority is lower than its own. The preempted
+	// sequence stops at its next token, waits in the queue at its priority and arrival, and
+	// when readmitted recomputes the tokens it had generated (vLLM's recompute preemption; its
+	// prompt's blocks stay cached). Sequences of LoRA adapters are neither preempted nor
+	// preempt. False means a request waits for a slot whatever its priority.
+	PriorityPreemption bool
 }
 
 // enabled reports whether any part of the engine is configured.

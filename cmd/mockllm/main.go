@@ -64,6 +64,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	loras := fs.String("loras", "", "comma-separated LoRA adapters served besides the base model (empty: none)")
 	fs.IntVar(&e.MaxLoRAs, "max-loras", 1, "adapters loaded at once")
 	fs.DurationVar(&e.LoRALoadTime, "lora-load-time", 0, "added to the first token of a request whose adapter had to be loaded")
+	fs.BoolVar(&e.PriorityPreemption, "priority-preemption", false, "a request arriving while -max-num-seqs run preempts the running sequence of the lowest priority, if lower than its own (vLLM's priority policy)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}

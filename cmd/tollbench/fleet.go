@@ -101,7 +101,7 @@ func runFleet(ctx context.Context, o options, args []string, stdout, stderr io.W
 		Date: time.Now().UTC().Format(time.RFC3339), Command: strings.Join(append([]string{"tollbench"}, args...), " "),
 		Machine: describeMachine(nofile),
 		Setup: fmt.Sprintf("%d simulated vLLM servers (max_num_seqs %d, prefill %s + %s per uncached token, %s per token ×1 to ×%g with load, "+
-			"prefix cache of %d blocks of %d tokens); %d conversations over %d apps with %d-word system prompts, think time %s (about %.0f %% of the slots busy), seed %d; "+
+			"prefix cache of %d blocks of %d tokens, priority preemption); %d conversations over %d apps with %d-word system prompts, think time %s (about %.0f %% of the slots busy), seed %d; "+
 			"phases of %s (the first fifth unmeasured), %d round(s) of tollgate/round-robin/oracle",
 			fleetServers, f.eng.maxNumSeqs, f.eng.ttft, f.eng.prefillPerToken, f.eng.itl, f.eng.loadFactor, f.eng.kvBlocks, fleetBlockSize,
 			fleetConversations, fleetApps, fleetPromptWords, think.Round(time.Millisecond), fleetBusy*100, o.seed, o.fleetPhase, o.rounds),
@@ -134,6 +134,10 @@ func (f *fleetBench) setup(ctx context.Context) error {
 			Engine: simulated.Engine{
 				MaxNumSeqs: f.eng.maxNumSeqs, PrefillPerToken: f.eng.prefillPerToken, KVCacheBlocks: f.eng.kvBlocks,
 				BlockSize: fleetBlockSize, LoadFactor: f.eng.loadFactor,
+				// The scenarios' model has priority_scheduling on: its servers run vLLM's
+				// priority policy, which preempts. The conversations all have priority 0,
+				// which preempts nothing.
+				PriorityPreemption: true,
 			},
 		})
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
