@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -11,7 +12,7 @@ import (
 )
 
 // recordRing carries records from the request goroutines to the one
-// goroutine that makes spans of them. Its slots are allocated once, so a
+// goroutine that makes spans of them (see batcher). Its slots are allocated once, so a
 // push is a copy under a mutex and never allocates; a full ring drops the
 // record and counts it rather than make the request wait.
 //
@@ -31,21 +32,25 @@ type recordRing struct {
 	wake chan struct{}
 	// stop is closed by Close: drain what is queued, then return. abandon
 	// makes the consumer drop what is left instead, when Close's context
-	// ends first.
+	// ends first; ctx ends then too, for the consumer's calls to end.
 	stop    chan struct{}
 	abandon atomic.Bool
+	ctx     context.Context
+	cancel  context.CancelFunc
 	done    chan struct{}
 
 	full, shutdown prometheus.Counter
 }
 
 func newRecordRing(size int, full, shutdown prometheus.Counter) *recordRing {
+	ctx, cancel := context.WithCancel(context.Background())
 	return &recordRing{
 		slots: make([]accounting.Record, size),
 		wake:  make(chan struct{}, 1),
 		stop:  make(chan struct{}),
-		done:  make(chan struct{}),
-		full:  full, shutdown: shutdown,
+		ctx:   ctx, cancel: cancel,
+		done: make(chan struct{}),
+		full: full, shutdown: shutdown,
 	}
 }
 
@@ -79,19 +84,24 @@ func (r *recordRing) push(rec *accounting.Record) bool {
 }
 
 // run hands every record pushed to build, in order, until Close; it is
-// the ring's one consumer.
-func (r *recordRing) run(build func(*accounting.Record)) {
+// the ring's one consumer. When tick fires (a nil tick never does), and
+// once the last records are built at Close, it calls flush.
+func (r *recordRing) run(build func(*accounting.Record), tick <-chan time.Time, flush func()) {
 	defer close(r.done)
+	defer r.cancel()
 	for {
 		if r.drain(build) {
 			continue
 		}
 		select {
 		case <-r.wake:
+		case <-tick:
+			flush()
 		case <-r.stop:
 			// Close refuses pushes before it stops the consumer, so one
 			// last drain takes everything.
 			r.drain(build)
+			flush()
 			return
 		}
 	}
@@ -143,6 +153,7 @@ func (r *recordRing) close(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		r.abandon.Store(true)
+		r.cancel()
 		<-r.done
 		return ctx.Err()
 	}

@@ -87,7 +87,7 @@ func TestRecordRingOrderAndFull(t *testing.T) {
 func TestRecordRingConcurrentOrder(t *testing.T) {
 	r := testRing(16)
 	var got calls
-	go r.run(got.build)
+	go r.run(got.build, nil, func() {})
 	const n = 2000
 	pushed := 0
 	for i := 1; i <= n; i++ {
@@ -139,7 +139,7 @@ func (b *blocked) build(rec *accounting.Record) {
 func TestRecordRingCloseDrains(t *testing.T) {
 	r := testRing(8)
 	b := newBlocked()
-	go r.run(b.build)
+	go r.run(b.build, nil, func() {})
 	pushN(r, 1, 1)
 	<-b.started
 	pushN(r, 2, 5)
@@ -176,7 +176,7 @@ func TestRecordRingCloseDrains(t *testing.T) {
 func TestRecordRingCloseAbandons(t *testing.T) {
 	r := testRing(8)
 	b := newBlocked()
-	go r.run(b.build)
+	go r.run(b.build, nil, func() {})
 	pushN(r, 1, 1)
 	<-b.started
 	pushN(r, 2, 4)
