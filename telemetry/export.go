@@ -33,15 +33,16 @@ type batching struct {
 	// size is the most spans an export carries; a batch that reaches it
 	// is exported at once.
 	size int
-	// delay is the longest a span waits for its batch to fill.
+	// delay is how often the spans queued are exported, whether or not
+	// a batch has filled.
 	delay time.Duration
 	// timeout bounds an export, its retries included; zero means none.
 	timeout time.Duration
 }
 
 // batcher is the ring's consumer: it builds the records' spans into a
-// batch and uploads the batch with the OTLP client when it is full or its
-// first span has waited batching.delay, on the consumer's goroutine, so
+// batch and uploads the batch with the OTLP client when it is full, and
+// what is queued every batching.delay, on the consumer's goroutine, so
 // that one batch's buffer is all it keeps. While an upload runs, the
 // records wait in the ring, which drops what it cannot hold.
 type batcher struct {
@@ -50,28 +51,18 @@ type batcher struct {
 	cfg    batching
 	// ctx ends when Shutdown gives up on the records left, and with it
 	// an upload under way.
-	ctx context.Context
-	// timer fires batching.delay after a span enters an empty batch.
-	timer            *time.Timer
+	ctx              context.Context
 	failed, shutdown prometheus.Counter
 }
 
 func newBatcher(spans *spanBuilder, client otlptrace.Client, cfg batching, ctx context.Context, failed, shutdown prometheus.Counter) *batcher {
-	t := time.NewTimer(time.Hour)
-	t.Stop()
-	return &batcher{spans: spans, client: client, cfg: cfg, ctx: ctx, timer: t, failed: failed, shutdown: shutdown}
+	return &batcher{spans: spans, client: client, cfg: cfg, ctx: ctx, failed: failed, shutdown: shutdown}
 }
 
 // build adds rec's span to the batch, and exports the batch once full.
 func (x *batcher) build(rec *accounting.Record) {
-	if !x.spans.build(rec) {
-		return
-	}
-	switch n := x.spans.batch.len(); {
-	case n >= x.cfg.size:
+	if x.spans.build(rec) && x.spans.batch.len() >= x.cfg.size {
 		x.upload()
-	case n == 1:
-		x.timer.Reset(x.cfg.delay)
 	}
 }
 
@@ -87,7 +78,6 @@ func (x *batcher) flush() {
 // processor does, and not retried: the client has retried it within the
 // timeout. Once Shutdown has given up, the batch is dropped instead.
 func (x *batcher) upload() {
-	x.timer.Stop()
 	bt := &x.spans.batch
 	n := float64(bt.len())
 	defer bt.reset()

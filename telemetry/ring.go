@@ -27,9 +27,12 @@ type recordRing struct {
 	head, n int
 	// closed refuses pushes once Close has begun.
 	closed bool
-	// wake tells the consumer the ring is no longer empty; one pending
-	// wake is enough, since the consumer takes everything queued.
-	wake chan struct{}
+	// wake tells the consumer the ring holds wakeAt records; one pending
+	// wake is enough, since the consumer takes everything queued. Fewer
+	// wait for the consumer's tick: waking a parked goroutine for each
+	// record costs more CPU than building its span.
+	wake   chan struct{}
+	wakeAt int
 	// stop is closed by Close: drain what is queued, then return. abandon
 	// makes the consumer drop what is left instead, when Close's context
 	// ends first; ctx ends then too, for the consumer's calls to end.
@@ -42,13 +45,16 @@ type recordRing struct {
 	full, shutdown prometheus.Counter
 }
 
-func newRecordRing(size int, full, shutdown prometheus.Counter) *recordRing {
+// newRecordRing makes a ring of size slots whose consumer is woken when
+// wakeAt (at most size) are queued.
+func newRecordRing(size, wakeAt int, full, shutdown prometheus.Counter) *recordRing {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &recordRing{
-		slots: make([]accounting.Record, size),
-		wake:  make(chan struct{}, 1),
-		stop:  make(chan struct{}),
-		ctx:   ctx, cancel: cancel,
+		slots:  make([]accounting.Record, size),
+		wake:   make(chan struct{}, 1),
+		wakeAt: min(wakeAt, size),
+		stop:   make(chan struct{}),
+		ctx:    ctx, cancel: cancel,
 		done: make(chan struct{}),
 		full: full, shutdown: shutdown,
 	}
@@ -72,9 +78,9 @@ func (r *recordRing) push(rec *accounting.Record) bool {
 	*s = *rec
 	s.Input, s.Output = nil, nil
 	r.n++
-	first := r.n == 1
+	wake := r.n == r.wakeAt
 	r.mu.Unlock()
-	if first {
+	if wake {
 		select {
 		case r.wake <- struct{}{}:
 		default:
@@ -84,8 +90,9 @@ func (r *recordRing) push(rec *accounting.Record) bool {
 }
 
 // run hands every record pushed to build, in order, until Close; it is
-// the ring's one consumer. When tick fires (a nil tick never does), and
-// once the last records are built at Close, it calls flush.
+// the ring's one consumer. It takes the records queued when wakeAt are,
+// and when tick fires (a nil tick never does), then calls flush; and once
+// the last records are built at Close, it calls flush.
 func (r *recordRing) run(build func(*accounting.Record), tick <-chan time.Time, flush func()) {
 	defer close(r.done)
 	defer r.cancel()
@@ -96,6 +103,7 @@ func (r *recordRing) run(build func(*accounting.Record), tick <-chan time.Time, 
 		select {
 		case <-r.wake:
 		case <-tick:
+			r.drain(build)
 			flush()
 		case <-r.stop:
 			// Close refuses pushes before it stops the consumer, so one

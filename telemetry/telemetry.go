@@ -104,12 +104,18 @@ func New(cfg config.Telemetry, backends []config.Backend, reg prometheus.Registe
 	}
 	dropped := newDropCounter(reg)
 	shutdown := dropped.WithLabelValues("shutdown")
+	// The consumer is woken when a batch's worth is queued, and by the
+	// tick.
 	e := &Exporter{client: client,
-		records: newRecordRing(batch.queue, dropped.WithLabelValues("queue_full"), shutdown)}
+		records: newRecordRing(batch.queue, batch.size, dropped.WithLabelValues("queue_full"), shutdown)}
 	e.SetBackends(backends)
 	spans := newSpanBuilder(sampler, keyValues(res.Attributes()), res.SchemaURL(), e.serverMap)
 	x := newBatcher(spans, client, batch, e.records.ctx, dropped.WithLabelValues("export_failed"), shutdown)
-	go e.records.run(x.build, x.timer.C, x.flush)
+	tick := time.NewTicker(batch.delay)
+	go func() {
+		defer tick.Stop()
+		e.records.run(x.build, tick.C, x.flush)
+	}()
 	return e, nil
 }
 
@@ -155,8 +161,9 @@ func exporterOptions(cfg config.Telemetry) []otlptracehttp.Option {
 // batchingOf reads the batching as the SDK's batch span processor does:
 // OTEL_BSP_MAX_QUEUE_SIZE (telemetry.max_queue_size wins over it),
 // OTEL_BSP_MAX_EXPORT_BATCH_SIZE (no more than the queue),
-// OTEL_BSP_SCHEDULE_DELAY and OTEL_BSP_EXPORT_TIMEOUT (milliseconds, 0
-// for no timeout), each with the SDK's default.
+// OTEL_BSP_SCHEDULE_DELAY and OTEL_BSP_EXPORT_TIMEOUT (milliseconds; a
+// delay of 0 is taken as 1, a timeout of 0 as none), each with the SDK's
+// default.
 func batchingOf(cfg config.Telemetry) (batching, error) {
 	b := batching{queue: cfg.MaxQueueSize}
 	var err error
@@ -175,7 +182,7 @@ func batchingOf(cfg config.Telemetry) (batching, error) {
 	if err != nil {
 		return batching{}, err
 	}
-	b.delay = time.Duration(ms) * time.Millisecond
+	b.delay = time.Duration(max(ms, 1)) * time.Millisecond
 	if ms, err = envInt("OTEL_BSP_EXPORT_TIMEOUT", int(defaultExportTimeout/time.Millisecond), 0); err != nil {
 		return batching{}, err
 	}
