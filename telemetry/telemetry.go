@@ -60,8 +60,10 @@ type Exporter struct {
 	// server.port; a reload replaces it (see SetBackends).
 	servers atomic.Pointer[map[string]server]
 	// records carries the records to the goroutine that builds and
-	// exports their spans, which New starts and Shutdown stops.
+	// exports their spans, which New starts and Shutdown stops; tick
+	// makes it export what is queued every OTEL_BSP_SCHEDULE_DELAY.
 	records *recordRing
+	tick    *time.Ticker
 }
 
 // server is a backend's address as the span names it.
@@ -111,11 +113,8 @@ func New(cfg config.Telemetry, backends []config.Backend, reg prometheus.Registe
 	e.SetBackends(backends)
 	spans := newSpanBuilder(sampler, keyValues(res.Attributes()), res.SchemaURL(), e.serverMap)
 	x := newBatcher(spans, client, batch, e.records.ctx, dropped.WithLabelValues("export_failed"), shutdown)
-	tick := time.NewTicker(batch.delay)
-	go func() {
-		defer tick.Stop()
-		e.records.run(x.build, tick.C, x.flush)
-	}()
+	e.tick = time.NewTicker(batch.delay)
+	go e.records.run(x.build, e.tick.C, x.flush)
 	return e, nil
 }
 
@@ -317,6 +316,7 @@ func (e *Exporter) Shutdown(ctx context.Context) error {
 	// The spans not exported by the deadline are counted as dropped; the
 	// client is stopped either way.
 	built := e.records.close(ctx)
+	e.tick.Stop()
 	if err := e.client.Stop(ctx); err != nil {
 		return fmt.Errorf("telemetry: shutdown: %w", err)
 	}
