@@ -81,9 +81,9 @@ func BenchmarkRecord(b *testing.B) {
 func BenchmarkBuildSpan(b *testing.B) {
 	e, _ := benchExporter(b)
 	failed := prometheus.NewCounter(prometheus.CounterOpts{Name: "failed"})
-	x := newBatcher(testSpanBuilder(b, e), e.client,
+	x := newBatcher(context.Background(), testSpanBuilder(b, e), e.client,
 		batching{queue: defaultQueueSize, size: defaultBatchSize, delay: time.Hour, timeout: defaultExportTimeout},
-		context.Background(), failed, failed)
+		failed, failed)
 	rec := benchRecord()
 	b.ReportAllocs()
 	cpu := processCPU(b)

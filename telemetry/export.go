@@ -31,7 +31,7 @@ type batching struct {
 	// queue bounds the records waiting for their span to be built.
 	queue int
 	// size is the most spans an export carries; a batch that reaches it
-	// is exported at once.
+	// is exported at once, and as many records queued wake the consumer.
 	size int
 	// delay is how often the spans queued are exported, whether or not
 	// a batch has filled.
@@ -55,7 +55,9 @@ type batcher struct {
 	failed, shutdown prometheus.Counter
 }
 
-func newBatcher(spans *spanBuilder, client otlptrace.Client, cfg batching, ctx context.Context, failed, shutdown prometheus.Counter) *batcher {
+// newBatcher exports with client the spans that spans builds; ctx ends
+// when the ring gives up on what is queued.
+func newBatcher(ctx context.Context, spans *spanBuilder, client otlptrace.Client, cfg batching, failed, shutdown prometheus.Counter) *batcher {
 	return &batcher{spans: spans, client: client, cfg: cfg, ctx: ctx, failed: failed, shutdown: shutdown}
 }
 

@@ -112,7 +112,7 @@ func New(cfg config.Telemetry, backends []config.Backend, reg prometheus.Registe
 		records: newRecordRing(batch.queue, batch.size, dropped.WithLabelValues("queue_full"), shutdown)}
 	e.SetBackends(backends)
 	spans := newSpanBuilder(sampler, keyValues(res.Attributes()), res.SchemaURL(), e.serverMap)
-	x := newBatcher(spans, client, batch, e.records.ctx, dropped.WithLabelValues("export_failed"), shutdown)
+	x := newBatcher(e.records.ctx, spans, client, batch, dropped.WithLabelValues("export_failed"), shutdown)
 	e.tick = time.NewTicker(batch.delay)
 	go e.records.run(x.build, e.tick.C, x.flush)
 	return e, nil
