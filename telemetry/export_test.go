@@ -642,3 +642,33 @@ func dropped(t *testing.T, reg *prometheus.Registry, reason string) float64 {
 	t.Fatalf("no tollgate_otel_spans_dropped_total{reason=%q}", reason)
 	return 0
 }
+
+// TestExportFailedCounted checks that the spans of an export the collector
+// refuses are counted as export_failed, and that Shutdown still returns.
+func TestExportFailedCounted(t *testing.T) {
+	refusing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		http.Error(w, "no", http.StatusBadRequest)
+	}))
+	defer refusing.Close()
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "60000")
+	reg := prometheus.NewRegistry()
+	exp, err := telemetry.New(config.Telemetry{Endpoint: refusing.URL}, nil, reg)
+	if err != nil || exp == nil {
+		t.Fatalf("New = %v, %v", exp, err)
+	}
+	rec := exp.Recorder(&memRecorder{})
+	const spans = 7
+	for i := range spans {
+		now := time.Now()
+		var sp accounting.SpanContext
+		sp.TraceID[0], sp.SpanID[0], sp.SpanID[1] = 1, 1, byte(i)
+		rec.Record(accounting.Record{CallID: fmt.Sprint(i), Model: "demo", Status: 200, Span: sp, Started: now, Ended: now})
+	}
+	if err := exp.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := dropped(t, reg, "export_failed"); n != spans {
+		t.Errorf("export_failed %v, want the %d spans of the refused export", n, spans)
+	}
+}

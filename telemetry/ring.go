@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -11,7 +12,7 @@ import (
 )
 
 // recordRing carries records from the request goroutines to the one
-// goroutine that makes spans of them. Its slots are allocated once, so a
+// goroutine that makes spans of them (see batcher). Its slots are allocated once, so a
 // push is a copy under a mutex and never allocates; a full ring drops the
 // record and counts it rather than make the request wait.
 //
@@ -26,26 +27,36 @@ type recordRing struct {
 	head, n int
 	// closed refuses pushes once Close has begun.
 	closed bool
-	// wake tells the consumer the ring is no longer empty; one pending
-	// wake is enough, since the consumer takes everything queued.
-	wake chan struct{}
+	// wake tells the consumer the ring holds wakeAt records; one pending
+	// wake is enough, since the consumer takes everything queued. Fewer
+	// wait for the consumer's tick: waking a parked goroutine for each
+	// record costs more CPU than building its span.
+	wake   chan struct{}
+	wakeAt int
 	// stop is closed by Close: drain what is queued, then return. abandon
 	// makes the consumer drop what is left instead, when Close's context
-	// ends first.
+	// ends first; ctx ends then too, for the consumer's calls to end.
 	stop    chan struct{}
 	abandon atomic.Bool
+	ctx     context.Context
+	cancel  context.CancelFunc
 	done    chan struct{}
 
 	full, shutdown prometheus.Counter
 }
 
-func newRecordRing(size int, full, shutdown prometheus.Counter) *recordRing {
+// newRecordRing makes a ring of size slots whose consumer is woken when
+// wakeAt (at most size) are queued.
+func newRecordRing(size, wakeAt int, full, shutdown prometheus.Counter) *recordRing {
+	ctx, cancel := context.WithCancel(context.Background())
 	return &recordRing{
-		slots: make([]accounting.Record, size),
-		wake:  make(chan struct{}, 1),
-		stop:  make(chan struct{}),
-		done:  make(chan struct{}),
-		full:  full, shutdown: shutdown,
+		slots:  make([]accounting.Record, size),
+		wake:   make(chan struct{}, 1),
+		wakeAt: min(wakeAt, size),
+		stop:   make(chan struct{}),
+		ctx:    ctx, cancel: cancel,
+		done: make(chan struct{}),
+		full: full, shutdown: shutdown,
 	}
 }
 
@@ -67,9 +78,9 @@ func (r *recordRing) push(rec *accounting.Record) bool {
 	*s = *rec
 	s.Input, s.Output = nil, nil
 	r.n++
-	first := r.n == 1
+	wake := r.n == r.wakeAt
 	r.mu.Unlock()
-	if first {
+	if wake {
 		select {
 		case r.wake <- struct{}{}:
 		default:
@@ -79,19 +90,26 @@ func (r *recordRing) push(rec *accounting.Record) bool {
 }
 
 // run hands every record pushed to build, in order, until Close; it is
-// the ring's one consumer.
-func (r *recordRing) run(build func(*accounting.Record)) {
+// the ring's one consumer. It takes the records queued when wakeAt are,
+// and when tick fires (a nil tick never does), then calls flush; and once
+// the last records are built at Close, it calls flush.
+func (r *recordRing) run(build func(*accounting.Record), tick <-chan time.Time, flush func()) {
 	defer close(r.done)
+	defer r.cancel()
 	for {
 		if r.drain(build) {
 			continue
 		}
 		select {
 		case <-r.wake:
+		case <-tick:
+			r.drain(build)
+			flush()
 		case <-r.stop:
 			// Close refuses pushes before it stops the consumer, so one
 			// last drain takes everything.
 			r.drain(build)
+			flush()
 			return
 		}
 	}
@@ -143,6 +161,7 @@ func (r *recordRing) close(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		r.abandon.Store(true)
+		r.cancel()
 		<-r.done
 		return ctx.Err()
 	}

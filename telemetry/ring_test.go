@@ -16,7 +16,7 @@ import (
 )
 
 func testRing(size int) *recordRing {
-	return newRecordRing(size,
+	return newRecordRing(size, 1,
 		prometheus.NewCounter(prometheus.CounterOpts{Name: "full"}),
 		prometheus.NewCounter(prometheus.CounterOpts{Name: "shutdown"}))
 }
@@ -87,7 +87,7 @@ func TestRecordRingOrderAndFull(t *testing.T) {
 func TestRecordRingConcurrentOrder(t *testing.T) {
 	r := testRing(16)
 	var got calls
-	go r.run(got.build)
+	go r.run(got.build, nil, func() {})
 	const n = 2000
 	pushed := 0
 	for i := 1; i <= n; i++ {
@@ -139,7 +139,7 @@ func (b *blocked) build(rec *accounting.Record) {
 func TestRecordRingCloseDrains(t *testing.T) {
 	r := testRing(8)
 	b := newBlocked()
-	go r.run(b.build)
+	go r.run(b.build, nil, func() {})
 	pushN(r, 1, 1)
 	<-b.started
 	pushN(r, 2, 5)
@@ -176,7 +176,7 @@ func TestRecordRingCloseDrains(t *testing.T) {
 func TestRecordRingCloseAbandons(t *testing.T) {
 	r := testRing(8)
 	b := newBlocked()
-	go r.run(b.build)
+	go r.run(b.build, nil, func() {})
 	pushN(r, 1, 1)
 	<-b.started
 	pushN(r, 2, 4)
@@ -228,5 +228,40 @@ func TestRecordAllocatesNothing(t *testing.T) {
 	}
 	if e.records.n != 1001 {
 		t.Errorf("%d records queued, want 1001", e.records.n)
+	}
+}
+
+// TestRecordRingWakesAtThreshold checks that the consumer is woken only
+// once wakeAt records are queued, and that a tick takes what is queued
+// before then and flushes.
+func TestRecordRingWakesAtThreshold(t *testing.T) {
+	r := newRecordRing(8, 3,
+		prometheus.NewCounter(prometheus.CounterOpts{Name: "full"}),
+		prometheus.NewCounter(prometheus.CounterOpts{Name: "shutdown"}))
+	pushN(r, 1, 2)
+	if len(r.wake) != 0 {
+		t.Fatal("woken with 2 records queued, below wakeAt 3")
+	}
+	pushN(r, 3, 3)
+	if len(r.wake) != 1 {
+		t.Fatal("not woken with wakeAt records queued")
+	}
+	<-r.wake
+
+	var got calls
+	tick := make(chan time.Time)
+	flushed := make(chan string, 4)
+	go r.run(got.build, tick, func() { flushed <- got.String() })
+	waitFor(t, "the woken consumer to build", func() bool { return got.String() == "1,2,3" })
+	pushN(r, 4, 4)
+	tick <- time.Now()
+	if f := <-flushed; f != "1,2,3,4" {
+		t.Errorf("flushed after %q, want the record queued below wakeAt built first", f)
+	}
+	if err := r.close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if f := <-flushed; f != "1,2,3,4" {
+		t.Errorf("close flushed after %q", f)
 	}
 }

@@ -2,13 +2,20 @@ package telemetry
 
 import (
 	"context"
+	"math"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tollgate-dev/tollgate/accounting"
 	"github.com/tollgate-dev/tollgate/internal/finish"
@@ -32,6 +39,13 @@ const (
 // attemptEvent names the span event of a retried attempt.
 const attemptEvent = "tollgate.attempt_failed"
 
+// scopeName is the instrumentation scope of every span.
+const scopeName = "github.com/tollgate-dev/tollgate"
+
+// spanFlags are the OTLP flags of a sampled span: the W3C sampled flag,
+// and that whether its parent is remote is known.
+const spanFlags = uint32(trace.FlagsSampled) | uint32(tracepb.SpanFlags_SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK)
+
 // operation is the GenAI operation of an endpoint, as Record.Endpoint
 // names it, and the openai.api.type the OpenAI conventions give it (none
 // for the endpoints they do not name). The Responses API is a chat
@@ -49,45 +63,62 @@ func operation(endpoint string) (op attribute.KeyValue, apiType attribute.KeyVal
 }
 
 // maxCachedNames bounds spanBuilder's caches: the models a gateway serves
-// are few, but a record names the model its client asked for; the sets of
-// finish reasons are few, but a backend chooses them.
+// are few, but a record names the model its client asked for.
 const maxCachedNames = 1024
 
-// spanBuilder makes the spans: one, owned by the ring's consumer
-// goroutine, so its buffers are reused from span to span unlocked.
+// spanBuilder encodes the OTLP spans of records straight into a batch
+// (see spanBatch), with no message per span or attribute, so that a span
+// costs no allocation once the batch has grown to its size. It is owned
+// by the ring's consumer goroutine, unlocked.
 type spanBuilder struct {
-	e *Exporter
-	// ids is the context every span starts in (see recordIDs): its span
-	// is pointed at each record's in turn.
-	ids *idContext
-	// attrs is the attributes of the span being built; the SDK copies
-	// them into the span.
-	attrs []attribute.KeyValue
+	sampler sdktrace.Sampler
+	// servers gives a backend's server.address and server.port.
+	servers func() map[string]server
+	// parent is the client's span a record continues, as the sampler
+	// reads it from parentCtx, which holds it once for all records.
+	parent    parentSpan
+	parentCtx context.Context
 	// names caches "{operation} {model}".
 	names map[spanName]string
-	// finishes caches the gen_ai.response.finish_reasons attribute of
-	// each set of reasons: a string slice attribute is a new array each
-	// time it is made, and the sets that occur are few.
-	finishes map[finish.Reasons]attribute.KeyValue
-	// kind is the start option every span takes, made once.
-	kind trace.SpanStartOption
-	// start and end hold the options of the span being built.
-	start []trace.SpanStartOption
-	end   [1]trace.SpanEndOption
+	// statuses caches the text of HTTP statuses, error.type's values.
+	statuses map[int]string
+	// reasons holds the finish reasons of the span being built.
+	reasons []string
+	// span and event hold the encoding of the span, and of the event,
+	// being built.
+	span, event []byte
+	batch       spanBatch
 }
 
 type spanName struct{ op, model string }
 
-func newSpanBuilder(e *Exporter) *spanBuilder {
-	return &spanBuilder{
-		e:        e,
-		ids:      &idContext{Context: context.Background()},
-		attrs:    make([]attribute.KeyValue, 0, 24),
+// parentSpan is the client's span as the sampler sees it.
+type parentSpan struct {
+	noop.Span
+	sc trace.SpanContext
+}
+
+func (p *parentSpan) SpanContext() trace.SpanContext { return p.sc }
+
+// newSpanBuilder makes spans into batches whose ResourceSpans describe
+// res, with resSchemaURL the resource's schema; sampler decides which
+// records get one.
+func newSpanBuilder(sampler sdktrace.Sampler, res []*commonpb.KeyValue, resSchemaURL string, servers func() map[string]server) *spanBuilder {
+	b := &spanBuilder{
+		sampler:  sampler,
+		servers:  servers,
 		names:    make(map[spanName]string),
-		finishes: make(map[finish.Reasons]attribute.KeyValue),
-		kind:     trace.WithSpanKind(trace.SpanKindClient),
-		start:    make([]trace.SpanStartOption, 0, 3),
+		statuses: make(map[int]string),
+		reasons:  make([]string, 0, finish.Max),
 	}
+	b.parentCtx = trace.ContextWithSpan(context.Background(), &b.parent)
+	b.batch.ss.Scope = &commonpb.InstrumentationScope{Name: scopeName}
+	b.batch.ss.SchemaUrl = semconv.SchemaURL
+	b.batch.rs.Resource = &resourcepb.Resource{Attributes: res}
+	b.batch.rs.SchemaUrl = resSchemaURL
+	b.batch.rs.ScopeSpans = []*tracepb.ScopeSpans{&b.batch.ss}
+	b.batch.list[0] = &b.batch.rs
+	return b
 }
 
 // name is the span's name, "{operation} {model}".
@@ -95,109 +126,160 @@ func (b *spanBuilder) name(op, model string) string {
 	if n, ok := b.names[spanName{op, model}]; ok {
 		return n
 	}
-	n := op + " " + model
+	n := validUTF8(op + " " + model)
 	if len(b.names) < maxCachedNames {
 		b.names[spanName{op, model}] = n
 	}
 	return n
 }
 
-// finishReasons is the gen_ai.response.finish_reasons attribute of rs.
-func (b *spanBuilder) finishReasons(rs finish.Reasons) attribute.KeyValue {
-	if kv, ok := b.finishes[rs]; ok {
-		return kv
+// status is code's text.
+func (b *spanBuilder) status(code int) string {
+	if s, ok := b.statuses[code]; ok {
+		return s
 	}
-	kv := semconv.GenAIResponseFinishReasons(rs.AppendStrings(make([]string, 0, finish.Max))...)
-	if len(b.finishes) < maxCachedNames {
-		b.finishes[rs] = kv
+	s := strconv.Itoa(code)
+	if len(b.statuses) < maxCachedNames {
+		b.statuses[code] = s
 	}
-	return kv
+	return s
 }
 
-// build makes rec's span: a CLIENT span named "{operation} {model}", from
-// rec.Started to rec.Ended, with rec.Span's ids (see recordIDs), a child of
-// the client's span when it named one.
-func (b *spanBuilder) build(rec *accounting.Record) {
-	b.ids.span = &rec.Span
-	var ctx context.Context = b.ids
-	if rec.Span.ParentSpanID != ([8]byte{}) {
+// build adds rec's span to the batch, if the sampler keeps it: a CLIENT
+// span named "{operation} {model}", from rec.Started to rec.Ended, with
+// rec.Span's ids (the trace id and span id the gateway sent the backend
+// as its parent), a child of the client's span when it named one. It
+// reports whether a span was added.
+func (b *spanBuilder) build(rec *accounting.Record) bool {
+	op, apiType, hasAPIType := operation(rec.Endpoint)
+	name := b.name(op.Value.AsString(), rec.Model)
+	ctx := context.Background()
+	hasParent := rec.Span.ParentSpanID != ([8]byte{})
+	if hasParent {
 		flags := trace.FlagsSampled
 		if rec.Span.NotSampled {
 			flags = 0
 		}
-		ctx = trace.ContextWithRemoteSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{
-			TraceID: rec.Span.TraceID, SpanID: rec.Span.ParentSpanID, TraceFlags: flags, Remote: true}))
+		b.parent.sc = trace.NewSpanContext(trace.SpanContextConfig{
+			TraceID: rec.Span.TraceID, SpanID: rec.Span.ParentSpanID, TraceFlags: flags, Remote: true})
+		ctx = b.parentCtx
 	}
-	op, apiType, hasAPIType := operation(rec.Endpoint)
-	attrs := append(b.attrs[:0], op, semconv.GenAIProviderNameOpenAI, semconv.GenAIRequestModel(rec.Model))
+	// The samplers tollgate offers decide by the parent and the trace id
+	// only, so they are given no attributes.
+	sampled := b.sampler.ShouldSample(sdktrace.SamplingParameters{
+		ParentContext: ctx, TraceID: rec.Span.TraceID, Name: name, Kind: trace.SpanKindClient,
+	}).Decision == sdktrace.RecordAndSample
+	b.parent.sc = trace.SpanContext{}
+	if !sampled {
+		return false
+	}
+
+	sp := b.span[:0]
+	sp = appendBytes(sp, fieldSpanTraceID, rec.Span.TraceID[:])
+	sp = appendBytes(sp, fieldSpanSpanID, rec.Span.SpanID[:])
+	flags := spanFlags
+	if hasParent {
+		sp = appendBytes(sp, fieldSpanParentSpanID, rec.Span.ParentSpanID[:])
+		flags |= uint32(tracepb.SpanFlags_SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK)
+	}
+	sp = appendString(sp, fieldSpanName, name)
+	sp = protowire.AppendTag(sp, fieldSpanKind, protowire.VarintType)
+	sp = protowire.AppendVarint(sp, uint64(tracepb.Span_SPAN_KIND_CLIENT))
+	sp = appendTime(sp, fieldSpanStartTime, rec.Started.UnixNano())
+	sp = appendTime(sp, fieldSpanEndTime, rec.Ended.UnixNano())
+	sp = protowire.AppendTag(sp, fieldSpanFlags, protowire.Fixed32Type)
+	sp = protowire.AppendFixed32(sp, flags)
+
+	const attrs = fieldSpanAttributes
+	sp = appendAttr(sp, attrs, op)
+	sp = appendAttr(sp, attrs, semconv.GenAIProviderNameOpenAI)
+	sp = appendAttr(sp, attrs, semconv.GenAIRequestModel(rec.Model))
 	if hasAPIType {
-		attrs = append(attrs, apiType)
+		sp = appendAttr(sp, attrs, apiType)
 	}
-	if s, ok := (*b.e.servers.Load())[rec.Backend]; ok {
-		attrs = append(attrs, s.address, s.port)
+	if srv, ok := b.servers()[rec.Backend]; ok {
+		sp = appendAttr(sp, attrs, srv.address)
+		sp = appendAttr(sp, attrs, srv.port)
 	}
 	if rec.Backend != "" && rec.Status >= 200 && rec.Status < 300 {
-		attrs = append(attrs, semconv.GenAIResponseModel(rec.ServedModel))
+		sp = appendAttr(sp, attrs, semconv.GenAIResponseModel(rec.ServedModel))
 	}
 	if rec.CompletionID != "" {
-		attrs = append(attrs, semconv.GenAIResponseID(rec.CompletionID))
+		sp = appendAttr(sp, attrs, semconv.GenAIResponseID(rec.CompletionID))
 	}
 	if rec.FinishReasons.Len() > 0 {
-		attrs = append(attrs, b.finishReasons(rec.FinishReasons))
+		b.reasons = rec.FinishReasons.AppendStrings(b.reasons[:0])
+		sp = appendStringsAttr(sp, attrs, semconv.GenAIResponseFinishReasonsKey, b.reasons)
 	}
 	if rec.TotalTokens > 0 || rec.Status >= 200 && rec.Status < 300 {
-		attrs = append(attrs, semconv.GenAIUsageInputTokens(int(rec.PromptTokens)),
-			semconv.GenAIUsageOutputTokens(int(rec.CompletionTokens)))
+		sp = appendAttr(sp, attrs, semconv.GenAIUsageInputTokens(int(rec.PromptTokens)))
+		sp = appendAttr(sp, attrs, semconv.GenAIUsageOutputTokens(int(rec.CompletionTokens)))
 	}
-	attrs = append(attrs,
-		attrTeam.String(rec.Team), attrProject.String(rec.Project), attrKeyName.String(rec.KeyName),
-		attrBackend.String(rec.Backend), attrCallID.String(rec.CallID), attrRequestID.String(rec.RequestID))
-	// Each attribute is a good part of a span's cost in the SDK and its
-	// encoding: the two that would only restate their default (no retry,
+	sp = appendAttr(sp, attrs, attrTeam.String(rec.Team))
+	sp = appendAttr(sp, attrs, attrProject.String(rec.Project))
+	sp = appendAttr(sp, attrs, attrKeyName.String(rec.KeyName))
+	sp = appendAttr(sp, attrs, attrBackend.String(rec.Backend))
+	sp = appendAttr(sp, attrs, attrCallID.String(rec.CallID))
+	sp = appendAttr(sp, attrs, attrRequestID.String(rec.RequestID))
+	// Each attribute is a part of a span's cost in its encoding and in the
+	// collector: the two that would only restate their default (no retry,
 	// not streamed) are left out, and an absent one means it.
 	if len(rec.Attempts) > 0 {
-		attrs = append(attrs, attrRetries.Int(len(rec.Attempts)))
+		sp = appendAttr(sp, attrs, attrRetries.Int(len(rec.Attempts)))
 	}
 	if rec.Stream {
-		attrs = append(attrs, attrStream.Bool(true))
+		sp = appendAttr(sp, attrs, attrStream.Bool(true))
 	}
-	errType := errorType(rec)
-	if errType != "" {
-		attrs = append(attrs, semconv.ErrorTypeKey.String(errType))
+	// The status is always there, as the SDK gives it: UNSET, or ERROR
+	// with the record's error.
+	var code tracepb.Status_StatusCode
+	var message string
+	if errType := b.errorType(rec); errType != "" {
+		sp = appendAttr(sp, attrs, semconv.ErrorTypeKey.String(errType))
+		code, message = tracepb.Status_STATUS_CODE_ERROR, validUTF8(rec.Error)
 	}
-	// Every attribute is given at the start, where the sampler sees them
-	// (the conventions ask it for the operation, provider, model and
-	// server), rather than set after: the span copies them once.
-	b.start = append(b.start[:0], b.kind, trace.WithTimestamp(rec.Started), trace.WithAttributes(attrs...))
-	_, span := b.e.tracer.Start(ctx, b.name(op.Value.AsString(), rec.Model), b.start...)
-	b.ids.span = nil
-	b.attrs = attrs[:0]
-	clear(b.start)
-	if !span.IsRecording() {
-		return
+	size := 0
+	if message != "" {
+		size += protowire.SizeTag(fieldStatusMessage) + protowire.SizeBytes(len(message))
 	}
-	if errType != "" {
-		span.SetStatus(codes.Error, rec.Error)
+	if code != 0 {
+		size += protowire.SizeTag(fieldStatusCode) + protowire.SizeVarint(uint64(code))
 	}
+	sp = protowire.AppendTag(sp, fieldSpanStatus, protowire.BytesType)
+	sp = protowire.AppendVarint(sp, uint64(size))
+	if message != "" {
+		sp = appendString(sp, fieldStatusMessage, message)
+	}
+	if code != 0 {
+		sp = protowire.AppendTag(sp, fieldStatusCode, protowire.VarintType)
+		sp = protowire.AppendVarint(sp, uint64(code))
+	}
+
 	for i := range rec.Attempts {
 		a := &rec.Attempts[i]
-		span.AddEvent(attemptEvent, trace.WithTimestamp(a.Ended), trace.WithAttributes(
-			attrBackend.String(a.Backend), attrModel.String(a.Model),
-			semconv.ErrorTypeKey.String(strconv.Itoa(a.Status)), attrError.String(a.Error),
-			attrAttemptDur.Float64(a.Ended.Sub(a.Started).Seconds())))
+		const attrs = fieldEventAttributes
+		ev := appendTime(b.event[:0], fieldEventTime, a.Ended.UnixNano())
+		ev = appendString(ev, fieldEventName, attemptEvent)
+		ev = appendAttr(ev, attrs, attrBackend.String(a.Backend))
+		ev = appendAttr(ev, attrs, attrModel.String(a.Model))
+		ev = appendAttr(ev, attrs, semconv.ErrorTypeKey.String(b.status(a.Status)))
+		ev = appendAttr(ev, attrs, attrError.String(a.Error))
+		ev = appendAttr(ev, attrs, attrAttemptDur.Float64(a.Ended.Sub(a.Started).Seconds()))
+		sp = appendMessage(sp, fieldSpanEvents, ev)
+		b.event = ev
 	}
-	b.end[0] = trace.WithTimestamp(rec.Ended)
-	span.End(b.end[:]...)
-	b.end[0] = nil
+	b.span = sp
+	b.batch.add(sp)
+	return true
 }
 
 // errorType is the span's error.type: the status answered, for a request
 // that failed with one; for a stream that failed after its 200, how it
 // ended, as the usage API's group_by=status names it; "" on success.
-func errorType(rec *accounting.Record) string {
+func (b *spanBuilder) errorType(rec *accounting.Record) string {
 	switch {
 	case rec.Status >= 400 || rec.Status != 0 && rec.Status < 200:
-		return strconv.Itoa(rec.Status)
+		return b.status(rec.Status)
 	case rec.Error == "":
 		return ""
 	case rec.Incomplete && strings.HasPrefix(rec.Error, "client closed"):
@@ -208,34 +290,200 @@ func errorType(rec *accounting.Record) string {
 	return "server_error"
 }
 
-// spanKey names the record's span in idContext.
-type spanKey struct{}
-
-// idContext is the context a span starts in: it carries the record's span
-// to recordIDs. spanBuilder keeps one and points it at each record in
-// turn, rather than make a context per span.
-type idContext struct {
-	context.Context
-	span *accounting.SpanContext
+// spanBatch is the spans of one export as the OTLP client takes them: one
+// ResourceSpans of one ScopeSpans, whose spans are already encoded. They
+// are the ScopeSpans' unknown fields, which protobuf's encoding writes as
+// they are: a span field of the ScopeSpans each, as its Spans would have
+// been written. A reset keeps the buffer, for the next batch.
+type spanBatch struct {
+	list [1]*tracepb.ResourceSpans
+	rs   tracepb.ResourceSpans
+	ss   tracepb.ScopeSpans
+	// spans holds the encoded spans, n of them.
+	spans []byte
+	n     int
 }
 
-func (c *idContext) Value(key any) any {
-	if key == (spanKey{}) {
-		return c.span
+// add appends a span, encoded.
+func (bt *spanBatch) add(span []byte) {
+	bt.spans = appendMessage(bt.spans, fieldScopeSpansSpans, span)
+	bt.n++
+}
+
+// len is the number of spans in the batch.
+func (bt *spanBatch) len() int { return bt.n }
+
+// resourceSpans is the batch as the OTLP client takes it; valid until
+// the next add or reset.
+func (bt *spanBatch) resourceSpans() []*tracepb.ResourceSpans {
+	bt.ss.ProtoReflect().SetUnknown(bt.spans)
+	return bt.list[:]
+}
+
+// reset empties the batch.
+func (bt *spanBatch) reset() {
+	bt.ss.ProtoReflect().SetUnknown(nil)
+	bt.spans, bt.n = bt.spans[:0], 0
+}
+
+// The OTLP protos' field numbers the encoding uses (TestFieldNumbers
+// checks them against the protos' descriptors).
+const (
+	fieldScopeSpansSpans  protowire.Number = 2
+	fieldSpanTraceID      protowire.Number = 1
+	fieldSpanSpanID       protowire.Number = 2
+	fieldSpanParentSpanID protowire.Number = 4
+	fieldSpanName         protowire.Number = 5
+	fieldSpanKind         protowire.Number = 6
+	fieldSpanStartTime    protowire.Number = 7
+	fieldSpanEndTime      protowire.Number = 8
+	fieldSpanAttributes   protowire.Number = 9
+	fieldSpanEvents       protowire.Number = 11
+	fieldSpanStatus       protowire.Number = 15
+	fieldSpanFlags        protowire.Number = 16
+	fieldEventTime        protowire.Number = 1
+	fieldEventName        protowire.Number = 2
+	fieldEventAttributes  protowire.Number = 3
+	fieldStatusMessage    protowire.Number = 2
+	fieldStatusCode       protowire.Number = 3
+	fieldKeyValueKey      protowire.Number = 1
+	fieldKeyValueValue    protowire.Number = 2
+	fieldAnyValueString   protowire.Number = 1
+	fieldAnyValueBool     protowire.Number = 2
+	fieldAnyValueInt      protowire.Number = 3
+	fieldAnyValueDouble   protowire.Number = 4
+	fieldAnyValueArray    protowire.Number = 5
+	fieldArrayValueValues protowire.Number = 1
+)
+
+func appendBytes(b []byte, f protowire.Number, v []byte) []byte {
+	return protowire.AppendBytes(protowire.AppendTag(b, f, protowire.BytesType), v)
+}
+
+// appendString appends a string field; s must be valid UTF-8, as
+// protobuf's strings are.
+func appendString(b []byte, f protowire.Number, s string) []byte {
+	return protowire.AppendString(protowire.AppendTag(b, f, protowire.BytesType), s)
+}
+
+func appendMessage(b []byte, f protowire.Number, m []byte) []byte {
+	return appendBytes(b, f, m)
+}
+
+// appendTime appends a timestamp as OTLP has it, a time before 1970 as 0.
+func appendTime(b []byte, f protowire.Number, ns int64) []byte {
+	return protowire.AppendFixed64(protowire.AppendTag(b, f, protowire.Fixed64Type), uint64(max(0, ns))) //nolint:gosec // not negative
+}
+
+// appendAttr appends kv as the KeyValue field f. Only the scalar types are
+// encoded (another is an empty value); the one array attribute is
+// appendStringsAttr's. A string that is not valid UTF-8 has its invalid
+// bytes replaced, as a collector would refuse the whole export.
+func appendAttr(b []byte, f protowire.Number, kv attribute.KeyValue) []byte {
+	var s string
+	var valueSize int
+	switch kv.Value.Type() {
+	case attribute.STRING:
+		s = validUTF8(kv.Value.AsString())
+		valueSize = protowire.SizeTag(fieldAnyValueString) + protowire.SizeBytes(len(s))
+	case attribute.INT64:
+		valueSize = protowire.SizeTag(fieldAnyValueInt) + protowire.SizeVarint(uint64(kv.Value.AsInt64())) //nolint:gosec // two's complement, as protobuf has it
+	case attribute.FLOAT64:
+		valueSize = protowire.SizeTag(fieldAnyValueDouble) + protowire.SizeFixed64()
+	case attribute.BOOL:
+		valueSize = protowire.SizeTag(fieldAnyValueBool) + 1
 	}
-	return c.Context.Value(key)
+	b = appendKeyValueHead(b, f, kv.Key, valueSize)
+	switch kv.Value.Type() {
+	case attribute.STRING:
+		b = appendString(b, fieldAnyValueString, s)
+	case attribute.INT64:
+		b = protowire.AppendTag(b, fieldAnyValueInt, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(kv.Value.AsInt64())) //nolint:gosec // two's complement, as protobuf has it
+	case attribute.FLOAT64:
+		b = protowire.AppendTag(b, fieldAnyValueDouble, protowire.Fixed64Type)
+		b = protowire.AppendFixed64(b, math.Float64bits(kv.Value.AsFloat64()))
+	case attribute.BOOL:
+		b = protowire.AppendTag(b, fieldAnyValueBool, protowire.VarintType)
+		b = protowire.AppendVarint(b, protowire.EncodeBool(kv.Value.AsBool()))
+	}
+	return b
 }
 
-// recordIDs gives each span the ids its record holds: the trace id and
-// span id the gateway sent the backend as its parent. Every span of the
-// exporter's tracer is started in an idContext (see spanBuilder.build).
-type recordIDs struct{}
-
-func (recordIDs) NewIDs(ctx context.Context) (trace.TraceID, trace.SpanID) {
-	sp := ctx.Value(spanKey{}).(*accounting.SpanContext)
-	return sp.TraceID, sp.SpanID
+// appendStringsAttr appends a string array attribute as the KeyValue
+// field f; ss must be valid UTF-8.
+func appendStringsAttr(b []byte, f protowire.Number, key attribute.Key, ss []string) []byte {
+	arraySize := 0
+	for _, s := range ss {
+		elem := protowire.SizeTag(fieldAnyValueString) + protowire.SizeBytes(len(s))
+		arraySize += protowire.SizeTag(fieldArrayValueValues) + protowire.SizeBytes(elem)
+	}
+	b = appendKeyValueHead(b, f, key, protowire.SizeTag(fieldAnyValueArray)+protowire.SizeBytes(arraySize))
+	b = protowire.AppendTag(b, fieldAnyValueArray, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(arraySize))
+	for _, s := range ss {
+		b = protowire.AppendTag(b, fieldArrayValueValues, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(protowire.SizeTag(fieldAnyValueString)+protowire.SizeBytes(len(s))))
+		b = appendString(b, fieldAnyValueString, s)
+	}
+	return b
 }
 
-func (recordIDs) NewSpanID(ctx context.Context, _ trace.TraceID) trace.SpanID {
-	return ctx.Value(spanKey{}).(*accounting.SpanContext).SpanID
+// appendKeyValueHead appends a KeyValue up to its AnyValue's contents,
+// which are valueSize bytes.
+func appendKeyValueHead(b []byte, f protowire.Number, key attribute.Key, valueSize int) []byte {
+	size := protowire.SizeTag(fieldKeyValueKey) + protowire.SizeBytes(len(key)) +
+		protowire.SizeTag(fieldKeyValueValue) + protowire.SizeBytes(valueSize)
+	b = protowire.AppendTag(b, f, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(size))
+	b = appendString(b, fieldKeyValueKey, string(key))
+	b = protowire.AppendTag(b, fieldKeyValueValue, protowire.BytesType)
+	return protowire.AppendVarint(b, uint64(valueSize))
+}
+
+// validUTF8 is s with its invalid bytes replaced by U+FFFD.
+func validUTF8(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
+// keyValues is attrs as OTLP has them, the resource's, made once.
+func keyValues(attrs []attribute.KeyValue) []*commonpb.KeyValue {
+	kvs := make([]*commonpb.KeyValue, 0, len(attrs))
+	for _, kv := range attrs {
+		kvs = append(kvs, &commonpb.KeyValue{Key: string(kv.Key), Value: anyValue(kv.Value)})
+	}
+	return kvs
+}
+
+func anyValue(v attribute.Value) *commonpb.AnyValue {
+	switch v.Type() {
+	case attribute.BOOL:
+		return &commonpb.AnyValue{Value: &commonpb.AnyValue_BoolValue{BoolValue: v.AsBool()}}
+	case attribute.INT64:
+		return &commonpb.AnyValue{Value: &commonpb.AnyValue_IntValue{IntValue: v.AsInt64()}}
+	case attribute.FLOAT64:
+		return &commonpb.AnyValue{Value: &commonpb.AnyValue_DoubleValue{DoubleValue: v.AsFloat64()}}
+	case attribute.STRING:
+		return &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: validUTF8(v.AsString())}}
+	case attribute.BOOLSLICE:
+		return array(v.AsBoolSlice(), func(b bool) attribute.Value { return attribute.BoolValue(b) })
+	case attribute.INT64SLICE:
+		return array(v.AsInt64Slice(), func(i int64) attribute.Value { return attribute.Int64Value(i) })
+	case attribute.FLOAT64SLICE:
+		return array(v.AsFloat64Slice(), func(f float64) attribute.Value { return attribute.Float64Value(f) })
+	case attribute.STRINGSLICE:
+		return array(v.AsStringSlice(), func(s string) attribute.Value { return attribute.StringValue(s) })
+	}
+	return &commonpb.AnyValue{}
+}
+
+func array[T any](vs []T, value func(T) attribute.Value) *commonpb.AnyValue {
+	arr := &commonpb.ArrayValue{Values: make([]*commonpb.AnyValue, 0, len(vs))}
+	for _, v := range vs {
+		arr.Values = append(arr.Values, anyValue(value(v)))
+	}
+	return &commonpb.AnyValue{Value: &commonpb.AnyValue_ArrayValue{ArrayValue: arr}}
 }

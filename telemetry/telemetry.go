@@ -5,10 +5,15 @@
 // over (Exporter.Recorder wraps the usage recorder), with the record's
 // start and end as its timestamps, so the request path holds no span while
 // it runs. Nor does it build one: the record is copied into a ring of
-// preallocated slots, and one goroutine makes the spans and hands them to
-// the SDK's batch processor. The ring and the processor's queue are
-// bounded; past either bound a span is dropped (and counted) rather than
-// make the request wait.
+// preallocated slots, and one goroutine makes the spans and exports them
+// in batches. The span is encoded in OTLP's protobuf straight from the
+// record, into a buffer reused from batch to batch, and the batch handed
+// to the official OTLP/HTTP client, which keeps the standard environment,
+// the retries and the posting; the SDK's span, batch processor and OTLP
+// transform, and protobuf's encoding of a message per attribute, which
+// cost several times as much, are not used. The SDK's samplers decide
+// which records get a span. The ring is bounded; past its bound a span is
+// dropped (and counted) rather than make the request wait.
 package telemetry
 
 import (
@@ -19,23 +24,27 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tollgate-dev/tollgate/accounting"
 	"github.com/tollgate-dev/tollgate/config"
 )
 
-// defaultQueueSize is the batch processor's queue when neither
-// telemetry.max_queue_size nor OTEL_BSP_MAX_QUEUE_SIZE says, the SDK's own
-// default.
-const defaultQueueSize = 2048
+// The SDK batch span processor's defaults, which tollgate keeps.
+const (
+	defaultQueueSize     = 2048
+	defaultBatchSize     = 512
+	defaultScheduleDelay = 5000 * time.Millisecond
+	defaultExportTimeout = 30000 * time.Millisecond
+)
 
 // Recorder takes the usage record of every request routed by model (the
 // proxy's Recorder).
@@ -46,14 +55,15 @@ type Recorder interface {
 // Exporter makes a span of every record it is handed and exports it. A nil
 // *Exporter is export turned off.
 type Exporter struct {
-	provider *sdktrace.TracerProvider
-	tracer   trace.Tracer
+	client otlptrace.Client
 	// servers maps a backend's name to its server.address and
 	// server.port; a reload replaces it (see SetBackends).
 	servers atomic.Pointer[map[string]server]
-	// records carries the records to the goroutine that builds their
-	// spans, which New starts and Shutdown stops.
+	// records carries the records to the goroutine that builds and
+	// exports their spans, which New starts and Shutdown stops; tick
+	// makes it export what is queued every OTEL_BSP_SCHEDULE_DELAY.
 	records *recordRing
+	tick    *time.Ticker
 }
 
 // server is a backend's address as the span names it.
@@ -72,19 +82,16 @@ func New(cfg config.Telemetry, backends []config.Backend, reg prometheus.Registe
 	if !enabled(cfg) {
 		return nil, nil
 	}
+	// http/json would also lose every span: the client's JSON encoding
+	// does not write the encoded spans (see spanBatch).
 	if p := protocol(); p != "" && p != "http/protobuf" {
 		return nil, fmt.Errorf("telemetry: OTLP protocol %q is not supported; tollgate exports http/protobuf", p)
 	}
-	opts, err := exporterOptions(cfg)
+	batch, err := batchingOf(cfg)
 	if err != nil {
 		return nil, err
 	}
-	// New makes no connection: the first export does.
-	client, err := otlptracehttp.New(context.Background(), opts...)
-	if err != nil {
-		return nil, fmt.Errorf("telemetry: %w", err)
-	}
-	queue, err := queueSize(cfg)
+	sampler, err := newSampler(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -92,29 +99,22 @@ func New(cfg config.Telemetry, backends []config.Backend, reg prometheus.Registe
 	if err != nil {
 		return nil, err
 	}
+	// The client makes no connection until the first upload.
+	client := otlptracehttp.NewClient(exporterOptions(cfg)...)
+	if err := client.Start(context.Background()); err != nil {
+		return nil, fmt.Errorf("telemetry: %w", err)
+	}
 	dropped := newDropCounter(reg)
-	records := newRecordRing(queue, dropped.WithLabelValues("queue_full"), dropped.WithLabelValues("shutdown"))
-	bounded := &boundedProcessor{max: int64(queue), dropped: dropped.WithLabelValues("queue_full")}
-	bounded.SpanProcessor = sdktrace.NewBatchSpanProcessor(
-		&countingExporter{SpanExporter: client, queued: &bounded.queued, failed: dropped.WithLabelValues("export_failed")},
-		sdktrace.WithMaxQueueSize(queue))
-	popts := []sdktrace.TracerProviderOption{
-		sdktrace.WithResource(res),
-		sdktrace.WithSpanProcessor(bounded),
-		sdktrace.WithIDGenerator(recordIDs{}),
-	}
-	sampler, err := newSampler(cfg)
-	if err != nil {
-		return nil, err
-	}
-	if sampler != nil {
-		// Otherwise the SDK reads OTEL_TRACES_SAMPLER(_ARG) itself.
-		popts = append(popts, sdktrace.WithSampler(sampler))
-	}
-	e := &Exporter{provider: sdktrace.NewTracerProvider(popts...), records: records}
-	e.tracer = e.provider.Tracer("github.com/tollgate-dev/tollgate", trace.WithSchemaURL(semconv.SchemaURL))
+	shutdown := dropped.WithLabelValues("shutdown")
+	// The consumer is woken when a batch's worth is queued, and by the
+	// tick.
+	e := &Exporter{client: client,
+		records: newRecordRing(batch.queue, batch.size, dropped.WithLabelValues("queue_full"), shutdown)}
 	e.SetBackends(backends)
-	go records.run(newSpanBuilder(e).build)
+	spans := newSpanBuilder(sampler, keyValues(res.Attributes()), res.SchemaURL(), e.serverMap)
+	x := newBatcher(e.records.ctx, spans, client, batch, dropped.WithLabelValues("export_failed"), shutdown)
+	e.tick = time.NewTicker(batch.delay)
+	go e.records.run(x.build, e.tick.C, x.flush)
 	return e, nil
 }
 
@@ -141,7 +141,7 @@ func protocol() string {
 // exporterOptions are what the file sets; the exporter reads the rest
 // (endpoints, headers, timeout, compression, certificates) from the
 // environment itself, and options given here win over it.
-func exporterOptions(cfg config.Telemetry) ([]otlptracehttp.Option, error) {
+func exporterOptions(cfg config.Telemetry) []otlptracehttp.Option {
 	var opts []otlptracehttp.Option
 	switch {
 	case cfg.TracesEndpoint != "":
@@ -154,23 +154,51 @@ func exporterOptions(cfg config.Telemetry) ([]otlptracehttp.Option, error) {
 	if len(cfg.Headers) > 0 {
 		opts = append(opts, otlptracehttp.WithHeaders(cfg.Headers))
 	}
-	return opts, nil
+	return opts
 }
 
-// queueSize is telemetry.max_queue_size, else OTEL_BSP_MAX_QUEUE_SIZE,
-// else the SDK's default: the bound is given to the batch processor
-// explicitly, since boundedProcessor keeps it too.
-func queueSize(cfg config.Telemetry) (int, error) {
-	if cfg.MaxQueueSize > 0 {
-		return cfg.MaxQueueSize, nil
+// batchingOf reads the batching as the SDK's batch span processor does:
+// OTEL_BSP_MAX_QUEUE_SIZE (telemetry.max_queue_size wins over it),
+// OTEL_BSP_MAX_EXPORT_BATCH_SIZE (no more than the queue),
+// OTEL_BSP_SCHEDULE_DELAY and OTEL_BSP_EXPORT_TIMEOUT (milliseconds; a
+// delay of 0 is taken as 1, a timeout of 0 as none), each with the SDK's
+// default.
+func batchingOf(cfg config.Telemetry) (batching, error) {
+	b := batching{queue: cfg.MaxQueueSize}
+	var err error
+	if b.queue <= 0 {
+		if b.queue, err = envInt("OTEL_BSP_MAX_QUEUE_SIZE", defaultQueueSize, 1); err != nil {
+			return batching{}, err
+		}
 	}
-	v := strings.TrimSpace(os.Getenv("OTEL_BSP_MAX_QUEUE_SIZE"))
+	if b.size, err = envInt("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", defaultBatchSize, 1); err != nil {
+		return batching{}, err
+	}
+	if b.size > b.queue {
+		b.size = min(defaultBatchSize, b.queue)
+	}
+	ms, err := envInt("OTEL_BSP_SCHEDULE_DELAY", int(defaultScheduleDelay/time.Millisecond), 0)
+	if err != nil {
+		return batching{}, err
+	}
+	b.delay = time.Duration(max(ms, 1)) * time.Millisecond
+	if ms, err = envInt("OTEL_BSP_EXPORT_TIMEOUT", int(defaultExportTimeout/time.Millisecond), 0); err != nil {
+		return batching{}, err
+	}
+	b.timeout = time.Duration(ms) * time.Millisecond
+	return b, nil
+}
+
+// envInt is the integer the environment variable name holds, def when it
+// is unset; an error when it is not an integer of at least least.
+func envInt(name string, def, least int) (int, error) {
+	v := strings.TrimSpace(os.Getenv(name))
 	if v == "" {
-		return defaultQueueSize, nil
+		return def, nil
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("telemetry: OTEL_BSP_MAX_QUEUE_SIZE: want a positive integer, got %q", v)
+	if err != nil || n < least {
+		return 0, fmt.Errorf("telemetry: %s: want an integer of at least %d, got %q", name, least, v)
 	}
 	return n, nil
 }
@@ -194,16 +222,13 @@ func newResource(cfg config.Telemetry) (*resource.Resource, error) {
 	return res, nil
 }
 
-// newSampler is the sampler the file names, completed from the
-// environment; nil when the file names neither a sampler nor its
-// argument, which leaves OTEL_TRACES_SAMPLER(_ARG) to the SDK.
+// newSampler is the sampler the file names, else OTEL_TRACES_SAMPLER,
+// else parentbased_always_on, with the ratio the file gives, else
+// OTEL_TRACES_SAMPLER_ARG, else 1; the names and meanings are the SDK's.
 func newSampler(cfg config.Telemetry) (sdktrace.Sampler, error) {
-	if cfg.Sampler == "" && cfg.SamplerArg == "" {
-		return nil, nil
-	}
 	name, arg := cfg.Sampler, cfg.SamplerArg
 	if name == "" {
-		name = strings.TrimSpace(os.Getenv("OTEL_TRACES_SAMPLER"))
+		name = strings.ToLower(strings.TrimSpace(os.Getenv("OTEL_TRACES_SAMPLER")))
 	}
 	if name == "" {
 		name = "parentbased_always_on"
@@ -211,13 +236,15 @@ func newSampler(cfg config.Telemetry) (sdktrace.Sampler, error) {
 	if arg == "" {
 		arg = strings.TrimSpace(os.Getenv("OTEL_TRACES_SAMPLER_ARG"))
 	}
-	ratio := 1.0
-	if arg != "" {
+	ratio := func() (float64, error) {
+		if arg == "" {
+			return 1, nil
+		}
 		f, err := strconv.ParseFloat(arg, 64)
 		if err != nil || !(f >= 0 && f <= 1) {
-			return nil, fmt.Errorf("telemetry: sampler argument: want a ratio from 0 to 1, got %q", arg)
+			return 0, fmt.Errorf("telemetry: sampler argument: want a ratio from 0 to 1, got %q", arg)
 		}
-		ratio = f
+		return f, nil
 	}
 	switch name {
 	case "always_on":
@@ -225,13 +252,15 @@ func newSampler(cfg config.Telemetry) (sdktrace.Sampler, error) {
 	case "always_off":
 		return sdktrace.NeverSample(), nil
 	case "traceidratio":
-		return sdktrace.TraceIDRatioBased(ratio), nil
+		f, err := ratio()
+		return sdktrace.TraceIDRatioBased(f), err
 	case "parentbased_always_on":
 		return sdktrace.ParentBased(sdktrace.AlwaysSample()), nil
 	case "parentbased_always_off":
 		return sdktrace.ParentBased(sdktrace.NeverSample()), nil
 	case "parentbased_traceidratio":
-		return sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio)), nil
+		f, err := ratio()
+		return sdktrace.ParentBased(sdktrace.TraceIDRatioBased(f)), err
 	}
 	return nil, fmt.Errorf("telemetry: sampler: want one of %s, got %q", strings.Join(config.TelemetrySamplers(), ", "), name)
 }
@@ -250,6 +279,9 @@ func (e *Exporter) SetBackends(backends []config.Backend) {
 	}
 	e.servers.Store(&m)
 }
+
+// serverMap is the backends' addresses SetBackends last gave.
+func (e *Exporter) serverMap() map[string]server { return *e.servers.Load() }
 
 // serverOf is u's host and port, the scheme's default port when u names
 // none.
@@ -275,21 +307,21 @@ func (e *Exporter) Recorder(next Recorder) Recorder {
 }
 
 // Shutdown builds and exports the spans queued and stops the exporter and
-// its goroutines, within ctx; records taken after it began are dropped
+// its goroutine, within ctx; records taken after it began are dropped
 // (and counted). Nil-safe.
 func (e *Exporter) Shutdown(ctx context.Context) error {
 	if e == nil {
 		return nil
 	}
-	// The spans not built by the deadline are counted as dropped; the
-	// provider is shut down either way, so that no goroutine outlives
-	// Shutdown.
+	// The spans not exported by the deadline are counted as dropped; the
+	// client is stopped either way.
 	built := e.records.close(ctx)
-	if err := e.provider.Shutdown(ctx); err != nil {
+	e.tick.Stop()
+	if err := e.client.Stop(ctx); err != nil {
 		return fmt.Errorf("telemetry: shutdown: %w", err)
 	}
 	if built != nil {
-		return fmt.Errorf("telemetry: shutdown: spans not built: %w", built)
+		return fmt.Errorf("telemetry: shutdown: spans not exported: %w", built)
 	}
 	return nil
 }
