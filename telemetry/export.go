@@ -43,7 +43,7 @@ type batching struct {
 // batcher is the ring's consumer: it builds the records' spans into a
 // batch and uploads the batch with the OTLP client when it is full, and
 // what is queued every batching.delay, on the consumer's goroutine, so
-// that one batch's buffer is all it keeps. While an upload runs, the
+// that one batch of messages is all it keeps. While an upload runs, the
 // records wait in the ring, which drops what it cannot hold.
 type batcher struct {
 	spans  *spanBuilder

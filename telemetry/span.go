@@ -2,7 +2,6 @@ package telemetry
 
 import (
 	"context"
-	"math"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -15,7 +14,6 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tollgate-dev/tollgate/accounting"
 	"github.com/tollgate-dev/tollgate/internal/finish"
@@ -66,10 +64,10 @@ func operation(endpoint string) (op attribute.KeyValue, apiType attribute.KeyVal
 // are few, but a record names the model its client asked for.
 const maxCachedNames = 1024
 
-// spanBuilder encodes the OTLP spans of records straight into a batch
-// (see spanBatch), with no message per span or attribute, so that a span
-// costs no allocation once the batch has grown to its size. It is owned
-// by the ring's consumer goroutine, unlocked.
+// spanBuilder makes the OTLP spans of records straight into a batch of
+// protos that is reused from export to export, so that a span costs no
+// allocation once the batch has grown to its size. It is owned by the
+// ring's consumer goroutine, unlocked.
 type spanBuilder struct {
 	sampler sdktrace.Sampler
 	// servers gives a backend's server.address and server.port.
@@ -84,10 +82,7 @@ type spanBuilder struct {
 	statuses map[int]string
 	// reasons holds the finish reasons of the span being built.
 	reasons []string
-	// span and event hold the encoding of the span, and of the event,
-	// being built.
-	span, event []byte
-	batch       spanBatch
+	batch   spanBatch
 }
 
 type spanName struct{ op, model string }
@@ -101,8 +96,8 @@ type parentSpan struct {
 func (p *parentSpan) SpanContext() trace.SpanContext { return p.sc }
 
 // newSpanBuilder makes spans into batches whose ResourceSpans describe
-// res, with resSchemaURL the resource's schema; sampler decides which
-// records get one.
+// res, in semconv's schema, with schemaURL the resource's; sampler decides
+// which records get one.
 func newSpanBuilder(sampler sdktrace.Sampler, res []*commonpb.KeyValue, resSchemaURL string, servers func() map[string]server) *spanBuilder {
 	b := &spanBuilder{
 		sampler:  sampler,
@@ -126,7 +121,7 @@ func (b *spanBuilder) name(op, model string) string {
 	if n, ok := b.names[spanName{op, model}]; ok {
 		return n
 	}
-	n := validUTF8(op + " " + model)
+	n := op + " " + model
 	if len(b.names) < maxCachedNames {
 		b.names[spanName{op, model}] = n
 	}
@@ -174,102 +169,90 @@ func (b *spanBuilder) build(rec *accounting.Record) bool {
 		return false
 	}
 
-	sp := b.span[:0]
-	sp = appendBytes(sp, fieldSpanTraceID, rec.Span.TraceID[:])
-	sp = appendBytes(sp, fieldSpanSpanID, rec.Span.SpanID[:])
-	flags := spanFlags
+	bt := &b.batch
+	s := bt.spans.next()
+	sp := &s.span
+	copy(s.ids[:16], rec.Span.TraceID[:])
+	copy(s.ids[16:24], rec.Span.SpanID[:])
+	sp.TraceId, sp.SpanId = s.ids[:16:16], s.ids[16:24:24]
+	sp.Flags = spanFlags
 	if hasParent {
-		sp = appendBytes(sp, fieldSpanParentSpanID, rec.Span.ParentSpanID[:])
-		flags |= uint32(tracepb.SpanFlags_SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK)
+		copy(s.ids[24:], rec.Span.ParentSpanID[:])
+		sp.ParentSpanId = s.ids[24:32:32]
+		sp.Flags |= uint32(tracepb.SpanFlags_SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK)
 	}
-	sp = appendString(sp, fieldSpanName, name)
-	sp = protowire.AppendTag(sp, fieldSpanKind, protowire.VarintType)
-	sp = protowire.AppendVarint(sp, uint64(tracepb.Span_SPAN_KIND_CLIENT))
-	sp = appendTime(sp, fieldSpanStartTime, rec.Started.UnixNano())
-	sp = appendTime(sp, fieldSpanEndTime, rec.Ended.UnixNano())
-	sp = protowire.AppendTag(sp, fieldSpanFlags, protowire.Fixed32Type)
-	sp = protowire.AppendFixed32(sp, flags)
+	sp.Name = validUTF8(name)
+	sp.Kind = tracepb.Span_SPAN_KIND_CLIENT
+	sp.StartTimeUnixNano = unixNano(rec.Started.UnixNano())
+	sp.EndTimeUnixNano = unixNano(rec.Ended.UnixNano())
+	sp.Status = &s.status
 
-	const attrs = fieldSpanAttributes
-	sp = appendAttr(sp, attrs, op)
-	sp = appendAttr(sp, attrs, semconv.GenAIProviderNameOpenAI)
-	sp = appendAttr(sp, attrs, semconv.GenAIRequestModel(rec.Model))
+	start := len(bt.kvPtrs)
+	bt.attr(op)
+	bt.attr(semconv.GenAIProviderNameOpenAI)
+	bt.attr(semconv.GenAIRequestModel(rec.Model))
 	if hasAPIType {
-		sp = appendAttr(sp, attrs, apiType)
+		bt.attr(apiType)
 	}
 	if srv, ok := b.servers()[rec.Backend]; ok {
-		sp = appendAttr(sp, attrs, srv.address)
-		sp = appendAttr(sp, attrs, srv.port)
+		bt.attr(srv.address)
+		bt.attr(srv.port)
 	}
 	if rec.Backend != "" && rec.Status >= 200 && rec.Status < 300 {
-		sp = appendAttr(sp, attrs, semconv.GenAIResponseModel(rec.ServedModel))
+		bt.attr(semconv.GenAIResponseModel(rec.ServedModel))
 	}
 	if rec.CompletionID != "" {
-		sp = appendAttr(sp, attrs, semconv.GenAIResponseID(rec.CompletionID))
+		bt.attr(semconv.GenAIResponseID(rec.CompletionID))
 	}
 	if rec.FinishReasons.Len() > 0 {
 		b.reasons = rec.FinishReasons.AppendStrings(b.reasons[:0])
-		sp = appendStringsAttr(sp, attrs, semconv.GenAIResponseFinishReasonsKey, b.reasons)
+		bt.stringArray(semconv.GenAIResponseFinishReasonsKey, b.reasons)
 	}
 	if rec.TotalTokens > 0 || rec.Status >= 200 && rec.Status < 300 {
-		sp = appendAttr(sp, attrs, semconv.GenAIUsageInputTokens(int(rec.PromptTokens)))
-		sp = appendAttr(sp, attrs, semconv.GenAIUsageOutputTokens(int(rec.CompletionTokens)))
+		bt.attr(semconv.GenAIUsageInputTokens(int(rec.PromptTokens)))
+		bt.attr(semconv.GenAIUsageOutputTokens(int(rec.CompletionTokens)))
 	}
-	sp = appendAttr(sp, attrs, attrTeam.String(rec.Team))
-	sp = appendAttr(sp, attrs, attrProject.String(rec.Project))
-	sp = appendAttr(sp, attrs, attrKeyName.String(rec.KeyName))
-	sp = appendAttr(sp, attrs, attrBackend.String(rec.Backend))
-	sp = appendAttr(sp, attrs, attrCallID.String(rec.CallID))
-	sp = appendAttr(sp, attrs, attrRequestID.String(rec.RequestID))
+	bt.attr(attrTeam.String(rec.Team))
+	bt.attr(attrProject.String(rec.Project))
+	bt.attr(attrKeyName.String(rec.KeyName))
+	bt.attr(attrBackend.String(rec.Backend))
+	bt.attr(attrCallID.String(rec.CallID))
+	bt.attr(attrRequestID.String(rec.RequestID))
 	// Each attribute is a part of a span's cost in its encoding and in the
 	// collector: the two that would only restate their default (no retry,
 	// not streamed) are left out, and an absent one means it.
 	if len(rec.Attempts) > 0 {
-		sp = appendAttr(sp, attrs, attrRetries.Int(len(rec.Attempts)))
+		bt.attr(attrRetries.Int(len(rec.Attempts)))
 	}
 	if rec.Stream {
-		sp = appendAttr(sp, attrs, attrStream.Bool(true))
+		bt.attr(attrStream.Bool(true))
 	}
-	// The status is always there, as the SDK gives it: UNSET, or ERROR
-	// with the record's error.
-	var code tracepb.Status_StatusCode
-	var message string
 	if errType := b.errorType(rec); errType != "" {
-		sp = appendAttr(sp, attrs, semconv.ErrorTypeKey.String(errType))
-		code, message = tracepb.Status_STATUS_CODE_ERROR, validUTF8(rec.Error)
+		bt.attr(semconv.ErrorTypeKey.String(errType))
+		s.status.Code = tracepb.Status_STATUS_CODE_ERROR
+		s.status.Message = validUTF8(rec.Error)
 	}
-	size := 0
-	if message != "" {
-		size += protowire.SizeTag(fieldStatusMessage) + protowire.SizeBytes(len(message))
-	}
-	if code != 0 {
-		size += protowire.SizeTag(fieldStatusCode) + protowire.SizeVarint(uint64(code))
-	}
-	sp = protowire.AppendTag(sp, fieldSpanStatus, protowire.BytesType)
-	sp = protowire.AppendVarint(sp, uint64(size))
-	if message != "" {
-		sp = appendString(sp, fieldStatusMessage, message)
-	}
-	if code != 0 {
-		sp = protowire.AppendTag(sp, fieldStatusCode, protowire.VarintType)
-		sp = protowire.AppendVarint(sp, uint64(code))
-	}
+	sp.Attributes = bt.kvPtrs[start:len(bt.kvPtrs):len(bt.kvPtrs)]
 
-	for i := range rec.Attempts {
-		a := &rec.Attempts[i]
-		const attrs = fieldEventAttributes
-		ev := appendTime(b.event[:0], fieldEventTime, a.Ended.UnixNano())
-		ev = appendString(ev, fieldEventName, attemptEvent)
-		ev = appendAttr(ev, attrs, attrBackend.String(a.Backend))
-		ev = appendAttr(ev, attrs, attrModel.String(a.Model))
-		ev = appendAttr(ev, attrs, semconv.ErrorTypeKey.String(b.status(a.Status)))
-		ev = appendAttr(ev, attrs, attrError.String(a.Error))
-		ev = appendAttr(ev, attrs, attrAttemptDur.Float64(a.Ended.Sub(a.Started).Seconds()))
-		sp = appendMessage(sp, fieldSpanEvents, ev)
-		b.event = ev
+	if len(rec.Attempts) > 0 {
+		evStart := len(bt.evPtrs)
+		for i := range rec.Attempts {
+			a := &rec.Attempts[i]
+			ev := bt.events.next()
+			ev.Name = attemptEvent
+			ev.TimeUnixNano = unixNano(a.Ended.UnixNano())
+			kvStart := len(bt.kvPtrs)
+			bt.attr(attrBackend.String(a.Backend))
+			bt.attr(attrModel.String(a.Model))
+			bt.attr(semconv.ErrorTypeKey.String(b.status(a.Status)))
+			bt.attr(attrError.String(a.Error))
+			bt.attr(attrAttemptDur.Float64(a.Ended.Sub(a.Started).Seconds()))
+			ev.Attributes = bt.kvPtrs[kvStart:len(bt.kvPtrs):len(bt.kvPtrs)]
+			bt.evPtrs = append(bt.evPtrs, ev)
+		}
+		sp.Events = bt.evPtrs[evStart:len(bt.evPtrs):len(bt.evPtrs)]
 	}
-	b.span = sp
-	b.batch.add(sp)
+	bt.ss.Spans = append(bt.ss.Spans, sp)
 	return true
 }
 
@@ -290,163 +273,173 @@ func (b *spanBuilder) errorType(rec *accounting.Record) string {
 	return "server_error"
 }
 
+// unixNano is a timestamp as OTLP has it, a time before 1970 as 0.
+func unixNano(ns int64) uint64 { return uint64(max(0, ns)) } //nolint:gosec // not negative
+
 // spanBatch is the spans of one export as the OTLP client takes them: one
-// ResourceSpans of one ScopeSpans, whose spans are already encoded. They
-// are the ScopeSpans' unknown fields, which protobuf's encoding writes as
-// they are: a span field of the ScopeSpans each, as its Spans would have
-// been written. A reset keeps the buffer, for the next batch.
+// ResourceSpans of one ScopeSpans. Every message is taken from an arena
+// that reset empties and keeps, so the next batch reuses them.
 type spanBatch struct {
 	list [1]*tracepb.ResourceSpans
 	rs   tracepb.ResourceSpans
 	ss   tracepb.ScopeSpans
-	// spans holds the encoded spans, n of them.
-	spans []byte
-	n     int
+
+	spans  arena[spanSlot]
+	events arena[tracepb.Span_Event]
+	kvs    arena[commonpb.KeyValue]
+	vals   arena[commonpb.AnyValue]
+	strs   arena[commonpb.AnyValue_StringValue]
+	ints   arena[commonpb.AnyValue_IntValue]
+	floats arena[commonpb.AnyValue_DoubleValue]
+	bools  arena[commonpb.AnyValue_BoolValue]
+	arrays arena[arraySlot]
+	// kvPtrs, valPtrs and evPtrs hold the slices the messages point to:
+	// each span's attributes (then each of its events') are a run of
+	// kvPtrs, and so on. When one grows, the spans already built keep
+	// the array they were given.
+	kvPtrs  []*commonpb.KeyValue
+	valPtrs []*commonpb.AnyValue
+	evPtrs  []*tracepb.Span_Event
 }
 
-// add appends a span, encoded.
-func (bt *spanBatch) add(span []byte) {
-	bt.spans = appendMessage(bt.spans, fieldScopeSpansSpans, span)
-	bt.n++
+// spanSlot is a span with the messages and ids it points to.
+type spanSlot struct {
+	span   tracepb.Span
+	status tracepb.Status
+	// ids holds the trace id, span id and parent span id.
+	ids [32]byte
+}
+
+// arraySlot is an array value with its wrapper.
+type arraySlot struct {
+	wrap  commonpb.AnyValue_ArrayValue
+	array commonpb.ArrayValue
 }
 
 // len is the number of spans in the batch.
-func (bt *spanBatch) len() int { return bt.n }
+func (bt *spanBatch) len() int { return len(bt.ss.Spans) }
 
 // resourceSpans is the batch as the OTLP client takes it; valid until
-// the next add or reset.
-func (bt *spanBatch) resourceSpans() []*tracepb.ResourceSpans {
-	bt.ss.ProtoReflect().SetUnknown(bt.spans)
-	return bt.list[:]
-}
+// reset.
+func (bt *spanBatch) resourceSpans() []*tracepb.ResourceSpans { return bt.list[:] }
 
-// reset empties the batch.
+// reset empties the batch, keeping its messages for the next one; none
+// keeps a record's strings reachable.
 func (bt *spanBatch) reset() {
-	bt.ss.ProtoReflect().SetUnknown(nil)
-	bt.spans, bt.n = bt.spans[:0], 0
+	clear(bt.ss.Spans)
+	bt.ss.Spans = bt.ss.Spans[:0]
+	clear(bt.kvPtrs)
+	bt.kvPtrs = bt.kvPtrs[:0]
+	clear(bt.valPtrs)
+	bt.valPtrs = bt.valPtrs[:0]
+	clear(bt.evPtrs)
+	bt.evPtrs = bt.evPtrs[:0]
+	bt.spans.reset()
+	bt.events.reset()
+	bt.kvs.reset()
+	bt.vals.reset()
+	bt.strs.reset()
+	bt.ints.reset()
+	bt.floats.reset()
+	bt.bools.reset()
+	bt.arrays.reset()
 }
 
-// The OTLP protos' field numbers the encoding uses (TestFieldNumbers
-// checks them against the protos' descriptors).
-const (
-	fieldScopeSpansSpans  protowire.Number = 2
-	fieldSpanTraceID      protowire.Number = 1
-	fieldSpanSpanID       protowire.Number = 2
-	fieldSpanParentSpanID protowire.Number = 4
-	fieldSpanName         protowire.Number = 5
-	fieldSpanKind         protowire.Number = 6
-	fieldSpanStartTime    protowire.Number = 7
-	fieldSpanEndTime      protowire.Number = 8
-	fieldSpanAttributes   protowire.Number = 9
-	fieldSpanEvents       protowire.Number = 11
-	fieldSpanStatus       protowire.Number = 15
-	fieldSpanFlags        protowire.Number = 16
-	fieldEventTime        protowire.Number = 1
-	fieldEventName        protowire.Number = 2
-	fieldEventAttributes  protowire.Number = 3
-	fieldStatusMessage    protowire.Number = 2
-	fieldStatusCode       protowire.Number = 3
-	fieldKeyValueKey      protowire.Number = 1
-	fieldKeyValueValue    protowire.Number = 2
-	fieldAnyValueString   protowire.Number = 1
-	fieldAnyValueBool     protowire.Number = 2
-	fieldAnyValueInt      protowire.Number = 3
-	fieldAnyValueDouble   protowire.Number = 4
-	fieldAnyValueArray    protowire.Number = 5
-	fieldArrayValueValues protowire.Number = 1
-)
-
-func appendBytes(b []byte, f protowire.Number, v []byte) []byte {
-	return protowire.AppendBytes(protowire.AppendTag(b, f, protowire.BytesType), v)
+// attr appends kv to kvPtrs. Only the scalar types are mapped; the one
+// array attribute is added by stringArray.
+func (bt *spanBatch) attr(kv attribute.KeyValue) {
+	p := bt.kvs.next()
+	p.Key = string(kv.Key)
+	p.Value = bt.value(kv.Value)
+	bt.kvPtrs = append(bt.kvPtrs, p)
 }
 
-// appendString appends a string field; s must be valid UTF-8, as
-// protobuf's strings are.
-func appendString(b []byte, f protowire.Number, s string) []byte {
-	return protowire.AppendString(protowire.AppendTag(b, f, protowire.BytesType), s)
-}
-
-func appendMessage(b []byte, f protowire.Number, m []byte) []byte {
-	return appendBytes(b, f, m)
-}
-
-// appendTime appends a timestamp as OTLP has it, a time before 1970 as 0.
-func appendTime(b []byte, f protowire.Number, ns int64) []byte {
-	return protowire.AppendFixed64(protowire.AppendTag(b, f, protowire.Fixed64Type), uint64(max(0, ns))) //nolint:gosec // not negative
-}
-
-// appendAttr appends kv as the KeyValue field f. Only the scalar types are
-// encoded (another is an empty value); the one array attribute is
-// appendStringsAttr's. A string that is not valid UTF-8 has its invalid
-// bytes replaced, as a collector would refuse the whole export.
-func appendAttr(b []byte, f protowire.Number, kv attribute.KeyValue) []byte {
-	var s string
-	var valueSize int
-	switch kv.Value.Type() {
+func (bt *spanBatch) value(v attribute.Value) *commonpb.AnyValue {
+	a := bt.vals.next()
+	switch v.Type() {
 	case attribute.STRING:
-		s = validUTF8(kv.Value.AsString())
-		valueSize = protowire.SizeTag(fieldAnyValueString) + protowire.SizeBytes(len(s))
+		w := bt.strs.next()
+		w.StringValue = validUTF8(v.AsString())
+		a.Value = w
 	case attribute.INT64:
-		valueSize = protowire.SizeTag(fieldAnyValueInt) + protowire.SizeVarint(uint64(kv.Value.AsInt64())) //nolint:gosec // two's complement, as protobuf has it
+		w := bt.ints.next()
+		w.IntValue = v.AsInt64()
+		a.Value = w
 	case attribute.FLOAT64:
-		valueSize = protowire.SizeTag(fieldAnyValueDouble) + protowire.SizeFixed64()
+		w := bt.floats.next()
+		w.DoubleValue = v.AsFloat64()
+		a.Value = w
 	case attribute.BOOL:
-		valueSize = protowire.SizeTag(fieldAnyValueBool) + 1
+		w := bt.bools.next()
+		w.BoolValue = v.AsBool()
+		a.Value = w
 	}
-	b = appendKeyValueHead(b, f, kv.Key, valueSize)
-	switch kv.Value.Type() {
-	case attribute.STRING:
-		b = appendString(b, fieldAnyValueString, s)
-	case attribute.INT64:
-		b = protowire.AppendTag(b, fieldAnyValueInt, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(kv.Value.AsInt64())) //nolint:gosec // two's complement, as protobuf has it
-	case attribute.FLOAT64:
-		b = protowire.AppendTag(b, fieldAnyValueDouble, protowire.Fixed64Type)
-		b = protowire.AppendFixed64(b, math.Float64bits(kv.Value.AsFloat64()))
-	case attribute.BOOL:
-		b = protowire.AppendTag(b, fieldAnyValueBool, protowire.VarintType)
-		b = protowire.AppendVarint(b, protowire.EncodeBool(kv.Value.AsBool()))
-	}
-	return b
+	return a
 }
 
-// appendStringsAttr appends a string array attribute as the KeyValue
-// field f; ss must be valid UTF-8.
-func appendStringsAttr(b []byte, f protowire.Number, key attribute.Key, ss []string) []byte {
-	arraySize := 0
+// stringArray appends a string array attribute to kvPtrs.
+func (bt *spanBatch) stringArray(key attribute.Key, ss []string) {
+	start := len(bt.valPtrs)
 	for _, s := range ss {
-		elem := protowire.SizeTag(fieldAnyValueString) + protowire.SizeBytes(len(s))
-		arraySize += protowire.SizeTag(fieldArrayValueValues) + protowire.SizeBytes(elem)
+		w := bt.strs.next()
+		w.StringValue = validUTF8(s)
+		a := bt.vals.next()
+		a.Value = w
+		bt.valPtrs = append(bt.valPtrs, a)
 	}
-	b = appendKeyValueHead(b, f, key, protowire.SizeTag(fieldAnyValueArray)+protowire.SizeBytes(arraySize))
-	b = protowire.AppendTag(b, fieldAnyValueArray, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(arraySize))
-	for _, s := range ss {
-		b = protowire.AppendTag(b, fieldArrayValueValues, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(protowire.SizeTag(fieldAnyValueString)+protowire.SizeBytes(len(s))))
-		b = appendString(b, fieldAnyValueString, s)
-	}
-	return b
+	arr := bt.arrays.next()
+	arr.array.Values = bt.valPtrs[start:len(bt.valPtrs):len(bt.valPtrs)]
+	arr.wrap.ArrayValue = &arr.array
+	a := bt.vals.next()
+	a.Value = &arr.wrap
+	p := bt.kvs.next()
+	p.Key = string(key)
+	p.Value = a
+	bt.kvPtrs = append(bt.kvPtrs, p)
 }
 
-// appendKeyValueHead appends a KeyValue up to its AnyValue's contents,
-// which are valueSize bytes.
-func appendKeyValueHead(b []byte, f protowire.Number, key attribute.Key, valueSize int) []byte {
-	size := protowire.SizeTag(fieldKeyValueKey) + protowire.SizeBytes(len(key)) +
-		protowire.SizeTag(fieldKeyValueValue) + protowire.SizeBytes(valueSize)
-	b = protowire.AppendTag(b, f, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(size))
-	b = appendString(b, fieldKeyValueKey, string(key))
-	b = protowire.AppendTag(b, fieldKeyValueValue, protowire.BytesType)
-	return protowire.AppendVarint(b, uint64(valueSize))
-}
-
-// validUTF8 is s with its invalid bytes replaced by U+FFFD.
+// validUTF8 is s with each invalid byte sequence replaced by U+FFFD.
+// Protobuf strings must be UTF-8: the client refuses to encode a batch
+// holding one that is not (a model name a client sent, say), which would
+// lose every span of the batch.
 func validUTF8(s string) string {
 	if utf8.ValidString(s) {
 		return s
 	}
 	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
+// arenaChunk is how many values an arena allocates at a time.
+const arenaChunk = 256
+
+// arena hands out values from chunks it keeps: reset zeroes the values
+// handed out and hands them out again.
+type arena[T any] struct {
+	chunks [][]T
+	// c and i are the chunk and index of the next value.
+	c, i int
+}
+
+func (a *arena[T]) next() *T {
+	if a.c < len(a.chunks) && a.i == len(a.chunks[a.c]) {
+		a.c, a.i = a.c+1, 0
+	}
+	if a.c == len(a.chunks) {
+		a.chunks = append(a.chunks, make([]T, arenaChunk))
+	}
+	p := &a.chunks[a.c][a.i]
+	a.i++
+	return p
+}
+
+func (a *arena[T]) reset() {
+	for k := range a.c {
+		clear(a.chunks[k])
+	}
+	if a.c < len(a.chunks) {
+		clear(a.chunks[a.c][:a.i])
+	}
+	a.c, a.i = 0, 0
 }
 
 // keyValues is attrs as OTLP has them, the resource's, made once.
@@ -467,7 +460,7 @@ func anyValue(v attribute.Value) *commonpb.AnyValue {
 	case attribute.FLOAT64:
 		return &commonpb.AnyValue{Value: &commonpb.AnyValue_DoubleValue{DoubleValue: v.AsFloat64()}}
 	case attribute.STRING:
-		return &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: validUTF8(v.AsString())}}
+		return &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: v.AsString()}}
 	case attribute.BOOLSLICE:
 		return array(v.AsBoolSlice(), func(b bool) attribute.Value { return attribute.BoolValue(b) })
 	case attribute.INT64SLICE:

@@ -6,14 +6,12 @@
 // start and end as its timestamps, so the request path holds no span while
 // it runs. Nor does it build one: the record is copied into a ring of
 // preallocated slots, and one goroutine makes the spans and exports them
-// in batches. The span is encoded in OTLP's protobuf straight from the
-// record, into a buffer reused from batch to batch, and the batch handed
-// to the official OTLP/HTTP client, which keeps the standard environment,
-// the retries and the posting; the SDK's span, batch processor and OTLP
-// transform, and protobuf's encoding of a message per attribute, which
-// cost several times as much, are not used. The SDK's samplers decide
-// which records get a span. The ring is bounded; past its bound a span is
-// dropped (and counted) rather than make the request wait.
+// in batches. The span is built as OTLP protos straight from the record,
+// into a batch of messages reused from export to export, and handed to
+// the official OTLP/HTTP client; the SDK's span, batch processor and
+// transform, which cost several times as much, are not used. The ring is
+// bounded; past its bound a span is dropped (and counted) rather than
+// make the request wait.
 package telemetry
 
 import (
@@ -82,8 +80,6 @@ func New(cfg config.Telemetry, backends []config.Backend, reg prometheus.Registe
 	if !enabled(cfg) {
 		return nil, nil
 	}
-	// http/json would also lose every span: the client's JSON encoding
-	// does not write the encoded spans (see spanBatch).
 	if p := protocol(); p != "" && p != "http/protobuf" {
 		return nil, fmt.Errorf("telemetry: OTLP protocol %q is not supported; tollgate exports http/protobuf", p)
 	}
