@@ -45,7 +45,7 @@ type receiver struct {
 }
 
 func newReceiver(t *testing.T) *receiver {
-	// Batches go out every 20 ms rather than every 5 s (the SDK reads it).
+	// Batches go out every 20 ms rather than every 5 s (the exporter reads OTEL_BSP_SCHEDULE_DELAY as the SDK does).
 	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "20")
 	r := &receiver{got: make(chan struct{}, 1024)}
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
