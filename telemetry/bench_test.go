@@ -104,7 +104,7 @@ func testSpanBuilder(tb testing.TB, e *Exporter) *spanBuilder {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return newSpanBuilder(sdktrace.ParentBased(sdktrace.AlwaysSample()), keyValues(res.Attributes()), res.SchemaURL(), e.serverMap)
+	return newSpanBuilder(sdktrace.ParentBased(sdktrace.AlwaysSample()), res.Attributes(), res.SchemaURL(), e.serverMap)
 }
 
 // processCPU is the CPU time the process has used, user and system, in

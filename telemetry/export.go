@@ -80,7 +80,7 @@ func (x *batcher) flush() {
 // processor does, and not retried: the client has retried it within the
 // timeout. Once Shutdown has given up, the batch is dropped instead.
 func (x *batcher) upload() {
-	bt := &x.spans.batch
+	bt := x.spans.batch
 	n := float64(bt.len())
 	defer bt.reset()
 	if x.ctx.Err() != nil {
@@ -91,7 +91,10 @@ func (x *batcher) upload() {
 	if x.cfg.timeout > 0 {
 		ctx, cancel = context.WithTimeout(ctx, x.cfg.timeout)
 	}
-	err := x.client.UploadTraces(ctx, bt.resourceSpans())
+	rs, err := bt.resourceSpans()
+	if err == nil {
+		err = x.client.UploadTraces(ctx, rs)
+	}
 	cancel()
 	if err != nil {
 		x.failed.Add(n)

@@ -2,18 +2,22 @@ package telemetry
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
-	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
-	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tollgate-dev/tollgate/accounting"
 	"github.com/tollgate-dev/tollgate/internal/finish"
@@ -65,9 +69,9 @@ func operation(endpoint string) (op attribute.KeyValue, apiType attribute.KeyVal
 const maxCachedNames = 1024
 
 // spanBuilder makes the OTLP spans of records straight into a batch of
-// protos that is reused from export to export, so that a span costs no
-// allocation once the batch has grown to its size. It is owned by the
-// ring's consumer goroutine, unlocked.
+// pdata spans that is reused from export to export, so that a span costs
+// no allocation once the batch has grown to its size and its spans to the
+// records' shapes. It is owned by the ring's consumer goroutine, unlocked.
 type spanBuilder struct {
 	sampler sdktrace.Sampler
 	// servers gives a backend's server.address and server.port.
@@ -82,7 +86,7 @@ type spanBuilder struct {
 	statuses map[int]string
 	// reasons holds the finish reasons of the span being built.
 	reasons []string
-	batch   spanBatch
+	batch   *spanBatch
 }
 
 type spanName struct{ op, model string }
@@ -98,7 +102,7 @@ func (p *parentSpan) SpanContext() trace.SpanContext { return p.sc }
 // newSpanBuilder makes spans into batches whose ResourceSpans describe
 // res, in semconv's schema, with schemaURL the resource's; sampler decides
 // which records get one.
-func newSpanBuilder(sampler sdktrace.Sampler, res []*commonpb.KeyValue, resSchemaURL string, servers func() map[string]server) *spanBuilder {
+func newSpanBuilder(sampler sdktrace.Sampler, res []attribute.KeyValue, resSchemaURL string, servers func() map[string]server) *spanBuilder {
 	b := &spanBuilder{
 		sampler:  sampler,
 		servers:  servers,
@@ -107,12 +111,7 @@ func newSpanBuilder(sampler sdktrace.Sampler, res []*commonpb.KeyValue, resSchem
 		reasons:  make([]string, 0, finish.Max),
 	}
 	b.parentCtx = trace.ContextWithSpan(context.Background(), &b.parent)
-	b.batch.ss.Scope = &commonpb.InstrumentationScope{Name: scopeName}
-	b.batch.ss.SchemaUrl = semconv.SchemaURL
-	b.batch.rs.Resource = &resourcepb.Resource{Attributes: res}
-	b.batch.rs.SchemaUrl = resSchemaURL
-	b.batch.rs.ScopeSpans = []*tracepb.ScopeSpans{&b.batch.ss}
-	b.batch.list[0] = &b.batch.rs
+	b.batch = newSpanBatch(res, resSchemaURL)
 	return b
 }
 
@@ -169,92 +168,106 @@ func (b *spanBuilder) build(rec *accounting.Record) bool {
 		return false
 	}
 
-	bt := &b.batch
-	s := bt.spans.next()
-	sp := &s.span
-	copy(s.ids[:16], rec.Span.TraceID[:])
-	copy(s.ids[16:24], rec.Span.SpanID[:])
-	sp.TraceId, sp.SpanId = s.ids[:16:16], s.ids[16:24:24]
-	sp.Flags = spanFlags
+	bt := b.batch
+	sp := bt.next()
+	sp.SetTraceID(rec.Span.TraceID)
+	sp.SetSpanID(rec.Span.SpanID)
+	flags := spanFlags
 	if hasParent {
-		copy(s.ids[24:], rec.Span.ParentSpanID[:])
-		sp.ParentSpanId = s.ids[24:32:32]
-		sp.Flags |= uint32(tracepb.SpanFlags_SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK)
+		sp.SetParentSpanID(rec.Span.ParentSpanID)
+		flags |= uint32(tracepb.SpanFlags_SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK)
+	} else {
+		sp.SetParentSpanID(pcommon.SpanID{})
 	}
-	sp.Name = validUTF8(name)
-	sp.Kind = tracepb.Span_SPAN_KIND_CLIENT
-	sp.StartTimeUnixNano = unixNano(rec.Started.UnixNano())
-	sp.EndTimeUnixNano = unixNano(rec.Ended.UnixNano())
-	sp.Status = &s.status
+	sp.SetFlags(flags)
+	sp.SetName(validUTF8(name))
+	sp.SetKind(ptrace.SpanKindClient)
+	sp.SetStartTimestamp(pcommon.Timestamp(unixNano(rec.Started.UnixNano())))
+	sp.SetEndTimestamp(pcommon.Timestamp(unixNano(rec.Ended.UnixNano())))
 
-	start := len(bt.kvPtrs)
-	bt.attr(op)
-	bt.attr(semconv.GenAIProviderNameOpenAI)
-	bt.attr(semconv.GenAIRequestModel(rec.Model))
+	m := sp.Attributes()
+	m.EnsureCapacity(maxSpanAttrs)
+	bt.keys = bt.keys[:0]
+	bt.put(m, op)
+	bt.put(m, semconv.GenAIProviderNameOpenAI)
+	bt.put(m, semconv.GenAIRequestModel(rec.Model))
 	if hasAPIType {
-		bt.attr(apiType)
+		bt.put(m, apiType)
 	}
 	if srv, ok := b.servers()[rec.Backend]; ok {
-		bt.attr(srv.address)
-		bt.attr(srv.port)
+		bt.put(m, srv.address)
+		bt.put(m, srv.port)
 	}
 	if rec.Backend != "" && rec.Status >= 200 && rec.Status < 300 {
-		bt.attr(semconv.GenAIResponseModel(rec.ServedModel))
+		bt.put(m, semconv.GenAIResponseModel(rec.ServedModel))
 	}
 	if rec.CompletionID != "" {
-		bt.attr(semconv.GenAIResponseID(rec.CompletionID))
+		bt.put(m, semconv.GenAIResponseID(rec.CompletionID))
 	}
 	if rec.FinishReasons.Len() > 0 {
 		b.reasons = rec.FinishReasons.AppendStrings(b.reasons[:0])
-		bt.stringArray(semconv.GenAIResponseFinishReasonsKey, b.reasons)
+		bt.putStrings(m, string(semconv.GenAIResponseFinishReasonsKey), b.reasons)
 	}
 	if rec.TotalTokens > 0 || rec.Status >= 200 && rec.Status < 300 {
-		bt.attr(semconv.GenAIUsageInputTokens(int(rec.PromptTokens)))
-		bt.attr(semconv.GenAIUsageOutputTokens(int(rec.CompletionTokens)))
+		bt.put(m, semconv.GenAIUsageInputTokens(int(rec.PromptTokens)))
+		bt.put(m, semconv.GenAIUsageOutputTokens(int(rec.CompletionTokens)))
 	}
-	bt.attr(attrTeam.String(rec.Team))
-	bt.attr(attrProject.String(rec.Project))
-	bt.attr(attrKeyName.String(rec.KeyName))
-	bt.attr(attrBackend.String(rec.Backend))
-	bt.attr(attrCallID.String(rec.CallID))
-	bt.attr(attrRequestID.String(rec.RequestID))
+	bt.put(m, attrTeam.String(rec.Team))
+	bt.put(m, attrProject.String(rec.Project))
+	bt.put(m, attrKeyName.String(rec.KeyName))
+	bt.put(m, attrBackend.String(rec.Backend))
+	bt.put(m, attrCallID.String(rec.CallID))
+	bt.put(m, attrRequestID.String(rec.RequestID))
 	// Each attribute is a part of a span's cost in its encoding and in the
 	// collector: the two that would only restate their default (no retry,
 	// not streamed) are left out, and an absent one means it.
 	if len(rec.Attempts) > 0 {
-		bt.attr(attrRetries.Int(len(rec.Attempts)))
+		bt.put(m, attrRetries.Int(len(rec.Attempts)))
 	}
 	if rec.Stream {
-		bt.attr(attrStream.Bool(true))
+		bt.put(m, attrStream.Bool(true))
 	}
+	st := sp.Status()
 	if errType := b.errorType(rec); errType != "" {
-		bt.attr(semconv.ErrorTypeKey.String(errType))
-		s.status.Code = tracepb.Status_STATUS_CODE_ERROR
-		s.status.Message = validUTF8(rec.Error)
+		bt.put(m, semconv.ErrorTypeKey.String(errType))
+		st.SetCode(ptrace.StatusCodeError)
+		st.SetMessage(validUTF8(rec.Error))
+	} else {
+		st.SetCode(ptrace.StatusCodeUnset)
+		st.SetMessage("")
 	}
-	sp.Attributes = bt.kvPtrs[start:len(bt.kvPtrs):len(bt.kvPtrs)]
+	bt.trim(m)
 
-	if len(rec.Attempts) > 0 {
-		evStart := len(bt.evPtrs)
-		for i := range rec.Attempts {
-			a := &rec.Attempts[i]
-			ev := bt.events.next()
-			ev.Name = attemptEvent
-			ev.TimeUnixNano = unixNano(a.Ended.UnixNano())
-			kvStart := len(bt.kvPtrs)
-			bt.attr(attrBackend.String(a.Backend))
-			bt.attr(attrModel.String(a.Model))
-			bt.attr(semconv.ErrorTypeKey.String(b.status(a.Status)))
-			bt.attr(attrError.String(a.Error))
-			bt.attr(attrAttemptDur.Float64(a.Ended.Sub(a.Started).Seconds()))
-			ev.Attributes = bt.kvPtrs[kvStart:len(bt.kvPtrs):len(bt.kvPtrs)]
-			bt.evPtrs = append(bt.evPtrs, ev)
+	evs := sp.Events()
+	for i := range rec.Attempts {
+		a := &rec.Attempts[i]
+		var ev ptrace.SpanEvent
+		if i < evs.Len() {
+			ev = evs.At(i)
+		} else {
+			ev = evs.AppendEmpty()
 		}
-		sp.Events = bt.evPtrs[evStart:len(bt.evPtrs):len(bt.evPtrs)]
+		ev.SetName(attemptEvent)
+		ev.SetTimestamp(pcommon.Timestamp(unixNano(a.Ended.UnixNano())))
+		em := ev.Attributes()
+		em.EnsureCapacity(5)
+		bt.keys = bt.keys[:0]
+		bt.put(em, attrBackend.String(a.Backend))
+		bt.put(em, attrModel.String(a.Model))
+		bt.put(em, semconv.ErrorTypeKey.String(b.status(a.Status)))
+		bt.put(em, attrError.String(a.Error))
+		bt.put(em, attrAttemptDur.Float64(a.Ended.Sub(a.Started).Seconds()))
+		bt.trim(em)
 	}
-	bt.ss.Spans = append(bt.ss.Spans, sp)
+	if evs.Len() > len(rec.Attempts) {
+		i := 0
+		evs.RemoveIf(func(ptrace.SpanEvent) bool { i++; return i > len(rec.Attempts) })
+	}
 	return true
 }
+
+// maxSpanAttrs is the most attributes a span has.
+const maxSpanAttrs = 20
 
 // errorType is the span's error.type: the status answered, for a request
 // that failed with one; for a stream that failed after its 200, how it
@@ -276,126 +289,194 @@ func (b *spanBuilder) errorType(rec *accounting.Record) string {
 // unixNano is a timestamp as OTLP has it, a time before 1970 as 0.
 func unixNano(ns int64) uint64 { return uint64(max(0, ns)) } //nolint:gosec // not negative
 
-// spanBatch is the spans of one export as the OTLP client takes them: one
-// ResourceSpans of one ScopeSpans. Every message is taken from an arena
-// that reset empties and keeps, so the next batch reuses them.
+// spanBatch is the spans of one export: one ResourceSpans of one
+// ScopeSpans, as pdata's Traces, which encodes them with generated code,
+// no reflection. The Traces is kept from batch to batch, and so are its
+// spans: the next batch's spans are set over them, attribute by
+// attribute, which reuses each value's message, so that a span costs no
+// allocation once the batch has grown to its size and its spans to their
+// shape.
 type spanBatch struct {
-	list [1]*tracepb.ResourceSpans
+	traces ptrace.Traces
+	spans  ptrace.SpanSlice
+	// n is the number of spans of the batch: the first n of spans.
+	n int
+	// keys are the attributes set in the map being set.
+	keys []string
+	// rs carries the encoded ResourceSpans to the OTLP client, as its
+	// unknown fields; list holds it.
 	rs   tracepb.ResourceSpans
-	ss   tracepb.ScopeSpans
-
-	spans  arena[spanSlot]
-	events arena[tracepb.Span_Event]
-	kvs    arena[commonpb.KeyValue]
-	vals   arena[commonpb.AnyValue]
-	strs   arena[commonpb.AnyValue_StringValue]
-	ints   arena[commonpb.AnyValue_IntValue]
-	floats arena[commonpb.AnyValue_DoubleValue]
-	bools  arena[commonpb.AnyValue_BoolValue]
-	arrays arena[arraySlot]
-	// kvPtrs, valPtrs and evPtrs hold the slices the messages point to:
-	// each span's attributes (then each of its events') are a run of
-	// kvPtrs, and so on. When one grows, the spans already built keep
-	// the array they were given.
-	kvPtrs  []*commonpb.KeyValue
-	valPtrs []*commonpb.AnyValue
-	evPtrs  []*tracepb.Span_Event
+	list [1]*tracepb.ResourceSpans
 }
 
-// spanSlot is a span with the messages and ids it points to.
-type spanSlot struct {
-	span   tracepb.Span
-	status tracepb.Status
-	// ids holds the trace id, span id and parent span id.
-	ids [32]byte
-}
-
-// arraySlot is an array value with its wrapper.
-type arraySlot struct {
-	wrap  commonpb.AnyValue_ArrayValue
-	array commonpb.ArrayValue
+// newSpanBatch makes a batch of spans whose resource has the attributes
+// res, in the schema resSchemaURL.
+func newSpanBatch(res []attribute.KeyValue, resSchemaURL string) *spanBatch {
+	bt := &spanBatch{traces: ptrace.NewTraces(), keys: make([]string, 0, maxSpanAttrs)}
+	rs := bt.traces.ResourceSpans().AppendEmpty()
+	rs.SetSchemaUrl(resSchemaURL)
+	attrs := rs.Resource().Attributes()
+	attrs.EnsureCapacity(len(res))
+	for _, kv := range res {
+		putValue(attrs.PutEmpty(string(kv.Key)), kv.Value)
+	}
+	ss := rs.ScopeSpans().AppendEmpty()
+	ss.Scope().SetName(scopeName)
+	ss.SetSchemaUrl(semconv.SchemaURL)
+	bt.spans = ss.Spans()
+	return bt
 }
 
 // len is the number of spans in the batch.
-func (bt *spanBatch) len() int { return len(bt.ss.Spans) }
+func (bt *spanBatch) len() int { return bt.n }
 
-// resourceSpans is the batch as the OTLP client takes it; valid until
-// reset.
-func (bt *spanBatch) resourceSpans() []*tracepb.ResourceSpans { return bt.list[:] }
+// next is the batch's next span: an earlier batch's, to be set over, or
+// a new one.
+func (bt *spanBatch) next() ptrace.Span {
+	bt.n++
+	if bt.n <= bt.spans.Len() {
+		return bt.spans.At(bt.n - 1)
+	}
+	return bt.spans.AppendEmpty()
+}
 
-// reset empties the batch, keeping its messages for the next one; none
-// keeps a record's strings reachable.
+// resourceSpans is the batch as the OTLP client takes it: a ResourceSpans
+// whose unknown fields are pdata's encoding of the batch's ResourceSpans,
+// which protobuf's encoding writes as they are. It is valid until the
+// next call.
+func (bt *spanBatch) resourceSpans() ([]*tracepb.ResourceSpans, error) {
+	if bt.spans.Len() > bt.n {
+		i := 0
+		bt.spans.RemoveIf(func(ptrace.Span) bool { i++; return i > bt.n })
+	}
+	data, err := (&ptrace.ProtoMarshaler{}).MarshalTraces(bt.traces)
+	if err != nil {
+		return nil, fmt.Errorf("encoding spans: %w", err)
+	}
+	// data is a TracesData: its one field, resource_spans, once.
+	num, typ, n := protowire.ConsumeTag(data)
+	if n < 0 || num != 1 || typ != protowire.BytesType {
+		return nil, errors.New("encoding spans: no resource_spans")
+	}
+	fields, m := protowire.ConsumeBytes(data[n:])
+	if m < 0 || n+m != len(data) {
+		return nil, errors.New("encoding spans: not one resource_spans")
+	}
+	bt.rs.ProtoReflect().SetUnknown(fields)
+	bt.list[0] = &bt.rs
+	return bt.list[:], nil
+}
+
+// reset empties the batch; it keeps the resource, the scope and the
+// spans, to be set over, but clears their strings, so that no record's
+// stays reachable.
 func (bt *spanBatch) reset() {
-	clear(bt.ss.Spans)
-	bt.ss.Spans = bt.ss.Spans[:0]
-	clear(bt.kvPtrs)
-	bt.kvPtrs = bt.kvPtrs[:0]
-	clear(bt.valPtrs)
-	bt.valPtrs = bt.valPtrs[:0]
-	clear(bt.evPtrs)
-	bt.evPtrs = bt.evPtrs[:0]
-	bt.spans.reset()
-	bt.events.reset()
-	bt.kvs.reset()
-	bt.vals.reset()
-	bt.strs.reset()
-	bt.ints.reset()
-	bt.floats.reset()
-	bt.bools.reset()
-	bt.arrays.reset()
+	for i := range min(bt.n, bt.spans.Len()) {
+		sp := bt.spans.At(i)
+		sp.SetName("")
+		sp.Status().SetMessage("")
+		clearStrings(sp.Attributes())
+		for _, ev := range sp.Events().All() {
+			clearStrings(ev.Attributes())
+		}
+	}
+	bt.n = 0
+	bt.rs.ProtoReflect().SetUnknown(nil)
 }
 
-// attr appends kv to kvPtrs. Only the scalar types are mapped; the one
-// array attribute is added by stringArray.
-func (bt *spanBatch) attr(kv attribute.KeyValue) {
-	p := bt.kvs.next()
-	p.Key = string(kv.Key)
-	p.Value = bt.value(kv.Value)
-	bt.kvPtrs = append(bt.kvPtrs, p)
+// clearStrings empties m's string values, and those of its arrays.
+func clearStrings(m pcommon.Map) {
+	for _, v := range m.All() {
+		switch v.Type() {
+		case pcommon.ValueTypeStr:
+			v.SetStr("")
+		case pcommon.ValueTypeSlice:
+			for _, e := range v.Slice().All() {
+				e.SetStr("")
+			}
+		}
+	}
 }
 
-func (bt *spanBatch) value(v attribute.Value) *commonpb.AnyValue {
-	a := bt.vals.next()
-	switch v.Type() {
+// put sets kv in m. Only the scalar types are mapped.
+func (bt *spanBatch) put(m pcommon.Map, kv attribute.KeyValue) {
+	k := string(kv.Key)
+	bt.keys = append(bt.keys, k)
+	switch kv.Value.Type() {
 	case attribute.STRING:
-		w := bt.strs.next()
-		w.StringValue = validUTF8(v.AsString())
-		a.Value = w
+		m.PutStr(k, validUTF8(kv.Value.AsString()))
 	case attribute.INT64:
-		w := bt.ints.next()
-		w.IntValue = v.AsInt64()
-		a.Value = w
+		m.PutInt(k, kv.Value.AsInt64())
 	case attribute.FLOAT64:
-		w := bt.floats.next()
-		w.DoubleValue = v.AsFloat64()
-		a.Value = w
+		m.PutDouble(k, kv.Value.AsFloat64())
 	case attribute.BOOL:
-		w := bt.bools.next()
-		w.BoolValue = v.AsBool()
-		a.Value = w
+		m.PutBool(k, kv.Value.AsBool())
 	}
-	return a
 }
 
-// stringArray appends a string array attribute to kvPtrs.
-func (bt *spanBatch) stringArray(key attribute.Key, ss []string) {
-	start := len(bt.valPtrs)
-	for _, s := range ss {
-		w := bt.strs.next()
-		w.StringValue = validUTF8(s)
-		a := bt.vals.next()
-		a.Value = w
-		bt.valPtrs = append(bt.valPtrs, a)
+// putStrings sets the string array ss in m under key.
+func (bt *spanBatch) putStrings(m pcommon.Map, key string, ss []string) {
+	bt.keys = append(bt.keys, key)
+	var arr pcommon.Slice
+	if v, ok := m.Get(key); ok && v.Type() == pcommon.ValueTypeSlice {
+		arr = v.Slice()
+	} else {
+		arr = m.PutEmptySlice(key)
 	}
-	arr := bt.arrays.next()
-	arr.array.Values = bt.valPtrs[start:len(bt.valPtrs):len(bt.valPtrs)]
-	arr.wrap.ArrayValue = &arr.array
-	a := bt.vals.next()
-	a.Value = &arr.wrap
-	p := bt.kvs.next()
-	p.Key = string(key)
-	p.Value = a
-	bt.kvPtrs = append(bt.kvPtrs, p)
+	for i, s := range ss {
+		if i < arr.Len() {
+			arr.At(i).SetStr(validUTF8(s))
+		} else {
+			arr.AppendEmpty().SetStr(validUTF8(s))
+		}
+	}
+	if arr.Len() > len(ss) {
+		i := 0
+		arr.RemoveIf(func(pcommon.Value) bool { i++; return i > len(ss) })
+	}
+}
+
+// trim removes from m the attributes an earlier span set and this one
+// did not.
+func (bt *spanBatch) trim(m pcommon.Map) {
+	if m.Len() == len(bt.keys) {
+		return
+	}
+	m.RemoveIf(func(k string, _ pcommon.Value) bool { return !slices.Contains(bt.keys, k) })
+}
+
+// putValue sets dst to v, of any type, as the resource's values are.
+func putValue(dst pcommon.Value, v attribute.Value) {
+	switch v.Type() {
+	case attribute.BOOL:
+		dst.SetBool(v.AsBool())
+	case attribute.INT64:
+		dst.SetInt(v.AsInt64())
+	case attribute.FLOAT64:
+		dst.SetDouble(v.AsFloat64())
+	case attribute.STRING:
+		dst.SetStr(validUTF8(v.AsString()))
+	case attribute.BOOLSLICE:
+		s := dst.SetEmptySlice()
+		for _, b := range v.AsBoolSlice() {
+			s.AppendEmpty().SetBool(b)
+		}
+	case attribute.INT64SLICE:
+		s := dst.SetEmptySlice()
+		for _, i := range v.AsInt64Slice() {
+			s.AppendEmpty().SetInt(i)
+		}
+	case attribute.FLOAT64SLICE:
+		s := dst.SetEmptySlice()
+		for _, f := range v.AsFloat64Slice() {
+			s.AppendEmpty().SetDouble(f)
+		}
+	case attribute.STRINGSLICE:
+		s := dst.SetEmptySlice()
+		for _, str := range v.AsStringSlice() {
+			s.AppendEmpty().SetStr(validUTF8(str))
+		}
+	}
 }
 
 // validUTF8 is s with each invalid byte sequence replaced by U+FFFD.
@@ -407,76 +488,4 @@ func validUTF8(s string) string {
 		return s
 	}
 	return strings.ToValidUTF8(s, "\uFFFD")
-}
-
-// arenaChunk is how many values an arena allocates at a time.
-const arenaChunk = 256
-
-// arena hands out values from chunks it keeps: reset zeroes the values
-// handed out and hands them out again.
-type arena[T any] struct {
-	chunks [][]T
-	// c and i are the chunk and index of the next value.
-	c, i int
-}
-
-func (a *arena[T]) next() *T {
-	if a.c < len(a.chunks) && a.i == len(a.chunks[a.c]) {
-		a.c, a.i = a.c+1, 0
-	}
-	if a.c == len(a.chunks) {
-		a.chunks = append(a.chunks, make([]T, arenaChunk))
-	}
-	p := &a.chunks[a.c][a.i]
-	a.i++
-	return p
-}
-
-func (a *arena[T]) reset() {
-	for k := range a.c {
-		clear(a.chunks[k])
-	}
-	if a.c < len(a.chunks) {
-		clear(a.chunks[a.c][:a.i])
-	}
-	a.c, a.i = 0, 0
-}
-
-// keyValues is attrs as OTLP has them, the resource's, made once.
-func keyValues(attrs []attribute.KeyValue) []*commonpb.KeyValue {
-	kvs := make([]*commonpb.KeyValue, 0, len(attrs))
-	for _, kv := range attrs {
-		kvs = append(kvs, &commonpb.KeyValue{Key: string(kv.Key), Value: anyValue(kv.Value)})
-	}
-	return kvs
-}
-
-func anyValue(v attribute.Value) *commonpb.AnyValue {
-	switch v.Type() {
-	case attribute.BOOL:
-		return &commonpb.AnyValue{Value: &commonpb.AnyValue_BoolValue{BoolValue: v.AsBool()}}
-	case attribute.INT64:
-		return &commonpb.AnyValue{Value: &commonpb.AnyValue_IntValue{IntValue: v.AsInt64()}}
-	case attribute.FLOAT64:
-		return &commonpb.AnyValue{Value: &commonpb.AnyValue_DoubleValue{DoubleValue: v.AsFloat64()}}
-	case attribute.STRING:
-		return &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: v.AsString()}}
-	case attribute.BOOLSLICE:
-		return array(v.AsBoolSlice(), func(b bool) attribute.Value { return attribute.BoolValue(b) })
-	case attribute.INT64SLICE:
-		return array(v.AsInt64Slice(), func(i int64) attribute.Value { return attribute.Int64Value(i) })
-	case attribute.FLOAT64SLICE:
-		return array(v.AsFloat64Slice(), func(f float64) attribute.Value { return attribute.Float64Value(f) })
-	case attribute.STRINGSLICE:
-		return array(v.AsStringSlice(), func(s string) attribute.Value { return attribute.StringValue(s) })
-	}
-	return &commonpb.AnyValue{}
-}
-
-func array[T any](vs []T, value func(T) attribute.Value) *commonpb.AnyValue {
-	arr := &commonpb.ArrayValue{Values: make([]*commonpb.AnyValue, 0, len(vs))}
-	for _, v := range vs {
-		arr.Values = append(arr.Values, anyValue(value(v)))
-	}
-	return &commonpb.AnyValue{Value: &commonpb.AnyValue_ArrayValue{ArrayValue: arr}}
 }

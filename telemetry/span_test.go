@@ -1,11 +1,19 @@
 package telemetry
 
 import (
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tollgate-dev/tollgate/accounting"
@@ -40,11 +48,13 @@ func newTestBuilder(tb testing.TB, sampler sdktrace.Sampler) *spanBuilder {
 }
 
 // TestBuildSpanAllocatesNothing checks that once a batch has grown to its
-// size, building spans into it again after a reset allocates nothing.
+// size, building spans into it again after a reset allocates nothing when
+// each span is set over one of the same shape (the same attributes and
+// events): the batch holds a multiple of the records' kinds.
 func TestBuildSpanAllocatesNothing(t *testing.T) {
 	b := newTestBuilder(t, sdktrace.ParentBased(sdktrace.AlwaysSample()))
 	recs := testRecords()
-	const size = 512
+	const size = 171 * 3
 	fill := func() {
 		for i := 0; b.batch.len() < size; i++ {
 			b.build(&recs[i%len(recs)])
@@ -106,28 +116,60 @@ func TestBatchResetKeepsNoRecord(t *testing.T) {
 		b.build(&rec)
 	}
 	b.batch.reset()
-	bt := &b.batch
-	if bt.len() != 0 || len(bt.kvPtrs)+len(bt.valPtrs)+len(bt.evPtrs) != 0 {
-		t.Fatalf("reset left %d spans, %d attributes", bt.len(), len(bt.kvPtrs))
+	if n := b.batch.len(); n != 0 {
+		t.Fatalf("reset left %d spans", n)
 	}
-	for _, c := range bt.kvs.chunks {
-		for i := range c {
-			if c[i].Key != "" || c[i].Value != nil {
-				t.Fatalf("a reset attribute still holds %q", c[i].Key)
+	// The spans kept to be set over hold no string of a record.
+	for _, sp := range b.batch.spans.All() {
+		var strs []string
+		maps := []pcommon.Map{sp.Attributes()}
+		for _, ev := range sp.Events().All() {
+			maps = append(maps, ev.Attributes())
+		}
+		for _, m := range maps {
+			for k, v := range m.All() {
+				switch v.Type() {
+				case pcommon.ValueTypeStr:
+					strs = append(strs, k+"="+v.Str())
+				case pcommon.ValueTypeSlice:
+					for _, e := range v.Slice().All() {
+						strs = append(strs, k+"="+e.Str())
+					}
+				}
+			}
+		}
+		for _, s := range append(strs, sp.Name(), sp.Status().Message()) {
+			if s != "" && !strings.HasSuffix(s, "=") {
+				t.Errorf("a reset span still holds %q", s)
 			}
 		}
 	}
-	for _, c := range bt.strs.chunks {
-		for _, s := range c {
-			if s.StringValue != "" {
-				t.Fatalf("a reset value still holds %q", s.StringValue)
-			}
-		}
+	got := sentRequest(t, b)
+	rs := got.GetResourceSpans()
+	if len(rs) != 1 || len(rs[0].GetResource().GetAttributes()) == 0 || len(rs[0].GetScopeSpans()) != 1 ||
+		rs[0].GetScopeSpans()[0].GetScope().GetName() != scopeName || len(rs[0].GetScopeSpans()[0].GetSpans()) != 0 {
+		t.Errorf("after a reset the batch is %v", got)
 	}
-	rs := bt.resourceSpans()
-	if len(rs) != 1 || len(rs[0].Resource.Attributes) == 0 || rs[0].ScopeSpans[0].Scope.Name != scopeName {
-		t.Errorf("reset lost the resource or the scope")
+}
+
+// sentRequest is the request the OTLP client would send for b's batch:
+// encoded by protobuf as the client encodes it, and decoded with the
+// official protos.
+func sentRequest(t *testing.T, b *spanBuilder) *coltracepb.ExportTraceServiceRequest {
+	t.Helper()
+	rs, err := b.batch.resourceSpans()
+	if err != nil {
+		t.Fatal(err)
 	}
+	out, err := proto.Marshal(&coltracepb.ExportTraceServiceRequest{ResourceSpans: rs})
+	if err != nil {
+		t.Fatalf("the batch does not encode: %v", err)
+	}
+	var got coltracepb.ExportTraceServiceRequest
+	if err := proto.Unmarshal(out, &got); err != nil {
+		t.Fatal(err)
+	}
+	return &got
 }
 
 // TestEnvironmentSamplerAndBatching checks that the sampler and the
@@ -191,15 +233,7 @@ func TestBuildSpanReplacesInvalidUTF8(t *testing.T) {
 	if !b.build(&rec) {
 		t.Fatal("record not sampled")
 	}
-	out, err := proto.Marshal(&coltracepb.ExportTraceServiceRequest{ResourceSpans: b.batch.resourceSpans()})
-	if err != nil {
-		t.Fatalf("the batch does not encode: %v", err)
-	}
-	var got coltracepb.ExportTraceServiceRequest
-	if err := proto.Unmarshal(out, &got); err != nil {
-		t.Fatal(err)
-	}
-	sp := got.GetResourceSpans()[0].GetScopeSpans()[0].GetSpans()[0]
+	sp := sentRequest(t, b).GetResourceSpans()[0].GetScopeSpans()[0].GetSpans()[0]
 	if sp.GetName() != "chat demo\uFFFD" {
 		t.Errorf("name = %q", sp.GetName())
 	}
@@ -209,5 +243,139 @@ func TestBuildSpanReplacesInvalidUTF8(t *testing.T) {
 	}
 	if attrs["gen_ai.request.model"] != "demo\uFFFD" || attrs["tollgate.team"] != "ac\uFFFDme" {
 		t.Errorf("attributes = %v", attrs)
+	}
+}
+
+// TestBuildSpanEncoding checks the request the OTLP client would send,
+// decoded with the official protos, against the spans of testRecords
+// written out field by field, and the resource and the scope: in a new
+// batch, then set over the spans of an earlier batch, each over one of
+// another shape, and in a batch shorter than the earlier one. Attribute
+// order is not compared: a span set over another keeps the attributes
+// they share where they were.
+func TestBuildSpanEncoding(t *testing.T) {
+	b := newTestBuilder(t, sdktrace.AlwaysSample())
+	recs := testRecords()
+	want := wantSpans(recs)
+	for _, order := range [][]int{{0, 1, 2}, {1, 2, 0}, {2, 0, 1}, {2}, {1, 0}} {
+		t.Run(fmt.Sprint(order), func(t *testing.T) {
+			b.batch.reset()
+			var wantOrder []*tracepb.Span
+			for _, i := range order {
+				if !b.build(&recs[i]) {
+					t.Fatal("record not sampled")
+				}
+				wantOrder = append(wantOrder, want[i])
+			}
+			checkRequest(t, sentRequest(t, b), wantOrder)
+		})
+	}
+}
+
+// wantSpans is the spans of testRecords, written out field by field.
+func wantSpans(recs []accounting.Record) []*tracepb.Span {
+	str := func(k, v string) *commonpb.KeyValue {
+		return &commonpb.KeyValue{Key: k, Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: v}}}
+	}
+	num := func(k string, v int64) *commonpb.KeyValue {
+		return &commonpb.KeyValue{Key: k, Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_IntValue{IntValue: v}}}
+	}
+	ids := func(rec *accounting.Record) (traceID, spanID []byte) {
+		return rec.Span.TraceID[:], rec.Span.SpanID[:]
+	}
+	ns := func(tm time.Time) uint64 { return uint64(tm.UnixNano()) } //nolint:gosec // after 1970
+	who := func(rec *accounting.Record) []*commonpb.KeyValue {
+		return []*commonpb.KeyValue{str("tollgate.team", "acme"), str("tollgate.project", "search"),
+			str("tollgate.key_name", "acme-key"), str("tollgate.backend", "vllm"),
+			str("tollgate.call_id", rec.CallID), str("tollgate.request_id", "req-1")}
+	}
+	head := []*commonpb.KeyValue{str("gen_ai.operation.name", "chat"), str("gen_ai.provider.name", "openai"),
+		str("gen_ai.request.model", "demo"), str("openai.api.type", "chat_completions"),
+		str("server.address", "10.0.0.7"), num("server.port", 8000)}
+	tokens := []*commonpb.KeyValue{num("gen_ai.usage.input_tokens", 57), num("gen_ai.usage.output_tokens", 16)}
+	cat := func(parts ...[]*commonpb.KeyValue) []*commonpb.KeyValue {
+		var out []*commonpb.KeyValue
+		for _, p := range parts {
+			out = append(out, p...)
+		}
+		return out
+	}
+	plain, streamed, failed := &recs[0], &recs[1], &recs[2]
+	var want []*tracepb.Span
+	tid, sid := ids(plain)
+	want = append(want, &tracepb.Span{TraceId: tid, SpanId: sid, ParentSpanId: plain.Span.ParentSpanID[:],
+		Flags: 0x301, Name: "chat demo", Kind: tracepb.Span_SPAN_KIND_CLIENT,
+		StartTimeUnixNano: ns(plain.Started), EndTimeUnixNano: ns(plain.Ended),
+		Attributes: cat(head, []*commonpb.KeyValue{str("gen_ai.response.model", "demo"), str("gen_ai.response.id", "chatcmpl-123")},
+			tokens, who(plain)),
+		Status: &tracepb.Status{}})
+	tid, sid = ids(streamed)
+	reasons := &commonpb.KeyValue{Key: "gen_ai.response.finish_reasons", Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_ArrayValue{
+		ArrayValue: &commonpb.ArrayValue{Values: []*commonpb.AnyValue{
+			{Value: &commonpb.AnyValue_StringValue{StringValue: "stop"}},
+			{Value: &commonpb.AnyValue_StringValue{StringValue: "length"}}}}}}}
+	want = append(want, &tracepb.Span{TraceId: tid, SpanId: sid, Flags: 0x101, Name: "chat demo", Kind: tracepb.Span_SPAN_KIND_CLIENT,
+		StartTimeUnixNano: ns(streamed.Started), EndTimeUnixNano: ns(streamed.Ended),
+		Attributes: cat(head, []*commonpb.KeyValue{str("gen_ai.response.model", "demo"), str("gen_ai.response.id", "chatcmpl-123"), reasons},
+			tokens, who(streamed), []*commonpb.KeyValue{{Key: "tollgate.stream", Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_BoolValue{BoolValue: true}}}}),
+		Status: &tracepb.Status{}})
+	tid, sid = ids(failed)
+	var events []*tracepb.Span_Event
+	for _, a := range failed.Attempts {
+		events = append(events, &tracepb.Span_Event{Name: "tollgate.attempt_failed", TimeUnixNano: ns(a.Ended),
+			Attributes: []*commonpb.KeyValue{str("tollgate.backend", a.Backend), str("tollgate.model", a.Model),
+				str("error.type", fmt.Sprint(a.Status)), str("tollgate.error", a.Error),
+				{Key: "tollgate.attempt.duration_s", Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_DoubleValue{DoubleValue: a.Ended.Sub(a.Started).Seconds()}}}}})
+	}
+	want = append(want, &tracepb.Span{TraceId: tid, SpanId: sid, ParentSpanId: failed.Span.ParentSpanID[:],
+		Flags: 0x301, Name: "chat demo", Kind: tracepb.Span_SPAN_KIND_CLIENT,
+		StartTimeUnixNano: ns(failed.Started), EndTimeUnixNano: ns(failed.Ended),
+		Attributes: cat(head, tokens, who(failed), []*commonpb.KeyValue{num("tollgate.retries", 2), str("error.type", "502")}),
+		Events:     events,
+		Status:     &tracepb.Status{Code: tracepb.Status_STATUS_CODE_ERROR, Message: "backend answered 503"}})
+	return want
+}
+
+// checkRequest checks got's resource, scope and spans, the attributes of
+// each span sorted by key.
+func checkRequest(t *testing.T, got *coltracepb.ExportTraceServiceRequest, want []*tracepb.Span) {
+	t.Helper()
+	if len(got.GetResourceSpans()) != 1 || len(got.GetResourceSpans()[0].GetScopeSpans()) != 1 {
+		t.Fatalf("request = %v, want one ResourceSpans of one ScopeSpans", got)
+	}
+	rs := got.GetResourceSpans()[0]
+	res, err := newResource(config.Telemetry{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs.GetSchemaUrl() != res.SchemaURL() {
+		t.Errorf("resource schema = %q, want %q", rs.GetSchemaUrl(), res.SchemaURL())
+	}
+	wantRes := map[string]string{}
+	for _, kv := range res.Attributes() {
+		wantRes[string(kv.Key)] = kv.Value.Emit()
+	}
+	gotRes := map[string]string{}
+	for _, kv := range rs.GetResource().GetAttributes() {
+		gotRes[kv.GetKey()] = kv.GetValue().GetStringValue()
+	}
+	if !reflect.DeepEqual(gotRes, wantRes) || wantRes["service.name"] != "tollgate" {
+		t.Errorf("resource = %v, want %v", gotRes, wantRes)
+	}
+	ss := rs.GetScopeSpans()[0]
+	if !proto.Equal(ss.GetScope(), &commonpb.InstrumentationScope{Name: scopeName}) || ss.GetSchemaUrl() != semconv.SchemaURL {
+		t.Errorf("scope = %v, schema %q", ss.GetScope(), ss.GetSchemaUrl())
+	}
+	if len(ss.GetSpans()) != len(want) {
+		t.Fatalf("%d spans, want %d", len(ss.GetSpans()), len(want))
+	}
+	byKey := func(a, b *commonpb.KeyValue) int { return strings.Compare(a.GetKey(), b.GetKey()) }
+	for i, sp := range ss.GetSpans() {
+		w := proto.CloneOf(want[i])
+		slices.SortFunc(sp.Attributes, byKey)
+		slices.SortFunc(w.Attributes, byKey)
+		if !proto.Equal(sp, w) {
+			t.Errorf("span %d:\n got %v\nwant %v", i, sp, want[i])
+		}
 	}
 }

@@ -107,7 +107,7 @@ func New(cfg config.Telemetry, backends []config.Backend, reg prometheus.Registe
 	e := &Exporter{client: client,
 		records: newRecordRing(batch.queue, batch.size, dropped.WithLabelValues("queue_full"), shutdown)}
 	e.SetBackends(backends)
-	spans := newSpanBuilder(sampler, keyValues(res.Attributes()), res.SchemaURL(), e.serverMap)
+	spans := newSpanBuilder(sampler, res.Attributes(), res.SchemaURL(), e.serverMap)
 	x := newBatcher(e.records.ctx, spans, client, batch, dropped.WithLabelValues("export_failed"), shutdown)
 	e.tick = time.NewTicker(batch.delay)
 	go e.records.run(x.build, e.tick.C, x.flush)
