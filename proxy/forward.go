@@ -48,6 +48,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *exchange, body 
 	route := c.route
 	chain := c.route.Fallbacks
 	counted := c.route // the last route counted as a fallback taken
+	tenant := ""       // the request's team/project, once a route needs it
 	for route != nil && len(tried) < attempts {
 		if !route.Serves(c.ep.upstream) || !c.req.ToolChoiceServed(route.ToolCalling) || !route.AcceptsPriority(c.req.Priority) {
 			// A fallback that does not serve the endpoint, the
@@ -69,13 +70,19 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *exchange, body 
 			pinned = b != nil
 		}
 		if b == nil {
-			b = route.Pick(tried, blocks)
+			if route.CountsTenants() && tenant == "" {
+				tenant = c.rec.Team + "/" + c.rec.Project
+			}
+			b = route.PickFor(&c.tenancy, tenant, tried, blocks)
 		}
 		if b == nil {
-			if route.Full(tried) {
-				claim := backends.Claim{Priority: c.req.Priority, Tenant: c.rec.Team + "/" + c.rec.Project, Tokens: s.estimate(st, c.ep, c.req)}
+			if route.Full(tried) || c.tenancy.HeldBack() {
+				if tenant == "" {
+					tenant = c.rec.Team + "/" + c.rec.Project
+				}
+				claim := backends.Claim{Priority: c.req.Priority, Tenant: tenant, Tokens: s.estimate(st, c.ep, c.req)}
 				var err error
-				if b, err = route.WaitForSlot(tried, blocks, claim, c.watch.gone, ctx.Done()); b == nil && err == nil {
+				if b, err = route.WaitForSlot(tried, blocks, claim, &c.tenancy, c.watch.gone, ctx.Done()); b == nil && err == nil {
 					continue // nothing healthy is left to wait for: pick again
 				}
 				if b == nil && (c.watch.left() || isClosed(ctx.Done())) {
@@ -156,7 +163,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *exchange, route *backends.
 		var e *openai.Error
 		if upBody, upstream, e = c.messagesUpstream((*bufp)[:0], body, route, b); e != nil {
 			bodyBufs.Put(bufp)
-			b.Release()
+			c.tenancy.Release(b)
 			s.finish(ctx, c, e)
 			return attemptResult{done: true}
 		}
@@ -194,7 +201,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *exchange, route *backends.
 	c.rec.ServedModel = route.Name
 	if err != nil {
 		fasthttp.ReleaseResponse(resp)
-		b.Release()
+		c.tenancy.Release(b)
 		e := upstreamError(err, b.Name)
 		if errors.As(err, new(backends.AbortedError)) {
 			// The client left: the backend did nothing wrong, and
@@ -231,7 +238,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *exchange, route *backends.
 		// A streamed request answered with no stream (an error, a JSON
 		// body) has its body read within server.max_response_bytes too.
 		fasthttp.ReleaseResponse(resp)
-		b.Release()
+		c.tenancy.Release(b)
 		b.ReportFailure()
 		s.finish(ctx, c, upstreamError(err, b.Name))
 		return attemptResult{done: true}
@@ -250,7 +257,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *exchange, route *backends.
 			e.RetryAfter = max(retryAfter, time.Second)
 		}
 		fasthttp.ReleaseResponse(resp)
-		b.Release()
+		c.tenancy.Release(b)
 		if retryableStatus(status) {
 			return attemptResult{err: e, retryAfter: retryAfter, sent: sent, ended: sent.Add(roundTrip)}
 		}
@@ -267,7 +274,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *exchange, route *backends.
 		// front of the backend, a truncated body) must not reach a
 		// client that will fail to parse it.
 		fasthttp.ReleaseResponse(resp)
-		b.Release()
+		c.tenancy.Release(b)
 		b.ReportFailure()
 		s.finish(ctx, c, &openai.Error{Status: fasthttp.StatusBadGateway, Type: "api_error", Code: "upstream_error",
 			Message: "Backend " + b.Name + " answered 200 with a body that is not a JSON chat completion."})
@@ -293,7 +300,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *exchange, route *backends.
 	}
 	if uerr != nil {
 		fasthttp.ReleaseResponse(resp)
-		b.Release()
+		c.tenancy.Release(b)
 		s.finish(ctx, c, invalidUsage(b.Name, uerr))
 		return attemptResult{done: true}
 	}
@@ -318,7 +325,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *exchange, route *backends.
 		resp.SwapBody(ctx.Response.SwapBody(resp.SwapBody(nil)))
 	}
 	fasthttp.ReleaseResponse(resp)
-	b.Release()
+	c.tenancy.Release(b)
 	s.finish(ctx, c, nil)
 	return attemptResult{done: true}
 }

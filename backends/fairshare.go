@@ -1,0 +1,182 @@
+package backends
+
+// Why a reserve: fair queueing orders who gets the next slot, but under a
+// flood every slot is taken the moment it frees, so a well-behaved
+// tenant's request still waits for one to free and then runs in a full
+// batch. Keeping a few slots free while a tenant over its equal share
+// wants more gives the others a slot the moment they ask
+// (docs/scheduler.md, "Priority and fairness").
+//
+// The rule, for a route that counts tenants (its reserve is not zero and
+// every backend has a max_concurrency):
+//   - a tenant's share is the route's slots divided by the tenants with a
+//     request holding a slot or waiting for one (rounded down);
+//   - a request of a tenant holding fewer slots than its share may take
+//     any free slot;
+//   - a request of a tenant at or over its share takes a slot only while
+//     more stay free than the reserve: the configured one, but never more
+//     than the other tenants under their share leave unused of it.
+//
+// The cap makes the rule starve nobody: a tenant over its share may always
+// hold the slots the others are not entitled to, which is at least its
+// share, and with one tenant alone there is no reserve at all.
+
+// tenantLoad is what a route counts of one tenant: the slots its requests
+// hold and its requests waiting. It lives, in the route's waitQueue under
+// its lock, while either is above zero.
+type tenantLoad struct {
+	name     string
+	inflight int
+	waiting  int
+	// blocked is the dispatch round in which the reserve held the
+	// tenant's requests back.
+	blocked uint64
+}
+
+// Tenancy is a request's count in its tenant's slots on a route: PickFor
+// or WaitForSlot set it when they take a slot on a route that counts
+// tenants, and Release ends it with the slot. The zero value counts
+// nothing: Release then frees the slot alone.
+type Tenancy struct {
+	r    *Route
+	load *tenantLoad
+	// heldBack says the last PickFor found a free slot the reserve keeps
+	// for other tenants: the request is to wait, though the route is not
+	// full.
+	heldBack bool
+}
+
+// HeldBack reports whether the last PickFor returned nil because the free
+// slots are kept for tenants under their share, so the request is to wait
+// in the queue.
+func (t *Tenancy) HeldBack() bool { return t.heldBack }
+
+// Release frees b's slot, which the request holds, uncounting it from its
+// tenant first, so that the slot's next holder is chosen on the new
+// counts.
+func (t *Tenancy) Release(b *Backend) {
+	if t.load != nil {
+		t.r.uncount(t.load)
+		t.load = nil
+	}
+	b.Release()
+}
+
+// CountsTenants reports whether the route counts each tenant's slots, so
+// that PickFor and WaitForSlot need the request's tenant.
+func (r *Route) CountsTenants() bool { return r.reserve > 0 }
+
+// PickFor is Pick for a request of tenant, counting the slot it takes
+// against the tenant until t.Release. On a route that does not count
+// tenants it is Pick. It returns nil with t.HeldBack() true when the free
+// slots are the reserve and the tenant is at or over its share.
+func (r *Route) PickFor(t *Tenancy, tenant string, tried Tried, blocks []uint64) *Backend {
+	t.heldBack = false
+	if !r.CountsTenants() {
+		return r.Pick(tried, blocks)
+	}
+	q := &r.waitq
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	l := q.loadOf(tenant)
+	defer q.forget(l)
+	if !r.mayTake(l) {
+		t.heldBack = true
+		return nil
+	}
+	b := r.Pick(tried, blocks)
+	if b != nil {
+		l.inflight++
+		t.r, t.load = r, l
+	}
+	return b
+}
+
+// loadOf returns tenant's entry, adding it if none; q.mu is held. The
+// caller counts something in it or forgets it.
+func (q *waitQueue) loadOf(tenant string) *tenantLoad {
+	if q.loads == nil {
+		q.loads = make(map[string]*tenantLoad)
+	}
+	l := q.loads[tenant]
+	if l == nil {
+		l = &tenantLoad{name: tenant}
+		q.loads[tenant] = l
+	}
+	return l
+}
+
+// forget drops l once it counts nothing, and says whether it did; q.mu is
+// held.
+func (q *waitQueue) forget(l *tenantLoad) bool {
+	if l.inflight != 0 || l.waiting != 0 {
+		return false
+	}
+	delete(q.loads, l.name)
+	return true
+}
+
+// uncount ends one slot of l's.
+func (r *Route) uncount(l *tenantLoad) {
+	q := &r.waitq
+	q.mu.Lock()
+	l.inflight--
+	q.forget(l)
+	q.mu.Unlock()
+}
+
+// mayTake reports whether a request of l may take a free slot now (see
+// the rule above); q.mu is held and l is in q.loads. A nil l (a request
+// not counted) always may.
+func (r *Route) mayTake(l *tenantLoad) bool {
+	if l == nil || r.reserve <= 0 {
+		return true
+	}
+	q := &r.waitq
+	slots, free := r.slots()
+	share := slots / int64(len(q.loads))
+	if int64(l.inflight) < share {
+		return true
+	}
+	var unused int64
+	for _, o := range q.loads {
+		if o != l && int64(o.inflight) < share {
+			unused += share - int64(o.inflight)
+		}
+	}
+	return free > min(r.reserve, unused)
+}
+
+// slots is the route's slots on healthy backends, and how many of them are
+// free.
+func (r *Route) slots() (slots, free int64) {
+	for _, b := range r.backends {
+		if !b.Healthy() {
+			continue
+		}
+		slots += b.maxConcurrency
+		free += max(0, b.maxConcurrency-b.InFlight())
+	}
+	return slots, free
+}
+
+// defaultReserve is the reserve of a route whose queue.reserve is zero:
+// a quarter of its slots, rounded up, or none when a backend has no
+// max_concurrency (the route then never queues, and has no slots to
+// share).
+func defaultReserve(reserve int, bs []*Backend) int64 {
+	var slots int64
+	for _, b := range bs {
+		if b.maxConcurrency <= 0 {
+			return 0
+		}
+		slots += b.maxConcurrency
+	}
+	switch {
+	case reserve < 0:
+		return 0
+	case reserve == 0:
+		return (slots + 3) / 4
+	}
+	return int64(reserve)
+}
