@@ -180,3 +180,24 @@ func defaultReserve(reserve int, bs []*Backend) int64 {
 	}
 	return int64(reserve)
 }
+
+// TenantLoad is what the route counts of tenant: the slots its requests
+// hold and its requests waiting; zeros on a route that does not count.
+func (r *Route) TenantLoad(tenant string) (slots, waiting int) {
+	q := &r.waitq
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if l := q.loads[tenant]; l != nil {
+		return l.inflight, l.waiting
+	}
+	return 0, 0
+}
+
+// TenantsCounted is how many tenants the route counts: those with a
+// request holding one of its slots or waiting for one.
+func (r *Route) TenantsCounted() int {
+	q := &r.waitq
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.loads)
+}

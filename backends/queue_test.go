@@ -423,6 +423,8 @@ type outcome struct {
 	name string
 	b    *Backend
 	err  error
+	// t is the count the slot is in, for a route that counts tenants.
+	t *Tenancy
 }
 
 // queueHarness is a route of one backend with one slot, taken, so that every request joins the
