@@ -15,7 +15,11 @@ package backends
 //     any free slot;
 //   - a request of a tenant at or over its share takes a slot only while
 //     more stay free than the reserve: the configured one, but never more
-//     than the other tenants under their share leave unused of it.
+//     than the other tenants under their share leave unused of it;
+//   - and only on a backend keeping more free than its part of the
+//     reserve (in proportion to its max_concurrency, rounded up): a
+//     tenant's prompt is cached on the servers that ran its requests, and
+//     a free slot elsewhere would cost it a cold prefill.
 //
 // The cap makes the rule starve nobody: a tenant over its share may always
 // hold the slots the others are not entitled to, which is at least its
@@ -80,16 +84,38 @@ func (r *Route) PickFor(t *Tenancy, tenant string, tried Tried, blocks []uint64)
 	defer q.mu.Unlock()
 	l := q.loadOf(tenant)
 	defer q.forget(l)
-	if !r.mayTake(l) {
-		t.heldBack = true
-		return nil
-	}
-	b := r.Pick(tried, blocks)
+	b, held := r.pickKeeping(l, tried, blocks)
 	if b != nil {
 		l.inflight++
 		t.r, t.load = r, l
 	}
+	t.heldBack = held
 	return b
+}
+
+// pickKeeping is Pick for a request of l, keeping the reserve free: nil
+// and true when a slot is free but kept; q.mu is held.
+func (r *Route) pickKeeping(l *tenantLoad, tried Tried, blocks []uint64) (*Backend, bool) {
+	keep, ok := r.reserveFor(l)
+	if !ok {
+		return nil, true
+	}
+	if keep == 0 {
+		return r.Pick(tried, blocks), false
+	}
+	// The backends keeping no more than their part free count as tried.
+	var buf [16]*Backend
+	kept := append(Tried(buf[:0]), tried...)
+	slots, _ := r.slots()
+	for _, b := range r.backends {
+		if b.maxConcurrency-b.InFlight() <= (keep*b.maxConcurrency+slots-1)/slots && !tried.Has(b) {
+			kept = append(kept, b)
+		}
+	}
+	if b := r.Pick(kept, blocks); b != nil {
+		return b, false
+	}
+	return nil, !r.Full(tried)
 }
 
 // loadOf returns tenant's entry, adding it if none; q.mu is held. The
@@ -125,18 +151,18 @@ func (r *Route) uncount(l *tenantLoad) {
 	q.mu.Unlock()
 }
 
-// mayTake reports whether a request of l may take a free slot now (see
-// the rule above); q.mu is held and l is in q.loads. A nil l (a request
-// not counted) always may.
-func (r *Route) mayTake(l *tenantLoad) bool {
+// reserveFor is the reserve a request of l must leave free (see the rule
+// above), and false when the free slots are no more than it; q.mu is held
+// and l is in q.loads. A nil l (a request not counted) leaves none.
+func (r *Route) reserveFor(l *tenantLoad) (int64, bool) {
 	if l == nil || r.reserve <= 0 {
-		return true
+		return 0, true
 	}
 	q := &r.waitq
 	slots, free := r.slots()
 	share := slots / int64(len(q.loads))
 	if int64(l.inflight) < share {
-		return true
+		return 0, true
 	}
 	var unused int64
 	for _, o := range q.loads {
@@ -144,7 +170,8 @@ func (r *Route) mayTake(l *tenantLoad) bool {
 			unused += share - int64(o.inflight)
 		}
 	}
-	return free > min(r.reserve, unused)
+	keep := min(r.reserve, unused)
+	return keep, free > keep
 }
 
 // slots is the route's slots on healthy backends, and how many of them are

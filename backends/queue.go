@@ -322,13 +322,14 @@ func (r *Route) serveLocked() {
 		if w == nil {
 			return
 		}
-		if !r.mayTake(w.load) {
+		b, held := r.pickKeeping(w.load, w.tried, w.blocks)
+		if held {
 			// The free slots are the reserve, kept from this tenant's
 			// requests for this round.
 			w.load.blocked = q.round
 			continue
 		}
-		if b := r.Pick(w.tried, w.blocks); b != nil {
+		if b != nil {
 			switch {
 			case !lowerWaits:
 				q.topStreak = 0
