@@ -1,5 +1,7 @@
 package backends
 
+import "slices"
+
 // Why a reserve: fair queueing orders who gets the next slot, but under a
 // flood every slot is taken the moment it frees, so a well-behaved
 // tenant's request still waits for one to free and then runs in a full
@@ -17,9 +19,11 @@ package backends
 //     more stay free than the reserve: the configured one, but never more
 //     than the other tenants under their share leave unused of it;
 //   - and only on a backend keeping more free than its part of the
-//     reserve (in proportion to its max_concurrency, rounded up): a
-//     tenant's prompt is cached on the servers that ran its requests, and
-//     a free slot elsewhere would cost it a cold prefill.
+//     reserve, rounded down: half the reserve is shared among the backends
+//     in proportion to the slots the tenants under their share hold on
+//     each, half in proportion to max_concurrency. A tenant's prompt is
+//     cached on the servers that run its requests, and a free slot
+//     elsewhere would cost it a cold prefill.
 //
 // The cap makes the rule starve nobody: a tenant over its share may always
 // hold the slots the others are not entitled to, which is at least its
@@ -32,6 +36,9 @@ type tenantLoad struct {
 	name     string
 	inflight int
 	waiting  int
+	// on counts the slots it holds on each of the route's backends, in
+	// the route's order; nil until it holds one.
+	on []int32
 	// blocked is the dispatch round in which the reserve held the
 	// tenant's requests back.
 	blocked uint64
@@ -60,7 +67,7 @@ func (t *Tenancy) HeldBack() bool { return t.heldBack }
 // counts.
 func (t *Tenancy) Release(b *Backend) {
 	if t.load != nil {
-		t.r.uncount(t.load)
+		t.r.uncount(t.load, b)
 		t.load = nil
 	}
 	b.Release()
@@ -86,7 +93,7 @@ func (r *Route) PickFor(t *Tenancy, tenant string, tried Tried, blocks []uint64)
 	defer q.forget(l)
 	b, held := r.pickKeeping(l, tried, blocks)
 	if b != nil {
-		l.inflight++
+		r.count(l, b)
 		t.r, t.load = r, l
 	}
 	t.heldBack = held
@@ -96,7 +103,8 @@ func (r *Route) PickFor(t *Tenancy, tenant string, tried Tried, blocks []uint64)
 // pickKeeping is Pick for a request of l, keeping the reserve free: nil
 // and true when a slot is free but kept; q.mu is held.
 func (r *Route) pickKeeping(l *tenantLoad, tried Tried, blocks []uint64) (*Backend, bool) {
-	keep, ok := r.reserveFor(l)
+	var parts [maxReserveParts]int64
+	keep, ok := r.reserveFor(l, &parts)
 	if !ok {
 		return nil, true
 	}
@@ -106,9 +114,8 @@ func (r *Route) pickKeeping(l *tenantLoad, tried Tried, blocks []uint64) (*Backe
 	// The backends keeping no more than their part free count as tried.
 	var buf [16]*Backend
 	kept := append(Tried(buf[:0]), tried...)
-	slots, _ := r.slots()
-	for _, b := range r.backends {
-		if b.maxConcurrency-b.InFlight() <= (keep*b.maxConcurrency+slots-1)/slots && !tried.Has(b) {
+	for i, b := range r.backends {
+		if b.maxConcurrency-b.InFlight() <= parts[min(i, maxReserveParts-1)] && !tried.Has(b) {
 			kept = append(kept, b)
 		}
 	}
@@ -142,19 +149,38 @@ func (q *waitQueue) forget(l *tenantLoad) bool {
 	return true
 }
 
-// uncount ends one slot of l's.
-func (r *Route) uncount(l *tenantLoad) {
+// maxReserveParts bounds the backends the reserve is shared among by
+// where tenants hold slots; past it, the last part stands for the rest.
+const maxReserveParts = 16
+
+// count counts a slot l's request took on b; q.mu is held.
+func (r *Route) count(l *tenantLoad, b *Backend) {
+	l.inflight++
+	if i := slices.Index(r.backends, b); i >= 0 {
+		if l.on == nil {
+			l.on = make([]int32, len(r.backends))
+		}
+		l.on[i]++
+	}
+}
+
+// uncount ends l's slot on b.
+func (r *Route) uncount(l *tenantLoad, b *Backend) {
 	q := &r.waitq
 	q.mu.Lock()
 	l.inflight--
+	if i := slices.Index(r.backends, b); i >= 0 && l.on != nil {
+		l.on[i]--
+	}
 	q.forget(l)
 	q.mu.Unlock()
 }
 
 // reserveFor is the reserve a request of l must leave free (see the rule
-// above), and false when the free slots are no more than it; q.mu is held
-// and l is in q.loads. A nil l (a request not counted) leaves none.
-func (r *Route) reserveFor(l *tenantLoad) (int64, bool) {
+// above), and false when the free slots are no more than it; parts gets
+// each backend's part of it. q.mu is held and l is in q.loads. A nil l (a
+// request not counted) leaves none.
+func (r *Route) reserveFor(l *tenantLoad, parts *[maxReserveParts]int64) (int64, bool) {
 	if l == nil || r.reserve <= 0 {
 		return 0, true
 	}
@@ -164,13 +190,29 @@ func (r *Route) reserveFor(l *tenantLoad) (int64, bool) {
 	if int64(l.inflight) < share {
 		return 0, true
 	}
-	var unused int64
+	var unused, held int64
+	var on [maxReserveParts]int64
 	for _, o := range q.loads {
-		if o != l && int64(o.inflight) < share {
-			unused += share - int64(o.inflight)
+		if o == l || int64(o.inflight) >= share {
+			continue
+		}
+		unused += share - int64(o.inflight)
+		for i, n := range o.on {
+			on[min(i, maxReserveParts-1)] += int64(n)
+			held += int64(n)
 		}
 	}
 	keep := min(r.reserve, unused)
+	if slots == 0 {
+		return keep, free > keep
+	}
+	held = max(held, 1)
+	for i, b := range r.backends {
+		i = min(i, maxReserveParts-1)
+		// Half where they hold slots, half by max_concurrency: a tenant
+		// holding none now still finds room on the servers that ran it.
+		parts[i] = keep * (on[i]*slots + b.maxConcurrency*held) / (2 * held * slots)
+	}
 	return keep, free > keep
 }
 

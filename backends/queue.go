@@ -123,7 +123,7 @@ func (r *Route) WaitForSlot(tried Tried, blocks []uint64, c Claim, t *Tenancy, g
 	}
 	if w.backend != nil {
 		if w.held {
-			r.uncount(w.load)
+			r.uncount(w.load, w.backend)
 			w.held = false
 		}
 		w.backend.Release()
@@ -463,7 +463,7 @@ func (r *Route) finish(w *waiter, b *Backend, err error) {
 func (r *Route) grant(w *waiter, b *Backend) {
 	w.backend = b
 	if w.counted {
-		w.load.inflight++
+		r.count(w.load, b)
 		w.held = true
 	}
 }
