@@ -3,6 +3,7 @@ package backends
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -252,5 +253,57 @@ func (h *fairHarness) drain() {
 		case <-time.After(5 * time.Second):
 			h.t.Fatal("a waiting request was not served once every slot was free")
 		}
+	}
+}
+
+// TestReserveWhereTenantsRun checks that the reserve is kept more on the
+// backend where the tenant under its share holds slots, its prompt being
+// cached there, than on the others.
+func TestReserveWhereTenantsRun(t *testing.T) {
+	for _, home := range []int{0, 1} {
+		t.Run("tenant on backend "+strconv.Itoa(home), func(t *testing.T) {
+			r := newTestRoute(config.Queue{Depth: 16, Wait: time.Hour}, newTestBackend("a", 1, 8), newTestBackend("b", 1, 8))
+			r.reserve = 4
+			on, off := r.backends[home], r.backends[1-home]
+			var held []*heldSlot
+			take := func(tenant string, b *Backend) {
+				tn := &Tenancy{}
+				if got := r.PickFor(tn, tenant, Tried{b}, nil); got == nil || got == b {
+					t.Fatalf("%s's request took %v, want the other backend than %s", tenant, got, b.Name)
+				}
+				held = append(held, &heldSlot{b: r.backends[1-slices.Index(r.backends, b)], t: tn})
+			}
+			// u holds 2 slots on its backend; f, at its share of 8, holds
+			// 2 there and 6 on the other: 6 slots free, 4 of them kept.
+			take("u", off)
+			take("u", off)
+			take("f", off)
+			take("f", off)
+			for range 6 {
+				take("f", on)
+			}
+			for range 2 {
+				tn := &Tenancy{}
+				b := r.PickFor(tn, "f", nil, nil)
+				if b == nil {
+					t.Fatal("f held back with 2 slots free beyond the reserve")
+				}
+				held = append(held, &heldSlot{b: b, t: tn})
+			}
+			// Of the 4 kept, 3 are on u's backend (half of the reserve
+			// where u runs, half by slots), 1 on the other.
+			if free := on.maxConcurrency - on.InFlight(); free != 3 {
+				t.Errorf("%d slots free on u's backend, want 3", free)
+			}
+			if b := r.PickFor(&Tenancy{}, "f", nil, nil); b != nil {
+				t.Errorf("f took a slot on %s past the reserve", b.Name)
+			}
+			for _, s := range held {
+				s.t.Release(s.b)
+			}
+			if n := r.TenantsCounted(); n != 0 {
+				t.Errorf("%d tenants counted after every release", n)
+			}
+		})
 	}
 }
