@@ -19,11 +19,11 @@ import "slices"
 //     more stay free than the reserve: the configured one, but never more
 //     than the other tenants under their share leave unused of it;
 //   - and only on a backend keeping more free than its part of the
-//     reserve, rounded down: half the reserve is shared among the backends
-//     in proportion to the slots the tenants under their share hold on
-//     each, half in proportion to max_concurrency. A tenant's prompt is
-//     cached on the servers that run its requests, and a free slot
-//     elsewhere would cost it a cold prefill.
+//     reserve, rounded down: the reserve is shared among the backends as
+//     the unused shares it stands for are, each tenant's in proportion to
+//     the slots it holds on each backend (by max_concurrency when it holds
+//     none). A tenant's prompt is cached on the servers that run its
+//     requests, and a free slot elsewhere would cost it a cold prefill.
 //
 // The cap makes the rule starve nobody: a tenant over its share may always
 // hold the slots the others are not entitled to, which is at least its
@@ -190,28 +190,30 @@ func (r *Route) reserveFor(l *tenantLoad, parts *[maxReserveParts]int64) (int64,
 	if int64(l.inflight) < share {
 		return 0, true
 	}
-	var unused, held int64
-	var on [maxReserveParts]int64
+	// unused is what the others under their share may still take, and
+	// on where: each one's unused share goes to the backends it holds
+	// slots on, in proportion, or by max_concurrency when it holds none.
+	var unused int64
+	var on [maxReserveParts]float64
 	for _, o := range q.loads {
 		if o == l || int64(o.inflight) >= share {
 			continue
 		}
-		unused += share - int64(o.inflight)
-		for i, n := range o.on {
-			on[min(i, maxReserveParts-1)] += int64(n)
-			held += int64(n)
+		u := share - int64(o.inflight)
+		unused += u
+		for i, b := range r.backends {
+			j := min(i, maxReserveParts-1)
+			if o.inflight > 0 {
+				on[j] += float64(u) * float64(o.on[i]) / float64(o.inflight)
+			} else {
+				on[j] += float64(u) * float64(b.maxConcurrency) / float64(slots)
+			}
 		}
 	}
 	keep := min(r.reserve, unused)
-	if slots == 0 {
-		return keep, free > keep
-	}
-	held = max(held, 1)
-	for i, b := range r.backends {
+	for i := range r.backends {
 		i = min(i, maxReserveParts-1)
-		// Half where they hold slots, half by max_concurrency: a tenant
-		// holding none now still finds room on the servers that ran it.
-		parts[i] = keep * (on[i]*slots + b.maxConcurrency*held) / (2 * held * slots)
+		parts[i] = int64(float64(keep) * on[i] / float64(max(unused, 1)))
 	}
 	return keep, free > keep
 }
