@@ -77,11 +77,14 @@ func (t *Tenancy) Release(b *Backend) {
 // that PickFor and WaitForSlot need the request's tenant.
 func (r *Route) CountsTenants() bool { return r.reserve > 0 }
 
-// PickFor is Pick for a request of tenant, counting the slot it takes
+// PickFor is Pick for a request of c.Tenant, counting the slot it takes
 // against the tenant until t.Release. On a route that does not count
 // tenants it is Pick. It returns nil with t.HeldBack() true when the free
-// slots are the reserve and the tenant is at or over its share.
-func (r *Route) PickFor(t *Tenancy, tenant string, tried Tried, blocks []uint64) *Backend {
+// slots are the reserve and the tenant is at or over its share. A request
+// of a band above every request waiting goes where it would from the
+// queue (pickAbove): to the backend holding most of its prompt, past its
+// limit when full, rather than to a free slot on a server without it.
+func (r *Route) PickFor(t *Tenancy, c Claim, tried Tried, blocks []uint64) *Backend {
 	t.heldBack = false
 	if !r.CountsTenants() {
 		return r.Pick(tried, blocks)
@@ -89,8 +92,13 @@ func (r *Route) PickFor(t *Tenancy, tenant string, tried Tried, blocks []uint64)
 	q := &r.waitq
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	l := q.loadOf(tenant)
+	l := q.loadOf(c.Tenant)
 	defer q.forget(l)
+	if above := r.pickAbove(&waiter{claim: c, tried: tried, blocks: blocks}); above != nil {
+		r.count(l, above)
+		t.r, t.load = r, l
+		return above
+	}
 	b, held := r.pickKeeping(l, tried, blocks)
 	if b != nil {
 		r.count(l, b)
@@ -211,9 +219,11 @@ func (r *Route) reserveFor(l *tenantLoad, parts *[maxReserveParts]int64) (int64,
 		}
 	}
 	keep := min(r.reserve, unused)
-	for i := range r.backends {
-		i = min(i, maxReserveParts-1)
+	for i := range min(len(r.backends), maxReserveParts) {
 		parts[i] = int64(float64(keep) * on[i] / float64(max(unused, 1)))
+	}
+	if n := len(r.backends) - maxReserveParts + 1; n > 1 {
+		parts[maxReserveParts-1] /= int64(n) // the rest share the last part
 	}
 	return keep, free > keep
 }

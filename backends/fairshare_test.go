@@ -39,7 +39,7 @@ func newFairHarness(t *testing.T) *fairHarness {
 // take picks a slot for tenant, reporting whether it got one at once.
 func (h *fairHarness) take(tenant string) bool {
 	tn := &Tenancy{}
-	b := h.r.PickFor(tn, tenant, nil, nil)
+	b := h.r.PickFor(tn, Claim{Tenant: tenant}, nil, nil)
 	if b == nil {
 		if !tn.HeldBack() {
 			h.t.Fatalf("%s: no slot and not held back; the route has %d free", tenant, h.free())
@@ -268,7 +268,7 @@ func TestReserveWhereTenantsRun(t *testing.T) {
 			var held []*heldSlot
 			take := func(tenant string, b *Backend) {
 				tn := &Tenancy{}
-				if got := r.PickFor(tn, tenant, Tried{b}, nil); got == nil || got == b {
+				if got := r.PickFor(tn, Claim{Tenant: tenant}, Tried{b}, nil); got == nil || got == b {
 					t.Fatalf("%s's request took %v, want the other backend than %s", tenant, got, b.Name)
 				}
 				held = append(held, &heldSlot{b: r.backends[1-slices.Index(r.backends, b)], t: tn})
@@ -284,7 +284,7 @@ func TestReserveWhereTenantsRun(t *testing.T) {
 			}
 			for range 2 {
 				tn := &Tenancy{}
-				b := r.PickFor(tn, "f", nil, nil)
+				b := r.PickFor(tn, Claim{Tenant: "f"}, nil, nil)
 				if b == nil {
 					t.Fatal("f held back with 2 slots free beyond the reserve")
 				}
@@ -295,7 +295,7 @@ func TestReserveWhereTenantsRun(t *testing.T) {
 			if free := on.maxConcurrency - on.InFlight(); free != 4 {
 				t.Errorf("%d slots free on u's backend, want 4", free)
 			}
-			if b := r.PickFor(&Tenancy{}, "f", nil, nil); b != nil {
+			if b := r.PickFor(&Tenancy{}, Claim{Tenant: "f"}, nil, nil); b != nil {
 				t.Errorf("f took a slot on %s past the reserve", b.Name)
 			}
 			for _, s := range held {

@@ -47,8 +47,8 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *exchange, body 
 	var last *openai.Error
 	route := c.route
 	chain := c.route.Fallbacks
-	counted := c.route // the last route counted as a fallback taken
-	tenant := ""       // the request's team/project, once a route needs it
+	counted := c.route       // the last route counted as a fallback taken
+	var claim backends.Claim // what the queue orders the request by, once needed
 	for route != nil && len(tried) < attempts {
 		if !route.Serves(c.ep.upstream) || !c.req.ToolChoiceServed(route.ToolCalling) || !route.AcceptsPriority(c.req.Priority) {
 			// A fallback that does not serve the endpoint, the
@@ -70,17 +70,16 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *exchange, body 
 			pinned = b != nil
 		}
 		if b == nil {
-			if route.CountsTenants() && tenant == "" {
-				tenant = c.rec.Team + "/" + c.rec.Project
+			if route.CountsTenants() && claim.Tenant == "" {
+				claim = s.claim(st, c)
 			}
-			b = route.PickFor(&c.tenancy, tenant, tried, blocks)
+			b = route.PickFor(&c.tenancy, claim, tried, blocks)
 		}
 		if b == nil {
 			if route.Full(tried) || c.tenancy.HeldBack() {
-				if tenant == "" {
-					tenant = c.rec.Team + "/" + c.rec.Project
+				if claim.Tenant == "" {
+					claim = s.claim(st, c)
 				}
-				claim := backends.Claim{Priority: c.req.Priority, Tenant: tenant, Tokens: s.estimate(st, c.ep, c.req)}
 				var err error
 				if b, err = route.WaitForSlot(tried, blocks, claim, &c.tenancy, c.watch.gone, ctx.Done()); b == nil && err == nil {
 					continue // nothing healthy is left to wait for: pick again
@@ -140,6 +139,12 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *exchange, body 
 		backoff = min(2*backoff, retries.MaxBackoff)
 	}
 	s.finish(ctx, c, last)
+}
+
+// claim is what the queue orders c's request by: its priority, its tenant
+// (team/project) and its estimated tokens.
+func (s *Server) claim(st *state, c *exchange) backends.Claim {
+	return backends.Claim{Priority: c.req.Priority, Tenant: c.rec.Team + "/" + c.rec.Project, Tokens: s.estimate(st, c.ep, c.req)}
 }
 
 // attemptResult is how one attempt ended: answered (done), or failed in a
