@@ -307,3 +307,63 @@ func TestReserveWhereTenantsRun(t *testing.T) {
 		})
 	}
 }
+
+// TestPickForPassesHigherBands checks that a request of a band above every
+// waiting one goes to the backend holding its prompt, past its limit, as
+// from the queue, rather than to the slot the reserve left free elsewhere.
+func TestPickForPassesHigherBands(t *testing.T) {
+	a, b := newTestBackend("a", 1, 3), newTestBackend("b", 1, 3)
+	r := newTestRoute(config.Queue{Depth: 16, Wait: time.Hour}, a, b)
+	r.PriorityScheduling, r.reserve = true, 1
+	chain := testChain(8)
+	for _, be := range r.backends {
+		be.index = new(prefixIndex)
+	}
+	a.index.insert(chain)
+	var held []*heldSlot
+	take := func(c Claim, not *Backend) {
+		tn := &Tenancy{}
+		got := r.PickFor(tn, c, Tried{not}, nil)
+		if got == nil {
+			t.Fatalf("%s got no slot", c.Tenant)
+		}
+		held = append(held, &heldSlot{b: got, t: tn})
+	}
+	low := Claim{Tenant: "low", Priority: 1}
+	// low holds a's 3 slots and 1 of b's, q 1 of b's: b has 1 free, the
+	// reserve, which keeps low's next request waiting.
+	for range 3 {
+		take(low, b)
+	}
+	take(low, a)
+	take(Claim{Tenant: "q", Priority: 1}, a)
+	gone := make(chan struct{})
+	waited := make(chan outcome, 1)
+	go func() {
+		tn := &Tenancy{}
+		be, err := r.WaitForSlot(nil, nil, low, tn, gone, nil)
+		waited <- outcome{b: be, err: err, t: tn}
+	}()
+	waitFor(t, "low waiting", 5*time.Second, func() bool { _, w := r.TenantLoad("low"); return w == 1 })
+	tn := &Tenancy{}
+	got := r.PickFor(tn, Claim{Tenant: "high"}, nil, chain)
+	if got != a {
+		t.Errorf("the high-priority request went to %v, want a, holding its prompt, past its limit", got)
+	}
+	if n, _ := r.TenantLoad("high"); n != 1 {
+		t.Errorf("high counts %d slots, want 1", n)
+	}
+	if got != nil {
+		tn.Release(got)
+	}
+	close(gone)
+	if o := <-waited; o.b != nil {
+		o.t.Release(o.b)
+	}
+	for _, s := range held {
+		s.t.Release(s.b)
+	}
+	if n := r.TenantsCounted(); n != 0 {
+		t.Errorf("%d tenants counted after every release", n)
+	}
+}
