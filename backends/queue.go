@@ -75,15 +75,30 @@ type Claim struct {
 //   - no error when waiting no longer helps because no healthy backend is
 //     left untried: the caller picks again (fallbacks, ejected backends).
 //
+// On a route that counts tenants, t (which may be nil on one that does
+// not) counts the slot taken against c.Tenant until t.Release, and a
+// request of a tenant at or over its share is not served from the reserve
+// (see fairshare.go).
+//
 // tried and blocks are copied, not kept.
-func (r *Route) WaitForSlot(tried Tried, blocks []uint64, c Claim, gone, shutdown <-chan struct{}) (*Backend, error) {
+func (r *Route) WaitForSlot(tried Tried, blocks []uint64, c Claim, t *Tenancy, gone, shutdown <-chan struct{}) (*Backend, error) {
 	defer r.observeQueueWait(time.Now())
-	w := &waiter{claim: c, tried: slices.Clone(tried), done: make(chan struct{})}
+	w := &waiter{claim: c, tried: slices.Clone(tried), done: make(chan struct{}), counted: t != nil && r.CountsTenants()}
 	if len(blocks) > 0 {
 		w.blocks = slices.Clone(blocks)
 	}
 	if err := r.join(w); err != nil {
 		return nil, err
+	}
+	if w.counted {
+		t.heldBack = false
+		// Set before the outcome is read: served, the slot is counted
+		// from the moment it was granted.
+		defer func() {
+			if w.held {
+				t.r, t.load = r, w.load
+			}
+		}()
 	}
 	timer := time.NewTimer(r.queue.Wait)
 	defer timer.Stop()
@@ -107,6 +122,10 @@ func (r *Route) WaitForSlot(tried Tried, blocks []uint64, c Claim, gone, shutdow
 		return w.backend, w.err
 	}
 	if w.backend != nil {
+		if w.held {
+			r.uncount(w.load, w.backend)
+			w.held = false
+		}
 		w.backend.Release()
 	}
 	return nil, why
@@ -126,6 +145,11 @@ type waiter struct {
 	// skipped is the dispatch round in which no backend outside tried had
 	// a slot for it, while others might.
 	skipped uint64
+	// counted says the route counts the request against its tenant's
+	// load, and held that the slot it was given is so counted.
+	counted bool
+	held    bool
+	load    *tenantLoad
 	// backend and err are the outcome, set before done closes.
 	backend *Backend
 	err     error
@@ -158,6 +182,9 @@ type waitQueue struct {
 	// topStreak counts the grants in a row to the top band while a lower
 	// band waited.
 	topStreak int
+	// loads are the tenants counted on a route that counts them
+	// (fairshare.go), while they hold slots or wait.
+	loads map[string]*tenantLoad
 }
 
 // join admits w (shedding the request last in line when the queue is full
@@ -166,10 +193,18 @@ func (r *Route) join(w *waiter) error {
 	q := &r.waitq
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if w.counted {
+		w.load = q.loadOf(w.claim.Tenant)
+	}
 	if b := r.pickAbove(w); b != nil {
-		w.backend = b
+		r.grant(w, b)
 		close(w.done)
 		return nil
+	}
+	if w.counted && q.forget(w.load) {
+		// Forgotten until it queues below: a refused request leaves no
+		// entry behind.
+		w.load = nil
 	}
 	w.cost = min(max(w.claim.Tokens, 1), maxClaimTokens)
 	if r.queued.Load() >= int64(r.queue.Depth) {
@@ -178,6 +213,10 @@ func (r *Route) join(w *waiter) error {
 			return ErrQueueFull
 		}
 		r.finish(last, nil, ErrQueueShed)
+	}
+	if w.counted {
+		w.load = q.loadOf(w.claim.Tenant)
+		w.load.waiting++
 	}
 	q.seq++
 	w.seq = q.seq
@@ -256,6 +295,11 @@ func (r *Route) leave(w *waiter) bool {
 		return false
 	}
 	r.remove(w, false)
+	if w.counted {
+		// A tenant gone from the route grows the others' shares, which
+		// may free a slot the reserve kept.
+		r.serveLocked()
+	}
 	return true
 }
 
@@ -278,7 +322,14 @@ func (r *Route) serveLocked() {
 		if w == nil {
 			return
 		}
-		if b := r.Pick(w.tried, w.blocks); b != nil {
+		b, held := r.pickKeeping(w.load, w.tried, w.blocks)
+		if held {
+			// The free slots are the reserve, kept from this tenant's
+			// requests for this round.
+			w.load.blocked = q.round
+			continue
+		}
+		if b != nil {
 			switch {
 			case !lowerWaits:
 				q.topStreak = 0
@@ -309,7 +360,7 @@ func (q *waitQueue) next() (w *waiter, top, lowerWaits bool) {
 	var first, oldest *waiter
 	for _, b := range q.bands {
 		for _, x := range b.waiters {
-			if x.skipped == q.round {
+			if x.skipped == q.round || x.load != nil && x.load.blocked == q.round {
 				continue
 			}
 			switch {
@@ -342,7 +393,7 @@ func (q *waitQueue) anyBelow(b *band) bool {
 	for _, x := range q.bands {
 		if below {
 			for _, w := range x.waiters {
-				if w.skipped != q.round {
+				if w.skipped != q.round && (w.load == nil || w.load.blocked != q.round) {
 					return true
 				}
 			}
@@ -400,8 +451,21 @@ func (q *waitQueue) bandOf(p int64) *band {
 // finish ends w's wait with an outcome and wakes it.
 func (r *Route) finish(w *waiter, b *Backend, err error) {
 	r.remove(w, b != nil)
+	if b != nil {
+		r.grant(w, b)
+	}
 	w.backend, w.err = b, err
 	close(w.done)
+}
+
+// grant gives w the slot taken on b, counting it against w's tenant on a
+// route that counts them; q.mu is held.
+func (r *Route) grant(w *waiter, b *Backend) {
+	w.backend = b
+	if w.counted {
+		r.count(w.load, b)
+		w.held = true
+	}
 }
 
 // remove takes w out of its band. A request not served gives back the
@@ -423,6 +487,12 @@ func (r *Route) remove(w *waiter, served bool) {
 	}
 	if tn.waiting--; tn.waiting == 0 {
 		delete(b.tenants, w.claim.Tenant)
+	}
+	if w.counted {
+		w.load.waiting--
+		if !served {
+			q.forget(w.load)
+		}
 	}
 	if len(b.waiters) == 0 {
 		q.bands = slices.DeleteFunc(q.bands, func(x *band) bool { return x == b })

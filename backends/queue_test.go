@@ -18,7 +18,7 @@ func TestWaitForSlot(t *testing.T) {
 		r := newTestRoute(config.Queue{Depth: 2, Wait: time.Minute}, a)
 		a.inflight.Add(1)
 		got := make(chan outcome, 1)
-		go func() { b, err := r.WaitForSlot(nil, nil, Claim{}, nil, nil); got <- outcome{b: b, err: err} }()
+		go func() { b, err := r.WaitForSlot(nil, nil, Claim{}, nil, nil, nil); got <- outcome{b: b, err: err} }()
 		waitFor(t, "a queued request", 5*time.Second, func() bool { return r.queued.Load() == 1 })
 		a.Release()
 		select {
@@ -47,12 +47,12 @@ func TestWaitForSlot(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				b, err := r.WaitForSlot(nil, nil, Claim{}, nil, nil)
+				b, err := r.WaitForSlot(nil, nil, Claim{}, nil, nil, nil)
 				results <- outcome{b: b, err: err}
 			}()
 		}
 		waitFor(t, "two queued requests", 5*time.Second, func() bool { return r.queued.Load() == 2 })
-		if b, err := r.WaitForSlot(nil, nil, Claim{}, nil, nil); b != nil || err != ErrQueueFull {
+		if b, err := r.WaitForSlot(nil, nil, Claim{}, nil, nil, nil); b != nil || err != ErrQueueFull {
 			t.Errorf("a third request past depth 2: %v, %v; want nil, ErrQueueFull", b, err)
 		}
 		a.Release()
@@ -66,7 +66,7 @@ func TestWaitForSlot(t *testing.T) {
 		a := newTestBackend("a", 1, 1)
 		r := newTestRoute(config.Queue{Depth: 2, Wait: 30 * time.Millisecond}, a)
 		a.inflight.Add(1)
-		if b, err := r.WaitForSlot(nil, nil, Claim{}, nil, nil); b != nil || err != ErrQueueTimeout {
+		if b, err := r.WaitForSlot(nil, nil, Claim{}, nil, nil, nil); b != nil || err != ErrQueueTimeout {
 			t.Fatalf("WaitForSlot with the only backend still full = %v, %v; want nil, ErrQueueTimeout", b, err)
 		}
 		if r.queued.Load() != 0 || len(r.waitq.bands) != 0 {
@@ -80,7 +80,10 @@ func TestWaitForSlot(t *testing.T) {
 		b.inflight.Add(1)
 		// b is tried already: its slot freeing up does not help this request.
 		done := make(chan outcome, 1)
-		go func() { got, err := r.WaitForSlot(Tried{b}, nil, Claim{}, nil, nil); done <- outcome{b: got, err: err} }()
+		go func() {
+			got, err := r.WaitForSlot(Tried{b}, nil, Claim{}, nil, nil, nil)
+			done <- outcome{b: got, err: err}
+		}()
 		waitFor(t, "a queued request", 5*time.Second, func() bool { return r.queued.Load() == 1 })
 		b.Release()
 		if o := <-done; o.b != nil || o.err != ErrQueueTimeout {
@@ -95,7 +98,7 @@ func TestWaitForSlot(t *testing.T) {
 		r := newTestRoute(config.Queue{Depth: 2, Wait: time.Hour}, a)
 		a.inflight.Add(1)
 		done := make(chan outcome, 1)
-		go func() { got, err := r.WaitForSlot(nil, nil, Claim{}, nil, nil); done <- outcome{b: got, err: err} }()
+		go func() { got, err := r.WaitForSlot(nil, nil, Claim{}, nil, nil, nil); done <- outcome{b: got, err: err} }()
 		waitFor(t, "a queued request", 5*time.Second, func() bool { return r.queued.Load() == 1 })
 		eject(a)
 		a.Release()
@@ -114,7 +117,10 @@ func TestWaitForSlot(t *testing.T) {
 		r2 := newTestRoute(config.Queue{Depth: 2, Wait: time.Minute}, a)
 		a.inflight.Add(1)
 		done := make(chan outcome, 1)
-		go func() { got, err := r2.WaitForSlot(nil, nil, Claim{}, nil, nil); done <- outcome{b: got, err: err} }()
+		go func() {
+			got, err := r2.WaitForSlot(nil, nil, Claim{}, nil, nil, nil)
+			done <- outcome{b: got, err: err}
+		}()
 		waitFor(t, "a queued request", 5*time.Second, func() bool { return r2.queued.Load() == 1 })
 		a.Release()
 		if o := <-done; o.b != a || o.err != nil {
@@ -144,7 +150,7 @@ func TestWaitEndsWithItsRequest(t *testing.T) {
 			h.wg.Add(1)
 			go func() {
 				defer h.wg.Done()
-				b, err := h.r.WaitForSlot(nil, nil, Claim{}, gone, shutdown)
+				b, err := h.r.WaitForSlot(nil, nil, Claim{}, nil, gone, shutdown)
 				left <- outcome{b: b, err: err}
 			}()
 			waitFor(t, "a queued request", 5*time.Second, func() bool { return h.r.queued.Load() == 1 })
@@ -337,7 +343,7 @@ func TestQueueSheds(t *testing.T) {
 				h.join(strconv.Itoa(i), c)
 			}
 			if tt.wantShed < 0 {
-				if b, err := h.r.WaitForSlot(nil, nil, tt.newcomer, nil, nil); b != nil || err != ErrQueueFull {
+				if b, err := h.r.WaitForSlot(nil, nil, tt.newcomer, nil, nil, nil); b != nil || err != ErrQueueFull {
 					t.Fatalf("the newcomer got %v, %v; want nil, ErrQueueFull", b, err)
 				}
 				if q := h.r.queued.Load(); q != int64(len(tt.queued)) {
@@ -348,7 +354,7 @@ func TestQueueSheds(t *testing.T) {
 			h.wg.Add(1)
 			go func() {
 				defer h.wg.Done()
-				b, err := h.r.WaitForSlot(nil, nil, tt.newcomer, nil, h.shutdown)
+				b, err := h.r.WaitForSlot(nil, nil, tt.newcomer, nil, nil, h.shutdown)
 				h.out <- outcome{name: "newcomer", b: b, err: err}
 			}()
 			select {
@@ -417,6 +423,8 @@ type outcome struct {
 	name string
 	b    *Backend
 	err  error
+	// t is the count the slot is in, for a route that counts tenants.
+	t *Tenancy
 }
 
 // queueHarness is a route of one backend with one slot, taken, so that every request joins the
@@ -451,7 +459,7 @@ func (h *queueHarness) join(name string, c Claim) {
 	h.wg.Add(1)
 	go func() {
 		defer h.wg.Done()
-		b, err := h.r.WaitForSlot(nil, nil, c, nil, h.shutdown)
+		b, err := h.r.WaitForSlot(nil, nil, c, nil, nil, h.shutdown)
 		h.out <- outcome{name: name, b: b, err: err}
 	}()
 	waitFor(h.t, name+" queued", 5*time.Second, func() bool {
@@ -523,7 +531,7 @@ func TestQueuePassesHigherBands(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					_, _ = r.WaitForSlot(nil, nil, Claim{Priority: p, Tenant: "t"}, gone, nil)
+					_, _ = r.WaitForSlot(nil, nil, Claim{Priority: p, Tenant: "t"}, nil, gone, nil)
 				}()
 				waitFor(t, "a queued request", 5*time.Second, func() bool { return r.queued.Load() == int64(i+1) })
 			}
@@ -531,7 +539,7 @@ func TestQueuePassesHigherBands(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				be, err := r.WaitForSlot(nil, chain, Claim{Priority: tt.priority, Tenant: "u"}, gone, nil)
+				be, err := r.WaitForSlot(nil, chain, Claim{Priority: tt.priority, Tenant: "u"}, nil, gone, nil)
 				got <- outcome{b: be, err: err}
 			}()
 			if tt.want == "" {

@@ -60,6 +60,9 @@ type Route struct {
 	Reasoning string
 
 	queue config.Queue
+	// reserve is the slots kept for tenants under their share
+	// (fairshare.go); zero when the route does not count tenants.
+	reserve int64
 	// queued counts the requests in waitq, for a release to read without
 	// its lock.
 	queued atomic.Int64
@@ -160,6 +163,7 @@ func NewRegistry(cfg *config.Config) (*Registry, error) {
 			rt.totalWeight += b.weight
 			b.routes = append(b.routes, rt)
 		}
+		rt.reserve = defaultReserve(mc.Queue.Reserve, rt.backends)
 		r.routes[mc.Name] = rt
 		r.ordered = append(r.ordered, rt)
 	}

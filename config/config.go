@@ -464,6 +464,13 @@ type Queue struct {
 	// Wait is the longest a request waits for a slot before a 503 with
 	// Retry-After. Zero means 5s.
 	Wait time.Duration `yaml:"wait"`
+	// Reserve is how many of the model's slots are kept free for tenants
+	// under their equal share while a tenant over its share wants more
+	// (docs/scheduler.md, "Priority and fairness"); never more than the
+	// under-share tenants leave unused of their shares. Zero means a
+	// quarter of the model's slots, rounded up; -1 means none, every free
+	// slot going to whoever is next in line.
+	Reserve int `yaml:"reserve"`
 }
 
 // Pricing is a model's price per million tokens. Zero prices mean free,

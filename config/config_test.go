@@ -947,6 +947,7 @@ func TestValidate(t *testing.T) {
 		{"sqlite without path", func(c *Config) { c.Store.Path = "" }, "store.path", "required"},
 
 		{"queue size", func(c *Config) { c.Usage.QueueSize = -1 }, "usage.queue_size", "must be positive"},
+		{"queue reserve", func(c *Config) { c.Models[0].Queue.Reserve = -2 }, "models[0].queue.reserve", "must be -1 (none), 0 (a quarter of the slots)"},
 		{"batch size", func(c *Config) { c.Usage.BatchSize = 0 }, "usage.batch_size", "must be positive"},
 		{"flush interval", func(c *Config) { c.Usage.FlushInterval = 0 }, "usage.flush_interval", "must be positive"},
 		{"default max tokens", func(c *Config) { c.Usage.DefaultMaxTokens = -5 }, "usage.default_max_tokens", "must be positive"},

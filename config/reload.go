@@ -68,7 +68,7 @@ func ReloadableSettings() []string {
 		"models[].fallbacks", "models[].fallback_keeps_model", "models[].affinity",
 		"models[].routing.prefix", "models[].routing.queue", "models[].routing.kv", "models[].routing.lora",
 		"models[].routing.queue_cost_tokens",
-		"models[].queue.depth", "models[].queue.wait", "models[].endpoints",
+		"models[].queue.depth", "models[].queue.wait", "models[].queue.reserve", "models[].endpoints",
 		"models[].messages", "models[].max_output_tokens", "models[].reasoning",
 		"usage.default_project", "usage.default_max_tokens",
 		"limits[].team", "limits[].project", "limits[].key", "limits[].rpm", "limits[].tpm",

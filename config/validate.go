@@ -388,6 +388,9 @@ func (v *validator) models(models []Model, backendNames map[string]int) {
 		}
 		v.positive(p+".queue.depth", int64(m.Queue.Depth))
 		v.positiveDuration(p+".queue.wait", m.Queue.Wait)
+		if m.Queue.Reserve < -1 {
+			v.addf(p+".queue.reserve", "must be -1 (none), 0 (a quarter of the slots) or a number of slots, got %d", m.Queue.Reserve)
+		}
 		v.endpoints(p+".endpoints", m.Endpoints)
 		v.messagesMode(p+".messages", m.Messages)
 		v.nonNegative(p+".max_output_tokens", m.MaxOutputTokens)

@@ -47,7 +47,8 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *exchange, body 
 	var last *openai.Error
 	route := c.route
 	chain := c.route.Fallbacks
-	counted := c.route // the last route counted as a fallback taken
+	counted := c.route       // the last route counted as a fallback taken
+	var claim backends.Claim // what the queue orders the request by, once needed
 	for route != nil && len(tried) < attempts {
 		if !route.Serves(c.ep.upstream) || !c.req.ToolChoiceServed(route.ToolCalling) || !route.AcceptsPriority(c.req.Priority) {
 			// A fallback that does not serve the endpoint, the
@@ -69,13 +70,18 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *exchange, body 
 			pinned = b != nil
 		}
 		if b == nil {
-			b = route.Pick(tried, blocks)
+			if route.CountsTenants() && claim.Tenant == "" {
+				claim = s.claim(st, c)
+			}
+			b = route.PickFor(&c.tenancy, claim, tried, blocks)
 		}
 		if b == nil {
-			if route.Full(tried) {
-				claim := backends.Claim{Priority: c.req.Priority, Tenant: c.rec.Team + "/" + c.rec.Project, Tokens: s.estimate(st, c.ep, c.req)}
+			if route.Full(tried) || c.tenancy.HeldBack() {
+				if claim.Tenant == "" {
+					claim = s.claim(st, c)
+				}
 				var err error
-				if b, err = route.WaitForSlot(tried, blocks, claim, c.watch.gone, ctx.Done()); b == nil && err == nil {
+				if b, err = route.WaitForSlot(tried, blocks, claim, &c.tenancy, c.watch.gone, ctx.Done()); b == nil && err == nil {
 					continue // nothing healthy is left to wait for: pick again
 				}
 				if b == nil && (c.watch.left() || isClosed(ctx.Done())) {
@@ -135,6 +141,12 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *exchange, body 
 	s.finish(ctx, c, last)
 }
 
+// claim is what the queue orders c's request by: its priority, its tenant
+// (team/project) and its estimated tokens.
+func (s *Server) claim(st *state, c *exchange) backends.Claim {
+	return backends.Claim{Priority: c.req.Priority, Tenant: c.rec.Team + "/" + c.rec.Project, Tokens: s.estimate(st, c.ep, c.req)}
+}
+
 // attemptResult is how one attempt ended: answered (done), or failed in a
 // way another backend may not, with the error to answer if no retry is made.
 type attemptResult struct {
@@ -156,7 +168,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *exchange, route *backends.
 		var e *openai.Error
 		if upBody, upstream, e = c.messagesUpstream((*bufp)[:0], body, route, b); e != nil {
 			bodyBufs.Put(bufp)
-			b.Release()
+			c.tenancy.Release(b)
 			s.finish(ctx, c, e)
 			return attemptResult{done: true}
 		}
@@ -194,7 +206,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *exchange, route *backends.
 	c.rec.ServedModel = route.Name
 	if err != nil {
 		fasthttp.ReleaseResponse(resp)
-		b.Release()
+		c.tenancy.Release(b)
 		e := upstreamError(err, b.Name)
 		if errors.As(err, new(backends.AbortedError)) {
 			// The client left: the backend did nothing wrong, and
@@ -231,7 +243,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *exchange, route *backends.
 		// A streamed request answered with no stream (an error, a JSON
 		// body) has its body read within server.max_response_bytes too.
 		fasthttp.ReleaseResponse(resp)
-		b.Release()
+		c.tenancy.Release(b)
 		b.ReportFailure()
 		s.finish(ctx, c, upstreamError(err, b.Name))
 		return attemptResult{done: true}
@@ -250,7 +262,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *exchange, route *backends.
 			e.RetryAfter = max(retryAfter, time.Second)
 		}
 		fasthttp.ReleaseResponse(resp)
-		b.Release()
+		c.tenancy.Release(b)
 		if retryableStatus(status) {
 			return attemptResult{err: e, retryAfter: retryAfter, sent: sent, ended: sent.Add(roundTrip)}
 		}
@@ -267,7 +279,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *exchange, route *backends.
 		// front of the backend, a truncated body) must not reach a
 		// client that will fail to parse it.
 		fasthttp.ReleaseResponse(resp)
-		b.Release()
+		c.tenancy.Release(b)
 		b.ReportFailure()
 		s.finish(ctx, c, &openai.Error{Status: fasthttp.StatusBadGateway, Type: "api_error", Code: "upstream_error",
 			Message: "Backend " + b.Name + " answered 200 with a body that is not a JSON chat completion."})
@@ -293,7 +305,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *exchange, route *backends.
 	}
 	if uerr != nil {
 		fasthttp.ReleaseResponse(resp)
-		b.Release()
+		c.tenancy.Release(b)
 		s.finish(ctx, c, invalidUsage(b.Name, uerr))
 		return attemptResult{done: true}
 	}
@@ -318,7 +330,7 @@ func (s *Server) attempt(ctx *fasthttp.RequestCtx, c *exchange, route *backends.
 		resp.SwapBody(ctx.Response.SwapBody(resp.SwapBody(nil)))
 	}
 	fasthttp.ReleaseResponse(resp)
-	b.Release()
+	c.tenancy.Release(b)
 	s.finish(ctx, c, nil)
 	return attemptResult{done: true}
 }

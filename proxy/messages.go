@@ -232,7 +232,7 @@ func (s *Server) answerMessages(ctx *fasthttp.RequestCtx, c *exchange, served *b
 	ctx.Response.SwapBody(out)
 	status := resp.StatusCode()
 	fasthttp.ReleaseResponse(resp)
-	b.Release()
+	c.tenancy.Release(b)
 	if e != nil {
 		b.ReportFailure()
 		s.finish(ctx, c, e)

@@ -78,6 +78,9 @@ type exchange struct {
 	gen *state
 	// watch sees the client leave while forward waits on backends.
 	watch *clientWatch
+	// tenancy counts the backend slot the request holds against its
+	// tenant, on a model that counts them; its Release frees the slot.
+	tenancy backends.Tenancy
 	// closed is set once the completion is settled, rejected or handed
 	// to a stream body: nothing is left for abandon to release.
 	closed bool

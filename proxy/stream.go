@@ -115,7 +115,9 @@ func (s *Server) startStream(ctx *fasthttp.RequestCtx, c *exchange, b *backends.
 		sb.onHijack = sb.hijacked
 	}
 	sb.srv, sb.c, sb.backend, sb.resp = s, *c, b, resp
-	c.closed = true // the stream body settles it now
+	// The stream body settles the request now, and releases the slot.
+	c.closed = true
+	c.tenancy = backends.Tenancy{}
 	// Of the request, the stream needs only what it is charged for the
 	// prompt when it ends without the backend's count; the openai.Request
 	// stays with c, and its model and tool choice bytes, which point into
@@ -346,7 +348,7 @@ func (sb *streamBody) CloseWithError(clientErr error) error {
 	// is what tells the backend to stop generating.
 	sb.backend.CloseStream(sb.resp, !sb.eof)
 	fasthttp.ReleaseResponse(sb.resp)
-	sb.backend.Release()
+	sb.c.tenancy.Release(sb.backend)
 	s.metrics.streamsInFlight.Dec()
 
 	c := &sb.c
