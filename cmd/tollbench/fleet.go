@@ -82,15 +82,11 @@ func (f *fleetBench) logf(format string, args ...any) {
 // runFleet is `tollbench -fleet`.
 func runFleet(ctx context.Context, o options, args []string, stdout, stderr io.Writer) (err error) {
 	began := time.Now()
-	dir, err := os.MkdirTemp("", "tollbench-fleet-")
+	dir, removeDir, err := makeRunDir("tollbench-fleet-", o.keep, stderr)
 	if err != nil {
-		return fmt.Errorf("make run directory: %w", err)
+		return err
 	}
-	if o.keep {
-		fmt.Fprintln(stderr, "tollbench: run directory", dir)
-	} else {
-		defer func() { err = errors.Join(err, os.RemoveAll(dir)) }()
-	}
+	defer func() { err = errors.Join(err, removeDir()) }()
 	f := &fleetBench{o: o, dir: dir, log: stderr, eng: defaultFleetEngine,
 		key: "sk-tollbench-" + strconv.FormatInt(time.Now().UnixNano(), 36)}
 	service := (&fleetWorkload{minWords: 20, maxWords: 80, minReply: 16, maxReply: 48}).meanService(f.eng)

@@ -61,15 +61,11 @@ func runInstructions(ctx context.Context, o options, args []string, stdout, stde
 	if err != nil {
 		return errors.New("-instructions needs valgrind on PATH (Debian: apt-get install valgrind)")
 	}
-	dir, err := os.MkdirTemp("", "tollbench-instr-")
+	dir, removeDir, err := makeRunDir("tollbench-instr-", o.keep, stderr)
 	if err != nil {
-		return fmt.Errorf("make run directory: %w", err)
+		return err
 	}
-	if o.keep {
-		fmt.Fprintln(stderr, "tollbench: run directory", dir)
-	} else {
-		defer func() { err = errors.Join(err, os.RemoveAll(dir)) }()
-	}
+	defer func() { err = errors.Join(err, removeDir()) }()
 	bins := binariesIn(o.binDir)
 	if o.binDir == "" {
 		fmt.Fprintln(stderr, "tollbench: building tollgate, mockllm and bareproxy")

@@ -264,15 +264,11 @@ func run(args []string, stdout, stderr io.Writer) (err error) {
 		return err
 	}
 
-	dir, err := os.MkdirTemp("", "tollbench-")
+	dir, removeDir, err := makeRunDir("tollbench-", o.keep, stderr)
 	if err != nil {
-		return fmt.Errorf("make run directory: %w", err)
+		return err
 	}
-	if o.keep {
-		fmt.Fprintln(stderr, "tollbench: run directory", dir)
-	} else {
-		defer func() { err = errors.Join(err, os.RemoveAll(dir)) }()
-	}
+	defer func() { err = errors.Join(err, removeDir()) }()
 
 	b := &bench{o: o, dir: dir, log: stderr, key: "sk-tollbench-" + strconv.FormatInt(time.Now().UnixNano(), 36)}
 	b.rep = &report{

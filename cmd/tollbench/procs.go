@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -65,6 +66,21 @@ func buildBinaries(ctx context.Context, dir string) (binaries, error) {
 		return binaries{}, fmt.Errorf("go build: %w\n%s", err, bytes.TrimSpace(out))
 	}
 	return binariesIn(dir), nil
+}
+
+// makeRunDir makes a run's directory, named after pattern as os.MkdirTemp
+// names it. remove removes it, unless keep, when the directory is kept and
+// its path printed to stderr now instead.
+func makeRunDir(pattern string, keep bool, stderr io.Writer) (dir string, remove func() error, err error) {
+	dir, err = os.MkdirTemp("", pattern)
+	if err != nil {
+		return "", nil, fmt.Errorf("make run directory: %w", err)
+	}
+	if keep {
+		fmt.Fprintln(stderr, "tollbench: run directory", dir)
+		return dir, func() error { return nil }, nil
+	}
+	return dir, func() error { return os.RemoveAll(dir) }, nil
 }
 
 // proc is one child process, with its combined output going to a log file
