@@ -582,28 +582,17 @@ func TestDropsWhenExporterStuck(t *testing.T) {
 
 // TestShutdownExportsQueued checks that the records taken before Shutdown
 // are all built and exported by it, that one taken after it is counted,
-// and that no goroutine outlives it (the span builder's, the batch
-// processor's, the exporter's connections).
+// and that no goroutine outlives it (the span builder's, the OTLP
+// client's connections).
 func TestShutdownExportsQueued(t *testing.T) {
 	// Registered first, so run last: after the receiver is closed.
 	before := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, before) })
 	recv := newReceiver(t)
-	// No batch leaves before Shutdown flushes them.
-	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "60000")
-	reg := prometheus.NewRegistry()
-	exp, err := telemetry.New(config.Telemetry{Endpoint: recv.srv.URL}, nil, reg)
-	if err != nil || exp == nil {
-		t.Fatalf("New = %v, %v", exp, err)
-	}
+	exp, reg := newUnbatchedExporter(t, recv.srv.URL)
 	rec := exp.Recorder(&memRecorder{})
 	const spans = 50
-	for i := range spans {
-		now := time.Now()
-		var sp accounting.SpanContext
-		sp.TraceID[0], sp.SpanID[0], sp.SpanID[1] = 1, 1, byte(i)
-		rec.Record(accounting.Record{CallID: fmt.Sprint(i), Model: "demo", Status: 200, Span: sp, Started: now, Ended: now})
-	}
+	recordSpans(rec, spans)
 	if err := exp.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -651,24 +640,37 @@ func TestExportFailedCounted(t *testing.T) {
 		http.Error(w, "no", http.StatusBadRequest)
 	}))
 	defer refusing.Close()
-	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "60000")
-	reg := prometheus.NewRegistry()
-	exp, err := telemetry.New(config.Telemetry{Endpoint: refusing.URL}, nil, reg)
-	if err != nil || exp == nil {
-		t.Fatalf("New = %v, %v", exp, err)
-	}
+	exp, reg := newUnbatchedExporter(t, refusing.URL)
 	rec := exp.Recorder(&memRecorder{})
 	const spans = 7
-	for i := range spans {
-		now := time.Now()
-		var sp accounting.SpanContext
-		sp.TraceID[0], sp.SpanID[0], sp.SpanID[1] = 1, 1, byte(i)
-		rec.Record(accounting.Record{CallID: fmt.Sprint(i), Model: "demo", Status: 200, Span: sp, Started: now, Ended: now})
-	}
+	recordSpans(rec, spans)
 	if err := exp.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if n := dropped(t, reg, "export_failed"); n != spans {
 		t.Errorf("export_failed %v, want the %d spans of the refused export", n, spans)
+	}
+}
+
+// newUnbatchedExporter is an exporter to endpoint whose spans leave only
+// when Shutdown flushes them, with its metrics on the registry returned.
+func newUnbatchedExporter(t *testing.T, endpoint string) (*telemetry.Exporter, *prometheus.Registry) {
+	t.Helper()
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "60000")
+	reg := prometheus.NewRegistry()
+	exp, err := telemetry.New(config.Telemetry{Endpoint: endpoint}, nil, reg)
+	if err != nil || exp == nil {
+		t.Fatalf("New = %v, %v", exp, err)
+	}
+	return exp, reg
+}
+
+// recordSpans records n successful requests, each with a span of its own.
+func recordSpans(rec telemetry.Recorder, n int) {
+	for i := range n {
+		now := time.Now()
+		var sp accounting.SpanContext
+		sp.TraceID[0], sp.SpanID[0], sp.SpanID[1] = 1, 1, byte(i)
+		rec.Record(accounting.Record{CallID: fmt.Sprint(i), Model: "demo", Status: 200, Span: sp, Started: now, Ended: now})
 	}
 }
