@@ -34,6 +34,10 @@ type Request struct {
 	// body, escapes included: an estimate of the prompt's size for budget
 	// reservations that errs on the safe side and costs no extra pass.
 	PromptBytes int
+	// MessagesStart and MessagesEnd are the offsets in the body of the
+	// messages array, brackets included, which a scheduler keys a
+	// conversation's cached prefix on.
+	MessagesStart, MessagesEnd int
 	// Tools is the number of tools; CustomTools of those a chat backend can
 	// be given (the rest are Anthropic's server tools, such as web_search).
 	Tools, CustomTools int
@@ -297,9 +301,11 @@ func (v *validator) check(body []byte) *Error {
 		}
 	}
 
-	if err := v.messages(v.vals[fMessages]); err != nil {
+	ms := v.vals[fMessages]
+	if err := v.messages(ms); err != nil {
 		return err
 	}
+	req.MessagesStart, req.MessagesEnd = ms.Index, ms.Index+len(ms.Raw)
 	if err := v.system(v.vals[fSystem]); err != nil {
 		return err
 	}

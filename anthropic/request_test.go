@@ -237,3 +237,24 @@ func TestToolChoiceRefusal(t *testing.T) {
 		})
 	}
 }
+
+// TestMessagesOffsets checks that validation gives the messages array's
+// place in the body, wherever it stands.
+func TestMessagesOffsets(t *testing.T) {
+	msgs := `[{"role":"user","content":"hi \"there\""},{"role":"assistant","content":"yes"},{"role":"user","content":"go"}]`
+	for name, body := range map[string]string{
+		"first":  `{"messages":` + msgs + `,"model":"m","max_tokens":5}`,
+		"last":   `{"model":"m","system":"be brief","max_tokens":5,"messages":` + msgs + `}`,
+		"spaced": "{ \"model\" : \"m\" ,\n \"max_tokens\" : 5 , \"messages\" :  " + msgs + " }",
+	} {
+		t.Run(name, func(t *testing.T) {
+			var req Request
+			if err := Validate([]byte(body), &req, Limits{}); err != nil {
+				t.Fatal(err)
+			}
+			if got := body[req.MessagesStart:req.MessagesEnd]; got != msgs {
+				t.Errorf("messages at %d:%d = %q, want %q", req.MessagesStart, req.MessagesEnd, got, msgs)
+			}
+		})
+	}
+}

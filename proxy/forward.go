@@ -34,7 +34,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *exchange, body 
 	var blockArr [backends.MaxPrefixBlocks]uint64
 	blocks := blockArr[:0]
 	if c.route.WantsBlocks() {
-		prompt := promptMessages(body)
+		prompt := c.req.Prompt(body)
 		c.promptBytes = len(prompt)
 		blocks = backends.AppendBlockChain(blocks, prompt)
 	}
