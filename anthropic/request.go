@@ -35,9 +35,12 @@ type Request struct {
 	// reservations that errs on the safe side and costs no extra pass.
 	PromptBytes int
 	// MessagesStart and MessagesEnd are the offsets in the body of the
-	// messages array, brackets included, which a scheduler keys a
-	// conversation's cached prefix on.
+	// messages array, brackets included, and SystemStart and SystemEnd
+	// those of the system prompt's value (both 0 without one): what a
+	// scheduler keys a conversation's cached prefix on, the system prompt
+	// first, as a backend renders it.
 	MessagesStart, MessagesEnd int
+	SystemStart, SystemEnd     int
 	// Tools is the number of tools; CustomTools of those a chat backend can
 	// be given (the rest are Anthropic's server tools, such as web_search).
 	Tools, CustomTools int
@@ -306,8 +309,12 @@ func (v *validator) check(body []byte) *Error {
 		return err
 	}
 	req.MessagesStart, req.MessagesEnd = ms.Index, ms.Index+len(ms.Raw)
-	if err := v.system(v.vals[fSystem]); err != nil {
+	sys := v.vals[fSystem]
+	if err := v.system(sys); err != nil {
 		return err
+	}
+	if sys.Exists() && sys.Type != gjson.Null {
+		req.SystemStart, req.SystemEnd = sys.Index, sys.Index+len(sys.Raw)
 	}
 	if st := v.vals[fStream]; st.Exists() {
 		if st.Type != gjson.True && st.Type != gjson.False {

@@ -33,9 +33,9 @@ func TestRequestPrompt(t *testing.T) {
 			if err := tt.validate(body, &req); err != nil {
 				t.Fatalf("validate: %v", err)
 			}
-			got := req.Prompt(body)
-			if string(got) != tt.want {
-				t.Fatalf("Prompt = %q, want %q", got, tt.want)
+			system, got := req.Prompt(body)
+			if string(got) != tt.want || system != nil {
+				t.Fatalf("Prompt = %q, %q; want no system, %q", system, got, tt.want)
 			}
 			if &got[0] != &body[req.PromptStart] {
 				t.Error("Prompt copied the body")
@@ -44,12 +44,19 @@ func TestRequestPrompt(t *testing.T) {
 	}
 	t.Run("none", func(t *testing.T) {
 		var req Request
-		if got := req.Prompt([]byte(`{"model":"m"}`)); got != nil {
-			t.Errorf("Prompt of an empty Request = %q, want nil", got)
+		if system, got := req.Prompt([]byte(`{"model":"m"}`)); got != nil || system != nil {
+			t.Errorf("Prompt of an empty Request = %q, %q; want nil", system, got)
 		}
-		req.PromptStart, req.PromptEnd = 2, 40
-		if got := req.Prompt([]byte(`{"model":"m"}`)); got != nil {
-			t.Errorf("Prompt past the body's end = %q, want nil", got)
+		req.PromptStart, req.PromptEnd, req.SystemStart, req.SystemEnd = 2, 40, 1, 50
+		if system, got := req.Prompt([]byte(`{"model":"m"}`)); got != nil || system != nil {
+			t.Errorf("Prompt past the body's end = %q, %q; want nil", system, got)
+		}
+	})
+	t.Run("system apart", func(t *testing.T) {
+		body := []byte(`{"system":"be brief","messages":[]}`)
+		req := Request{SystemStart: 10, SystemEnd: 20, PromptStart: 32, PromptEnd: 34}
+		if system, got := req.Prompt(body); string(system) != `"be brief"` || string(got) != "[]" {
+			t.Errorf("Prompt = %q, %q", system, got)
 		}
 	})
 	t.Run("refill", func(t *testing.T) {
@@ -61,7 +68,7 @@ func TestRequestPrompt(t *testing.T) {
 		if err := ValidateEmbeddings(body, &req, BodyLimits{}); err != nil {
 			t.Fatal(err)
 		}
-		if got := string(req.Prompt(body)); got != `"x"` {
+		if _, got := req.Prompt(body); string(got) != `"x"` {
 			t.Errorf("Prompt after a second validation = %q, want %q", got, `"x"`)
 		}
 	})

@@ -49,6 +49,11 @@ type Request struct {
 	// Both are 0 when the body has none. The scheduler cuts it into blocks; the walk that
 	// checks it finds its end, where another parser would scan it again.
 	PromptStart, PromptEnd int
+	// SystemStart and SystemEnd are the offsets of a system prompt the body keeps apart from
+	// the prompt's value, which a backend renders before it: the Messages API's "system",
+	// set where its request is carried in this shape. Both 0 for OpenAI's bodies, whose
+	// system prompt is a message.
+	SystemStart, SystemEnd int
 	// ToolChoice is what tool_choice asks for; ToolChoiceName is the function a named
 	// choice names (a capped slice of the body, or unescaped storage when it has escapes).
 	// The model-dependent rule (tool calling is configured per model) is the handler's.
@@ -122,12 +127,18 @@ type ValidationError struct {
 func (e *ValidationError) Error() string { return e.Message }
 
 // Prompt is the prompt's whole value in body, the body r was filled from
-// (PromptStart to PromptEnd), without copying; nil when it had none.
-func (r *Request) Prompt(body []byte) []byte {
-	if r.PromptEnd <= r.PromptStart || r.PromptEnd > len(body) {
+// (PromptStart to PromptEnd), and the system prompt kept apart from it
+// (SystemStart to SystemEnd), without copying; each nil when absent.
+func (r *Request) Prompt(body []byte) (system, prompt []byte) {
+	return span(body, r.SystemStart, r.SystemEnd), span(body, r.PromptStart, r.PromptEnd)
+}
+
+// span is body[start:end], capped, or nil when that is empty or outside body.
+func span(body []byte, start, end int) []byte {
+	if end <= start || start < 0 || end > len(body) {
 		return nil
 	}
-	return body[r.PromptStart:r.PromptEnd:r.PromptEnd]
+	return body[start:end:end]
 }
 
 // ValidateChat checks body against the chat completion request rules and fills req.

@@ -371,7 +371,7 @@ func TestValidateChatFillsRequest(t *testing.T) {
 			if string(req.Model) != string(tc.want.Model) || (req.Model == nil) != (tc.want.Model == nil) {
 				t.Errorf("Model = %q, want %q", req.Model, tc.want.Model)
 			}
-			if p := req.Prompt([]byte(tc.body)); len(p) < 2 || p[0] != '[' || p[len(p)-1] != ']' {
+			if sys, p := req.Prompt([]byte(tc.body)); sys != nil || len(p) < 2 || p[0] != '[' || p[len(p)-1] != ']' {
 				t.Errorf("Prompt = %q, want the messages array", p)
 			}
 			got, want := req, tc.want

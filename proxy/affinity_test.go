@@ -101,7 +101,8 @@ func safePromptMessages(body []byte) (prompt []byte, err error) {
 	if openai.ValidateChat(body, &req) != nil {
 		return nil, nil
 	}
-	return req.Prompt(body), nil
+	_, prompt = req.Prompt(body)
+	return prompt, nil
 }
 
 // FuzzPromptMessages checks that finding the prompt never panics on any

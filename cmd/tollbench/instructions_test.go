@@ -85,7 +85,7 @@ func TestInstrFleetBodies(t *testing.T) {
 		if string(req.Model) != modelFast || !req.Stream || req.Messages < 2 {
 			t.Fatalf("body %d: model %q, stream %v, %d messages", i, req.Model, req.Stream, req.Messages)
 		}
-		if !bytes.Contains(req.Prompt(b), []byte(`{"role":"system","content":"You are the assistant of app `)) {
+		if _, p := req.Prompt(b); !bytes.Contains(p, []byte(`{"role":"system","content":"You are the assistant of app `)) {
 			t.Fatalf("body %d has no app's system prompt first", i)
 		}
 	}
