@@ -34,6 +34,13 @@ type Request struct {
 	// body, escapes included: an estimate of the prompt's size for budget
 	// reservations that errs on the safe side and costs no extra pass.
 	PromptBytes int
+	// MessagesStart and MessagesEnd are the offsets in the body of the
+	// messages array, brackets included, and SystemStart and SystemEnd
+	// those of the system prompt's value (both 0 without one): what a
+	// scheduler keys a conversation's cached prefix on, the system prompt
+	// first, as a backend renders it.
+	MessagesStart, MessagesEnd int
+	SystemStart, SystemEnd     int
 	// Tools is the number of tools; CustomTools of those a chat backend can
 	// be given (the rest are Anthropic's server tools, such as web_search).
 	Tools, CustomTools int
@@ -297,11 +304,17 @@ func (v *validator) check(body []byte) *Error {
 		}
 	}
 
-	if err := v.messages(v.vals[fMessages]); err != nil {
+	ms := v.vals[fMessages]
+	if err := v.messages(ms); err != nil {
 		return err
 	}
-	if err := v.system(v.vals[fSystem]); err != nil {
+	req.MessagesStart, req.MessagesEnd = ms.Index, ms.Index+len(ms.Raw)
+	sys := v.vals[fSystem]
+	if err := v.system(sys); err != nil {
 		return err
+	}
+	if sys.Exists() && sys.Type != gjson.Null {
+		req.SystemStart, req.SystemEnd = sys.Index, sys.Index+len(sys.Raw)
 	}
 	if st := v.vals[fStream]; st.Exists() {
 		if st.Type != gjson.True && st.Type != gjson.False {

@@ -237,3 +237,30 @@ func TestToolChoiceRefusal(t *testing.T) {
 		})
 	}
 }
+
+// TestMessagesOffsets checks that validation gives the places in the body
+// of the messages array and of the system prompt, wherever they stand.
+func TestMessagesOffsets(t *testing.T) {
+	msgs := `[{"role":"user","content":"hi \"there\""},{"role":"assistant","content":"yes"},{"role":"user","content":"go"}]`
+	blocks := `[{"type":"text","text":"You are \"terse\"."},{"type":"text","text":"Use tools.","cache_control":{"type":"ephemeral"}}]`
+	for _, tc := range []struct{ name, body, system string }{
+		{"first, no system", `{"messages":` + msgs + `,"model":"m","max_tokens":5}`, ""},
+		{"null system", `{"messages":` + msgs + `,"system":null,"model":"m","max_tokens":5}`, ""},
+		{"system string before", `{"model":"m","system":"be brief","max_tokens":5,"messages":` + msgs + `}`, `"be brief"`},
+		{"system blocks after", `{"model":"m","max_tokens":5,"messages":` + msgs + `,"system":` + blocks + `}`, blocks},
+		{"spaced", "{ \"model\" : \"m\" ,\n \"max_tokens\" : 5 , \"messages\" :  " + msgs + " , \"system\" : \"x\" }", `"x"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var req Request
+			if err := Validate([]byte(tc.body), &req, Limits{}); err != nil {
+				t.Fatal(err)
+			}
+			if got := tc.body[req.MessagesStart:req.MessagesEnd]; got != msgs {
+				t.Errorf("messages at %d:%d = %q, want %q", req.MessagesStart, req.MessagesEnd, got, msgs)
+			}
+			if got := tc.body[req.SystemStart:req.SystemEnd]; got != tc.system {
+				t.Errorf("system at %d:%d = %q, want %q", req.SystemStart, req.SystemEnd, got, tc.system)
+			}
+		})
+	}
+}

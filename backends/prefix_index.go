@@ -42,7 +42,7 @@ const (
 	maxBytesPerToken = 16
 )
 
-// blockEnd is the offset in the prompt where block i ends.
+// blockEnd is the offset in the prompt where block i ends (0 for i = -1).
 func blockEnd(i int) int {
 	if i < fineBlocks {
 		return (i + 1) * fineBlockBytes
@@ -50,28 +50,40 @@ func blockEnd(i int) int {
 	return fineBlocks*fineBlockBytes + (i-fineBlocks+1)*PrefixBlockBytes
 }
 
-// AppendBlockChain appends to dst the hash chain of prompt, the raw JSON
-// of a request's "messages" array (or its "prompt" or "input"): one hash
-// per whole block, the hash of block i covering blocks 0 to i. Two prompts
-// share their first k hashes exactly when they share their first k
-// blocks, so a conversation's later turns match its earlier ones, and
-// requests sharing a system prompt share its blocks. A partial last block
-// is left out, as vLLM caches only whole blocks. It stops at cap(dst) and
-// never grows dst, so a caller that passes an array of MaxPrefixBlocks
-// does not allocate. The hash is fixed (xxHash64, unseeded), so every
-// gateway process agrees on a chain.
-func AppendBlockChain(dst []uint64, prompt []byte) []uint64 {
+// AppendBlockChain appends to dst the hash chain of a request's prompt:
+// the raw JSON of its "messages" array (or its "prompt" or "input"), after
+// any parts a backend renders before it that the body keeps elsewhere (the
+// Messages API's "system"), the parts taken as one run of bytes. It makes
+// one hash per whole block, the hash of block i covering blocks 0 to i.
+// Two prompts share their first k hashes exactly when they share their
+// first k blocks, so a conversation's later turns match its earlier ones,
+// and requests sharing a system prompt share its blocks. A partial last
+// block is left out, as vLLM caches only whole blocks. It stops at
+// cap(dst) and never grows dst, so a caller that passes an array of
+// MaxPrefixBlocks does not allocate. The hash is fixed (xxHash64,
+// unseeded), so every gateway process agrees on a chain.
+func AppendBlockChain(dst []uint64, parts ...[]byte) []uint64 {
+	total := 0
+	for _, p := range parts {
+		total += len(p)
+	}
 	var d xxhash.Digest
 	d.Reset()
-	start := 0
+	part, off := 0, 0 // where the next block's bytes start
 	for i := 0; len(dst) < cap(dst); i++ {
 		end := blockEnd(i)
-		if end > len(prompt) {
+		if end > total {
 			break
 		}
-		_, _ = d.Write(prompt[start:end]) // never fails
+		for n := end - blockEnd(i-1); n > 0; {
+			for off == len(parts[part]) {
+				part, off = part+1, 0
+			}
+			k := min(n, len(parts[part])-off)
+			_, _ = d.Write(parts[part][off : off+k]) // never fails
+			off, n = off+k, n-k
+		}
 		dst = append(dst, d.Sum64())
-		start = end
 	}
 	return dst
 }

@@ -98,6 +98,55 @@ func TestBlockChain(t *testing.T) {
 		if n := testing.AllocsPerRun(100, func() { _ = AppendBlockChain(arr[:0], turn2) }); n != 0 {
 			t.Errorf("AppendBlockChain allocates %v times", n)
 		}
+		system, messages := turn2[:700], turn2[700:]
+		if n := testing.AllocsPerRun(100, func() { _ = AppendBlockChain(arr[:0], system, messages) }); n != 0 {
+			t.Errorf("AppendBlockChain of two parts allocates %v times", n)
+		}
+	})
+}
+
+// TestBlockChainParts checks that a prompt given in parts (a system prompt
+// the body keeps apart, then the messages) has the chain of its parts run
+// together, wherever they are cut, and that the parts' order counts.
+func TestBlockChainParts(t *testing.T) {
+	whole := []byte(strings.Repeat("the quick brown fox jumps over the lazy dog. ", 600))
+	want := chain(whole)
+	for _, cuts := range [][]int{
+		{0}, {len(whole)}, {1}, {fineBlockBytes}, {fineBlockBytes + 1}, {blockEnd(fineBlocks) - 3},
+		{100, 100}, {5, 640, 3000}, {0, 0, 17}, {len(whole) - 1},
+	} {
+		t.Run(fmt.Sprint(cuts), func(t *testing.T) {
+			var parts [][]byte
+			prev := 0
+			for _, c := range cuts {
+				parts = append(parts, whole[prev:c])
+				prev = c
+			}
+			parts = append(parts, whole[prev:])
+			got := AppendBlockChain(make([]uint64, 0, MaxPrefixBlocks), parts...)
+			if !slices.Equal(got, want) {
+				t.Errorf("chain of the parts differs from the whole's in block %d of %d", shared(got, want), len(want))
+			}
+		})
+	}
+	t.Run("order", func(t *testing.T) {
+		a, b := whole[:4000], []byte(strings.Repeat("x", 4000))
+		ab := AppendBlockChain(make([]uint64, 0, MaxPrefixBlocks), a, b)
+		ba := AppendBlockChain(make([]uint64, 0, MaxPrefixBlocks), b, a)
+		if shared(ab, ba) != 0 {
+			t.Errorf("swapped parts share %d blocks", shared(ab, ba))
+		}
+		if n := shared(ab, chain(a)); n != blocksWithin(len(a)) {
+			t.Errorf("the first part's own blocks: %d shared, want %d", n, blocksWithin(len(a)))
+		}
+	})
+	t.Run("none", func(t *testing.T) {
+		if got := AppendBlockChain(make([]uint64, 0, MaxPrefixBlocks)); len(got) != 0 {
+			t.Errorf("no parts: %d blocks", len(got))
+		}
+		if got := AppendBlockChain(make([]uint64, 0, MaxPrefixBlocks), nil, nil); len(got) != 0 {
+			t.Errorf("empty parts: %d blocks", len(got))
+		}
 	})
 }
 

@@ -44,6 +44,16 @@ type Request struct {
 	// prompt's tokens; counting escapes as written over-estimates slightly, which errs on
 	// the safe side for budget reservations and costs no extra pass over the text.
 	PromptBytes int
+	// PromptStart and PromptEnd are byte offsets in the body of the prompt's whole value:
+	// chat's messages array, the completions prompt, the embeddings or Responses API input.
+	// Both are 0 when the body has none. The scheduler cuts it into blocks; the walk that
+	// checks it finds its end, where another parser would scan it again.
+	PromptStart, PromptEnd int
+	// SystemStart and SystemEnd are the offsets of a system prompt the body keeps apart from
+	// the prompt's value, which a backend renders before it: the Messages API's "system",
+	// set where its request is carried in this shape. Both 0 for OpenAI's bodies, whose
+	// system prompt is a message.
+	SystemStart, SystemEnd int
 	// ToolChoice is what tool_choice asks for; ToolChoiceName is the function a named
 	// choice names (a capped slice of the body, or unescaped storage when it has escapes).
 	// The model-dependent rule (tool calling is configured per model) is the handler's.
@@ -115,6 +125,21 @@ type ValidationError struct {
 
 // Error returns the message, which already names the field.
 func (e *ValidationError) Error() string { return e.Message }
+
+// Prompt is the prompt's whole value in body, the body r was filled from
+// (PromptStart to PromptEnd), and the system prompt kept apart from it
+// (SystemStart to SystemEnd), without copying; each nil when absent.
+func (r *Request) Prompt(body []byte) (system, prompt []byte) {
+	return span(body, r.SystemStart, r.SystemEnd), span(body, r.PromptStart, r.PromptEnd)
+}
+
+// span is body[start:end], capped, or nil when that is empty or outside body.
+func span(body []byte, start, end int) []byte {
+	if end <= start || start < 0 || end > len(body) {
+		return nil
+	}
+	return body[start:end:end]
+}
 
 // ValidateChat checks body against the chat completion request rules and fills req.
 // It returns nil when the body is valid; req is only meaningful then. It bounds the
@@ -887,6 +912,7 @@ func (v *validator) messages(parent *iter, start int) *ValidationError {
 		return &ValidationError{Param: "messages", Message: "messages must contain at least one message, got an empty array."}
 	}
 	v.req.Messages = i
+	v.req.PromptStart, v.req.PromptEnd = start, parent.i
 	return nil
 }
 

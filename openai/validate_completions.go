@@ -212,6 +212,7 @@ var completionLogprobsField = intField("logprobs", orNull, 0,
 // estimate (bytes / 4) counts one token per id.
 func (v *validator) promptInput(param string, val value) *ValidationError {
 	const want = "a non-empty string, or a non-empty array of strings, of token ids or of arrays of token ids"
+	v.req.PromptStart, v.req.PromptEnd = val.off, val.end()
 	switch {
 	case val.isString():
 		if len(val.raw) == 2 {

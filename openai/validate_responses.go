@@ -106,6 +106,7 @@ func ValidateResponses(body []byte, req *Request, lim BodyLimits) *ValidationErr
 // bound). Its text counts towards the prompt estimate as it is written,
 // JSON included, which errs high.
 func (v *validator) responseInput(val value, maxItems int) *ValidationError {
+	v.req.PromptStart, v.req.PromptEnd = val.off, val.end()
 	switch {
 	case val.isString():
 		if len(val.raw) == 2 {

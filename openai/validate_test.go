@@ -371,9 +371,13 @@ func TestValidateChatFillsRequest(t *testing.T) {
 			if string(req.Model) != string(tc.want.Model) || (req.Model == nil) != (tc.want.Model == nil) {
 				t.Errorf("Model = %q, want %q", req.Model, tc.want.Model)
 			}
+			if sys, p := req.Prompt([]byte(tc.body)); sys != nil || len(p) < 2 || p[0] != '[' || p[len(p)-1] != ']' {
+				t.Errorf("Prompt = %q, want the messages array", p)
+			}
 			got, want := req, tc.want
 			got.Model, want.Model = nil, nil
 			got.ModelStart, got.ModelEnd, got.StreamOptionsStart, got.StreamOptionsEnd = 0, 0, 0, 0
+			got.PromptStart, got.PromptEnd = 0, 0
 			got.modelBuf = [64]byte{}
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("got  %+v\nwant %+v", got, want)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/tollgate-dev/tollgate/backends"
+	"github.com/tollgate-dev/tollgate/openai"
 )
 
 // affinityMessages are a conversation's turns as the client sends them: the
@@ -44,8 +45,9 @@ func affinityBodies(messages string) map[string]string {
 // TestPromptMessagesAnywhere checks that the prefix signal hashes the
 // messages as written wherever they sit in the body, and that a
 // conversation's later turns share every whole block of its first.
-// promptPrefix, which this replaced, once added the array's offset twice:
-// it hashed shifted bytes, and panicked when messages came late.
+// promptPrefix, which an earlier gjson lookup replaced before validation
+// took over, once added the array's offset twice: it hashed shifted bytes,
+// and panicked when messages came late.
 func TestPromptMessagesAnywhere(t *testing.T) {
 	// The first turn's array without its closing bracket, which a later
 	// turn replaces by a comma: the blocks every later turn must share.
@@ -86,19 +88,26 @@ func chainOf(prompt []byte) []uint64 {
 	return slices.Clone(backends.AppendBlockChain(arr[:0], prompt))
 }
 
-// safePromptMessages reports a panic in promptMessages as an error.
+// safePromptMessages is the prompt forward cuts into blocks: the chat
+// body's messages as its validation found them, nil for a body refused;
+// a panic is reported as an error.
 func safePromptMessages(body []byte) (prompt []byte, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("promptMessages panicked on a %d-byte body: %v", len(body), r)
+			err = fmt.Errorf("the prompt of a %d-byte body panicked: %v", len(body), r)
 		}
 	}()
-	return promptMessages(body), nil
+	var req openai.Request
+	if openai.ValidateChat(body, &req) != nil {
+		return nil, nil
+	}
+	_, prompt = req.Prompt(body)
+	return prompt, nil
 }
 
-// FuzzPromptMessages checks that promptMessages never panics on any bytes,
-// and that on a chat body whose messages sit anywhere among other fields,
-// of any JSON value, the block chain depends only on the messages.
+// FuzzPromptMessages checks that finding the prompt never panics on any
+// bytes, and that on a chat body whose messages sit anywhere among other
+// fields, of any JSON value, the block chain depends only on the messages.
 func FuzzPromptMessages(f *testing.F) {
 	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`), "sys", "user", "later", `{"messages":[1]}`, `"x"`, uint8(0))
 	f.Add([]byte(`{"messages":[{},{}],"model":"m"}`), "", "", "", `[1,2,{"a":"messages"}]`, `null`, uint8(1))

@@ -34,9 +34,9 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *exchange, body 
 	var blockArr [backends.MaxPrefixBlocks]uint64
 	blocks := blockArr[:0]
 	if c.route.WantsBlocks() {
-		prompt := promptMessages(body)
-		c.promptBytes = len(prompt)
-		blocks = backends.AppendBlockChain(blocks, prompt)
+		system, prompt := c.req.Prompt(body)
+		c.promptBytes = len(system) + len(prompt)
+		blocks = backends.AppendBlockChain(blocks, system, prompt)
 	}
 	c.watch = s.clients.watch(ctx, c.rec.Started)
 	defer c.watch.stop()

@@ -61,6 +61,7 @@ func (c *exchange) validateMessages(body []byte, srv *config.Server) *openai.Err
 	r := c.req
 	r.Model, r.ModelStart, r.ModelEnd = m.Model, m.ModelStart, m.ModelEnd
 	r.MaxTokens, r.Stream, r.Messages, r.PromptBytes = m.MaxTokens, m.Stream, m.Messages, m.PromptBytes
+	r.PromptStart, r.PromptEnd, r.SystemStart, r.SystemEnd = m.MessagesStart, m.MessagesEnd, m.SystemStart, m.SystemEnd
 	r.IncludeUsage, r.ContinuousUsage = true, true
 	return nil
 }

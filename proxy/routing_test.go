@@ -771,3 +771,45 @@ func TestBackendLearnsBytesPerToken(t *testing.T) {
 		})
 	}
 }
+
+// TestMessagesSystemPromptAffinity checks that the Messages API's system
+// prompt, which its body keeps apart from the messages, leads the prompt
+// the scheduler places by: the conversations of an app that share a long
+// system prompt all go to the backend holding it, although their first
+// messages differ, where the messages alone would be drawn at random
+// among idle backends. A later turn stays with its conversation.
+func TestMessagesSystemPromptAffinity(t *testing.T) {
+	nodes := newNodes(t, simulated.Options{}, "v1", "v2", "v3")
+	h := newHarness(t, harnessOptions{
+		backends: sameSpecs("messages: translate", nodes...),
+		models:   "  - name: m\n    backends: [v1, v2, v3]\n",
+	})
+	const apps, conversations = 2, 6
+	sent := 0
+	post := func(system string, msgs ...string) accounting.Record {
+		t.Helper()
+		var turns []string
+		for i, m := range msgs {
+			turns = append(turns, fmt.Sprintf(`{"role":%q,"content":%q}`, []string{"user", "assistant"}[i%2], m))
+		}
+		body := fmt.Sprintf(`{"model":"m","max_tokens":2,"system":%q,"messages":[%s]}`, system, strings.Join(turns, ","))
+		if r := h.messages("", body); r.status != http.StatusOK || !strings.Contains(string(r.body), `"type":"message"`) {
+			t.Fatalf("status %d: %s", r.status, r.body)
+		}
+		sent++
+		return h.recorder.wait(t, sent)
+	}
+	for app := range apps {
+		system := fmt.Sprintf("You are the assistant of app %d. ", app) + strings.Repeat("Answer in one short sentence, politely. ", 80)
+		first := post(system, fmt.Sprintf("App %d, conversation 0: what is a prime?", app)).Backend
+		for conv := 1; conv < conversations; conv++ {
+			question := fmt.Sprintf("App %d, conversation %d: name a colour.", app, conv)
+			if b := post(system, question).Backend; b != first {
+				t.Errorf("app %d: conversation %d went to %s, its system prompt is on %s", app, conv, b, first)
+			}
+			if b := post(system, question, "Blue.", "Another one.").Backend; b != first {
+				t.Errorf("app %d: conversation %d's second turn went to %s, its first to %s", app, conv, b, first)
+			}
+		}
+	}
+}

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/tollgate-dev/tollgate/config"
+	"github.com/tollgate-dev/tollgate/openai"
 )
 
 func TestCachegrindTotal(t *testing.T) {
@@ -32,16 +36,60 @@ func TestCachegrindTotal(t *testing.T) {
 }
 
 // The gateway's configuration of -instructions loads, with the bench key
-// and the one model on the mock.
+// and the one model on the mock, behind one backend or, for
+// -instructions-fleet, four.
 func TestInstrGatewayYAMLLoads(t *testing.T) {
-	m := &instrMeter{dir: "/tmp/d", upstream: "127.0.0.1:1", key: "sk-tollbench-x"}
-	y := m.gatewayYAML("gateway-1-1000")
-	cfg, err := config.Parse([]byte(y), "instr.yaml")
-	if err != nil {
-		t.Fatalf("%v\n%s", err, y)
+	for _, backends := range []int{0, fleetServers} {
+		t.Run(fmt.Sprint(backends, " backends"), func(t *testing.T) {
+			m := &instrMeter{dir: "/tmp/d", upstream: "127.0.0.1:1", key: "sk-tollbench-x", backends: backends}
+			y := m.gatewayYAML("gateway-1-1000")
+			cfg, err := config.Parse([]byte(y), "instr.yaml")
+			if err != nil {
+				t.Fatalf("%v\n%s", err, y)
+			}
+			want := max(1, backends)
+			if len(cfg.Models) != 1 || cfg.Models[0].Name != modelFast || len(cfg.Backends) != want ||
+				len(cfg.Models[0].Backends) != want || cfg.Store.Path != "/tmp/d/gateway-1-1000.db" {
+				t.Fatalf("config %+v\n%s", cfg, y)
+			}
+			for i, b := range cfg.Backends {
+				if b.URL != "http://127.0.0.1:1/v1" || cfg.Models[0].Backends[i] != b.Name {
+					t.Errorf("backend %d: %+v, model's %q\n%s", i, b, cfg.Models[0].Backends[i], y)
+				}
+			}
+		})
 	}
-	if len(cfg.Models) != 1 || cfg.Models[0].Name != modelFast || len(cfg.Backends) != 1 ||
-		cfg.Backends[0].URL != "http://127.0.0.1:1/v1" || cfg.Store.Path != "/tmp/d/gateway-1-1000.db" {
-		t.Errorf("config %+v\n%s", cfg, y)
+}
+
+// The requests of -instructions-fleet are every turn of the workload's
+// conversations, each a valid chat request that starts with its app's
+// system prompt, in an order that mixes conversations.
+func TestInstrFleetBodies(t *testing.T) {
+	bodies := instrFleetBodies(1)
+	w := newFleetWorkload(1, fleetShape{apps: fleetApps, promptWords: fleetPromptWords})
+	turns := 0
+	for i := range fleetConversations {
+		turns += len(w.conversation(i).turns)
+	}
+	if len(bodies) != turns {
+		t.Fatalf("%d bodies, want one per turn: %d", len(bodies), turns)
+	}
+	if slices.Equal(bodies[0], w.body(modelFast, w.conversation(0), 0, 0)) && slices.Equal(bodies[1], w.body(modelFast, w.conversation(0), 1, 0)) {
+		t.Error("bodies are in the script's order, not mixed")
+	}
+	for i, b := range bodies {
+		var req openai.Request
+		if err := openai.ValidateChat(b, &req); err != nil {
+			t.Fatalf("body %d: %v", i, err)
+		}
+		if string(req.Model) != modelFast || !req.Stream || req.Messages < 2 {
+			t.Fatalf("body %d: model %q, stream %v, %d messages", i, req.Model, req.Stream, req.Messages)
+		}
+		if _, p := req.Prompt(b); !bytes.Contains(p, []byte(`{"role":"system","content":"You are the assistant of app `)) {
+			t.Fatalf("body %d has no app's system prompt first", i)
+		}
+	}
+	if !slices.EqualFunc(bodies, instrFleetBodies(1), bytes.Equal) {
+		t.Error("the same seed gave other bodies")
 	}
 }

@@ -93,6 +93,10 @@ type options struct {
 	// under valgrind instead of everything else (instructions.go): the
 	// requests the second run of each side sends beyond the first's.
 	instructions int
+	// instrFleet has -instructions send the fleet's requests (a turn of
+	// a conversation with a long system prompt) to a model of
+	// fleetServers backends, in place of a short chat to one.
+	instrFleet bool
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -138,6 +142,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.instructions, "instructions", 0, "count instead the user-space instructions the gateway and the bare proxy execute per request "+
 		"under valgrind's cachegrind, which a busy host does not change: each side serves 1,000 requests, then 1,000 + `n` in a second run, "+
 		"per round (-rounds); -bin-dir, -json and -keep apply; 0 runs the usual measurements")
+	fs.BoolVar(&o.instrFleet, "instructions-fleet", false, "with -instructions, send the -fleet workload's requests (turns of its conversations, "+
+		"each with its app's long system prompt; -seed applies) to a model of four backends on the mock, as the scheduler places them")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -170,6 +176,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	switch {
 	case o.instructions < 0 || o.instructions > 1000000:
 		return o, fmt.Errorf("-instructions %d: want 0 to 1000000", o.instructions)
+	case o.instrFleet && o.instructions == 0:
+		return o, errors.New("-instructions-fleet needs -instructions")
 	case o.fleetPhase < time.Second || o.fleetPhase > 10*time.Minute:
 		return o, fmt.Errorf("-fleet-duration %s: want 1s to 10m", o.fleetPhase)
 	case o.phase <= 0 || o.phase > 10*time.Minute:
