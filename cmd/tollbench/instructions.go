@@ -38,12 +38,20 @@ const instrRequestsBase = 1000
 // of many.
 const instrConns = 4
 
+// instrResidentRequests is how many requests each side serves natively,
+// after the counted runs, before its resident memory is read.
+const instrResidentRequests = 20000
+
 // instrSide is one side's runs: its requests per run and the instructions
 // per request of each round.
 type instrSide struct {
 	Side     string    `json:"side"`
 	PerRound []float64 `json:"instructions_per_request"`
 	Mean     float64   `json:"mean"`
+	// AnonMiB and FileMiB are the side's resident memory, anonymous and
+	// file-backed, after instrResidentRequests requests run natively.
+	AnonMiB float64 `json:"rss_anon_mib"`
+	FileMiB float64 `json:"rss_file_mib"`
 }
 
 // instrReport is what -instructions prints, and writes with -json.
@@ -108,6 +116,11 @@ func runInstructions(ctx context.Context, o options, args []string, stdout, stde
 		for _, v := range s.PerRound {
 			s.Mean += v / float64(len(s.PerRound))
 		}
+		mem, err := m.resident(ctx, sideName(i == 1)+"-resident", i == 1, instrResidentRequests)
+		if err != nil {
+			return interrupted(ctx, err)
+		}
+		s.AnonMiB, s.FileMiB = float64(mem.Anon)/(1<<20), float64(mem.File)/(1<<20)
 	}
 	rep.Ratio = safeRatio(rep.Sides[1].Mean, rep.Sides[0].Mean)
 	fmt.Fprintf(stdout, "tollbench %s (%s)\nuser-space instructions per request (valgrind cachegrind), %d-request difference, %d connections, %s:\n",
@@ -115,7 +128,10 @@ func runInstructions(ctx context.Context, o options, args []string, stdout, stde
 	for _, s := range rep.Sides {
 		fmt.Fprintf(stdout, "  %-10s  mean %9.0f  rounds %s\n", s.Side, s.Mean, joinFloats(s.PerRound))
 	}
-	fmt.Fprintf(stdout, "  gateway / bare proxy: %.3f×\n", rep.Ratio)
+	fmt.Fprintf(stdout, "  gateway / bare proxy: %.3f×\nresident memory after %d requests run natively, anonymous + file-backed:\n", rep.Ratio, instrResidentRequests)
+	for _, s := range rep.Sides {
+		fmt.Fprintf(stdout, "  %-10s  %.1f + %.1f MiB\n", s.Side, s.AnonMiB, s.FileMiB)
+	}
 	if o.jsonPath == "" {
 		return nil
 	}
@@ -156,7 +172,7 @@ type instrMeter struct {
 func (m *instrMeter) perRequest(ctx context.Context, gateway bool, round int, requests [2]int) (float64, error) {
 	var counts [2]uint64
 	for i, n := range requests {
-		name := fmt.Sprintf("%s-%d-%d", map[bool]string{false: "bare", true: "gateway"}[gateway], round+1, n)
+		name := fmt.Sprintf("%s-%d-%d", sideName(gateway), round+1, n)
 		c, err := m.count(ctx, name, gateway, n)
 		if err != nil {
 			return 0, err
@@ -174,24 +190,10 @@ func (m *instrMeter) perRequest(ctx context.Context, gateway bool, round int, re
 // and returns the instructions it executed in all.
 func (m *instrMeter) count(ctx context.Context, name string, gateway bool, n int) (uint64, error) {
 	out := filepath.Join(m.dir, name+".cachegrind")
-	addr, err := freePort()
-	if err != nil {
-		return 0, err
-	}
 	// Asynchronous preemption is off on both sides: under valgrind every
 	// goroutine runs slowly enough for the runtime's preemption signals
 	// to land at moments no native run sees.
-	args := []string{"GODEBUG=asyncpreemptoff=1", m.valgrind, "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=" + out}
-	if gateway {
-		cfg := filepath.Join(m.dir, name+".yaml")
-		if err := os.WriteFile(cfg, []byte(m.gatewayYAML(name)), 0o600); err != nil {
-			return 0, fmt.Errorf("write gateway config: %w", err)
-		}
-		args = append(args, m.bins.gateway, "-config", cfg, "-listen", addr)
-	} else {
-		args = append(args, m.bins.bare, "-listen", addr, "-upstream", m.upstream)
-	}
-	p, err := startProc(name, "env", args, filepath.Join(m.dir, name+".log"))
+	p, addr, err := m.start(name, gateway, "GODEBUG=asyncpreemptoff=1", m.valgrind, "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file="+out)
 	if err != nil {
 		return 0, err
 	}
@@ -203,6 +205,53 @@ func (m *instrMeter) count(ctx context.Context, name string, gateway bool, n int
 		return 0, err
 	}
 	return cachegrindTotal(out)
+}
+
+// resident starts the side natively, sends it n requests and returns its
+// resident memory once they are answered.
+func (m *instrMeter) resident(ctx context.Context, name string, gateway bool, n int) (memInfo, error) {
+	p, addr, err := m.start(name, gateway)
+	if err != nil {
+		return memInfo{}, err
+	}
+	var mem memInfo
+	loadErr := waitServing(ctx, p, addr)
+	if loadErr == nil {
+		loadErr = closedLoopN(addr, m.key, m.bodies, n)
+	}
+	if loadErr == nil {
+		mem, loadErr = readMem(p.pid())
+	}
+	return mem, errors.Join(loadErr, p.stop(stopGrace))
+}
+
+// sideName names a side's files in the run directory.
+func sideName(gateway bool) string {
+	if gateway {
+		return "gateway"
+	}
+	return "bare"
+}
+
+// start starts the side, run by env with the arguments before its own
+// (none to run it as it is), on a free port, which it returns.
+func (m *instrMeter) start(name string, gateway bool, wrap ...string) (*proc, string, error) {
+	addr, err := freePort()
+	if err != nil {
+		return nil, "", err
+	}
+	args := wrap
+	if gateway {
+		cfg := filepath.Join(m.dir, name+".yaml")
+		if err := os.WriteFile(cfg, []byte(m.gatewayYAML(name)), 0o600); err != nil {
+			return nil, "", fmt.Errorf("write gateway config: %w", err)
+		}
+		args = append(args, m.bins.gateway, "-config", cfg, "-listen", addr)
+	} else {
+		args = append(args, m.bins.bare, "-listen", addr, "-upstream", m.upstream)
+	}
+	p, err := startProc(name, "env", args, filepath.Join(m.dir, name+".log"))
+	return p, addr, err
 }
 
 // gatewayYAML is the gateway's configuration: the settings every version
