@@ -9,20 +9,27 @@ import (
 // A prompt is cut into blocks at fixed offsets: fineBlocks blocks of
 // fineBlockBytes first (about 16 tokens each, vLLM's own block), so that
 // short prompts and the first messages of a conversation are told apart,
-// then blocks of PrefixBlockBytes (about 64 tokens), so that a long prompt
-// needs few hashes.
+// then coarseBlocks blocks of PrefixBlockBytes (about 64 tokens), so that
+// a long prompt needs few hashes, then longBlocks blocks each twice as
+// long as the one before, from longBlockBytes, so that the turns of
+// conversations behind a system prompt longer than the coarse blocks
+// reach (an agent's, a coding assistant's) are still told apart, with a
+// handful of hashes more, at the cost of matching at most half of such a
+// prompt's tail.
 const (
 	fineBlockBytes   = 64
 	fineBlocks       = 32
 	PrefixBlockBytes = 256
+	coarseBlocks     = 64
+	longBlockBytes   = 2 << 10
+	longBlocks       = 10
 )
 
 // MaxPrefixBlocks is how many leading blocks of a prompt the prefix signal
-// looks at: 32 fine blocks and 64 coarse ones, the first 18 KiB of the
-// prompt, enough for a long shared system prompt and the turns that tell
-// one conversation from another, while the chain fits in a small array on
-// the request's stack.
-const MaxPrefixBlocks = fineBlocks + 64
+// looks at: 32 fine blocks, 64 coarse ones (the first 18 KiB) and 10 long
+// ones (about 2 MiB more), while the chain fits in a small array on the
+// request's stack.
+const MaxPrefixBlocks = fineBlocks + coarseBlocks + longBlocks
 
 // defaultBytesPerToken converts prompt bytes to tokens: in the score
 // (heldTokens), and for the index's horizon until a backend's replies have
@@ -44,10 +51,22 @@ const (
 
 // blockEnd is the offset in the prompt where block i ends (0 for i = -1).
 func blockEnd(i int) int {
-	if i < fineBlocks {
+	const coarseStart = fineBlocks * fineBlockBytes
+	const longStart = coarseStart + coarseBlocks*PrefixBlockBytes
+	switch {
+	case i < fineBlocks:
 		return (i + 1) * fineBlockBytes
+	case i < fineBlocks+coarseBlocks:
+		return coarseStart + (i-fineBlocks+1)*PrefixBlockBytes
 	}
-	return fineBlocks*fineBlockBytes + (i-fineBlocks+1)*PrefixBlockBytes
+	return longStart + longBlockBytes*(1<<(i-fineBlocks-coarseBlocks+1)-1)
+}
+
+// blockWeight is block i's length in blocks of PrefixBlockBytes, at least
+// one: what it adds to the index's clock, which the server's KV cache is
+// measured against.
+func blockWeight(i int) uint64 {
+	return uint64(max((blockEnd(i)-blockEnd(i-1))/PrefixBlockBytes, 1))
 }
 
 // AppendBlockChain appends to dst the hash chain of a request's prompt:
@@ -112,8 +131,9 @@ const (
 // bytes, so the index learns how many bytes of prompt the server counts
 // as a token from the replies' usage (observe) to place that horizon.
 type prefixIndex struct {
-	// clock counts the new blocks inserted: a block's age is how many
-	// were inserted after it.
+	// clock counts the new blocks inserted, by their weight in blocks of
+	// PrefixBlockBytes (blockWeight): a block's age is how much was
+	// inserted after it.
 	clock atomic.Uint64
 	// kvTokens is the server's KV cache in tokens, from its metrics; zero
 	// when unknown, and then only the table's bound applies.
@@ -217,7 +237,7 @@ func (x *prefixIndex) held(chain []uint64) int {
 // refreshed where present, or takes the place of the least recently sent
 // block of its set.
 func (x *prefixIndex) insert(chain []uint64) {
-	for _, h := range chain {
+	for i, h := range chain {
 		base, tag := indexSlot(h)
 		now := x.clock.Load()
 		oldest, oldestAge := base, uint64(0)
@@ -238,7 +258,7 @@ func (x *prefixIndex) insert(chain []uint64) {
 			}
 		}
 		if !found {
-			t := x.clock.Add(1)
+			t := x.clock.Add(blockWeight(i))
 			x.slots[oldest].Store(tag<<tickBits | t&tickMask)
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"unsafe"
+
+	"github.com/tollgate-dev/tollgate/config"
 )
 
 // chatMessages renders a messages array as a client sends it: the system prompt, then the turns.
@@ -85,7 +87,7 @@ func TestBlockChain(t *testing.T) {
 		if got := chain(make([]byte, fineBlockBytes-1)); len(got) != 0 {
 			t.Errorf("a prompt shorter than a block has %d blocks", len(got))
 		}
-		if got := chain(make([]byte, 1<<20)); len(got) != MaxPrefixBlocks {
+		if got := chain(make([]byte, 4<<20)); len(got) != MaxPrefixBlocks {
 			t.Errorf("a long prompt has %d blocks, want MaxPrefixBlocks %d", len(got), MaxPrefixBlocks)
 		}
 		if got := chain(make([]byte, blockEnd(fineBlocks))); len(got) != fineBlocks+1 {
@@ -264,4 +266,54 @@ func TestPrefixIndexLearnsBytesPerToken(t *testing.T) {
 			t.Fatal("observing made an index")
 		}
 	})
+}
+
+// TestLongBlocks checks the blocks past the coarse ones: each twice as
+// long as the one before, weighing on the index's clock by its length,
+// and long enough to tell apart conversations behind a system prompt
+// longer than the fine and coarse blocks together: each turn goes to the
+// backend holding its own conversation, not to either one at random.
+func TestLongBlocks(t *testing.T) {
+	first := fineBlocks + coarseBlocks
+	if got := blockEnd(first) - blockEnd(first-1); got != longBlockBytes {
+		t.Errorf("the first long block is %d bytes, want %d", got, longBlockBytes)
+	}
+	for i := first + 1; i < MaxPrefixBlocks; i++ {
+		if a, b := blockEnd(i-1)-blockEnd(i-2), blockEnd(i)-blockEnd(i-1); b != 2*a {
+			t.Errorf("block %d is %d bytes after one of %d, want twice", i, b, a)
+		}
+	}
+	for _, tc := range []struct{ block, weight int }{{0, 1}, {fineBlocks, 1}, {first, longBlockBytes / PrefixBlockBytes}, {first + 3, 8 * longBlockBytes / PrefixBlockBytes}} {
+		if got := blockWeight(tc.block); got != uint64(tc.weight) {
+			t.Errorf("blockWeight(%d) = %d, want %d", tc.block, got, tc.weight)
+		}
+	}
+	var x prefixIndex
+	x.insert(chain(make([]byte, blockEnd(first+2))))
+	if got, want := x.clock.Load(), uint64(first)+7*longBlockBytes/PrefixBlockBytes; got != want {
+		t.Errorf("clock after a prompt of %d blocks = %d, want %d", first+3, got, want)
+	}
+
+	system := strings.Repeat("You are a careful coding assistant; read the files before editing them. ", 600)
+	turn := func(conv, n int) []byte {
+		var b strings.Builder
+		b.WriteString(system)
+		for k := range n {
+			fmt.Fprintf(&b, "Conversation %d, turn %d: %s", conv, k, strings.Repeat("more context, ", 40))
+		}
+		return []byte(b.String())
+	}
+	if len(system) <= blockEnd(first-1) {
+		t.Fatalf("the system prompt (%d bytes) fits in the coarse blocks (%d)", len(system), blockEnd(first-1))
+	}
+	a, b := newTestBackend("a", 1, 0), newTestBackend("b", 1, 0)
+	r := newTestRoute(config.Queue{}, a, b)
+	a.index, b.index = new(prefixIndex), new(prefixIndex)
+	a.index.insert(chain(turn(1, 20)))
+	b.index.insert(chain(turn(2, 20)))
+	for conv, want := range map[int]string{1: "a", 2: "b"} {
+		if got := pickCounts(r, 50, nil, chain(turn(conv, 21))); got[want] != 50 {
+			t.Errorf("conversation %d's next turn: picks %v, want all on %s", conv, got, want)
+		}
+	}
 }

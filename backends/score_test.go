@@ -23,6 +23,10 @@ func adapterHashesOf(names []string) []uint64 {
 	return hs
 }
 
+// testBlocks is the chain's length of the tests' prompt: 18 KiB, a long
+// system prompt and a conversation's turns within the coarse blocks.
+const testBlocks = fineBlocks + coarseBlocks
+
 // testChain is a prompt's chain of n blocks.
 func testChain(n int) []uint64 {
 	c := make([]uint64, n, MaxPrefixBlocks)
@@ -36,7 +40,7 @@ func testChain(n int) []uint64 {
 // while another has a free slot, unless the prefix it holds beyond the free one's exceeds
 // queue_cost_tokens per request ahead of it.
 func TestScheduleQueueRule(t *testing.T) {
-	const n = MaxPrefixBlocks
+	const n = testBlocks
 	tests := []struct {
 		name      string
 		costTok   int
@@ -114,7 +118,7 @@ func TestScheduleSignals(t *testing.T) {
 			name: "prefix: the backend holding the conversation's turns, not one holding only its system prompt",
 			setup: func(a, b *Backend, c []uint64) {
 				a.index.insert(c)
-				b.index.insert(c[:MaxPrefixBlocks-6])
+				b.index.insert(c[:testBlocks-6])
 				reading(a, 3, 0, 8, 0.2)
 				reading(b, 2, 0, 8, 0.2)
 			},
@@ -124,7 +128,7 @@ func TestScheduleSignals(t *testing.T) {
 			name: "prefix: the system prompt's holder once the turns' holder is much busier",
 			setup: func(a, b *Backend, c []uint64) {
 				a.index.insert(c)
-				b.index.insert(c[:MaxPrefixBlocks-6])
+				b.index.insert(c[:testBlocks-6])
 				reading(a, 7, 0, 8, 0.2)
 				reading(b, 1, 0, 8, 0.2)
 			},
@@ -215,7 +219,7 @@ func TestScheduleSignals(t *testing.T) {
 			}
 			r.adapter = fnv1a([]byte(r.Upstream))
 			a.index, b.index = new(prefixIndex), new(prefixIndex)
-			c := testChain(MaxPrefixBlocks)
+			c := testChain(testBlocks)
 			tt.setup(a, b, c)
 			if got := pickCounts(r, 50, nil, c); got[tt.want] != 50 {
 				t.Errorf("picks = %v, want all on %s", got, tt.want)
@@ -232,7 +236,7 @@ func TestPickRecordsBlocks(t *testing.T) {
 	for _, b := range bs {
 		b.index = new(prefixIndex)
 	}
-	c := testChain(MaxPrefixBlocks)
+	c := testChain(testBlocks)
 	first := r.Pick(nil, c[:40])
 	first.Release()
 	for range 20 {
