@@ -503,7 +503,7 @@ func (f *fleetBench) scenario(ctx context.Context, name string, loads []openLoad
 						s := f.send(f.gw, -1, body, []string{"Compat-Project", l.project}, make([]byte, 16<<10))
 						inFlight.Add(-1)
 						if f.flog != nil {
-							f.flog.add(l.project, conv.turns[0].user, began, sent, int(held), s)
+							f.flog.add(l.project, conv.turns[0].user, began, sent, time.Now(), int(held), s)
 						}
 						s.tokens, s.late, s.tail = conv.turns[0].maxTokens, time.Now().After(end), at >= tail
 						if at >= warm {

@@ -55,6 +55,7 @@ type fleetLogLine struct {
 	Tenant   string  `json:"tenant"`
 	SentMS   float64 `json:"sent_ms"` // since the phase began
 	TTFTMS   float64 `json:"ttft_ms"`
+	EndMS    float64 `json:"end_ms"` // its stream's end, since the phase began
 	Error    string  `json:"error,omitempty"`
 	// InFlight is how many of the tenant's requests were in flight when it was sent, itself
 	// included.
@@ -111,12 +112,13 @@ func (l *fleetLog) start(scenario string) {
 	clear(l.seqs)
 }
 
-// add logs a request of tenant whose last message is key, sent at sent (since the phase began
-// at began), when inFlight of the tenant's requests were in flight.
-func (l *fleetLog) add(tenant, key string, began, sent time.Time, inFlight int, s fleetSample) {
+// add logs a request of tenant whose last message is key, sent at sent and ended at end (the
+// phase began at began), when inFlight of the tenant's requests were in flight.
+func (l *fleetLog) add(tenant, key string, began, sent, end time.Time, inFlight int, s fleetSample) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	line := fleetLogLine{Scenario: l.scenario, Tenant: tenant, SentMS: millis(sent.Sub(began)), TTFTMS: millis(s.ttft), Server: -1, InFlight: inFlight}
+	line := fleetLogLine{Scenario: l.scenario, Tenant: tenant, SentMS: millis(sent.Sub(began)), TTFTMS: millis(s.ttft),
+		EndMS: millis(end.Sub(began)), Server: -1, InFlight: inFlight}
 	if s.err != nil {
 		line.Error = s.err.Error()
 	}

@@ -295,8 +295,8 @@ func TestFleetLogJoinsServerAndClient(t *testing.T) {
 	body := `{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"hello there"}]}`
 	l.observer(0, &servers)(simulated.SequenceStat{Arrived: sent.Add(3 * time.Millisecond), Admitted: sent.Add(5 * time.Millisecond),
 		Running: 4, PromptTokens: 11, CachedTokens: 0, Prefill: 7 * time.Millisecond, Body: []byte(body)})
-	l.add("bench/tenant-0", "hello there", began, sent, 2, fleetSample{ttft: 20 * time.Millisecond})
-	l.add("bench/tenant-1", "unreported", began, sent, 1, fleetSample{ttft: time.Millisecond})
+	l.add("bench/tenant-0", "hello there", began, sent, sent.Add(time.Second), 2, fleetSample{ttft: 20 * time.Millisecond})
+	l.add("bench/tenant-1", "unreported", began, sent, sent, 1, fleetSample{ttft: time.Millisecond})
 	if err := l.close(); err != nil {
 		t.Fatal(err)
 	}
@@ -304,9 +304,9 @@ func TestFleetLogJoinsServerAndClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"scenario":"fairness flood","tenant":"bench/tenant-0","sent_ms":2000,"ttft_ms":20,"in_flight":2,"server":0,` +
+	want := `{"scenario":"fairness flood","tenant":"bench/tenant-0","sent_ms":2000,"ttft_ms":20,"end_ms":3000,"in_flight":2,"server":0,` +
 		`"gateway_ms":3,"wait_ms":2,"running":4,"prompt":11,"cached":0,"prefill_ms":7,"elsewhere":[{"server":0,"cached":0,"running":0,"waiting":0}]}` + "\n" +
-		`{"scenario":"fairness flood","tenant":"bench/tenant-1","sent_ms":2000,"ttft_ms":1,"in_flight":1,"server":-1,` +
+		`{"scenario":"fairness flood","tenant":"bench/tenant-1","sent_ms":2000,"ttft_ms":1,"end_ms":2000,"in_flight":1,"server":-1,` +
 		`"gateway_ms":0,"wait_ms":0,"running":0,"prompt":0,"cached":0,"prefill_ms":0}` + "\n"
 	if string(b) != want {
 		t.Errorf("log:\n%s\nwant:\n%s", b, want)
