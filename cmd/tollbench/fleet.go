@@ -169,7 +169,8 @@ func (f *fleetBench) setup(ctx context.Context) error {
 		bin = filepath.Join(f.dir, "tollgate")
 	}
 	configPath := filepath.Join(f.dir, "tollgate.yaml")
-	cfg := fleetConfig{key: f.key, logLevel: f.o.logLevel, store: filepath.Join(f.dir, "tollgate.db"), servers: f.addrs, maxNumSeqs: f.eng.maxNumSeqs}
+	cfg := fleetConfig{key: f.key, logLevel: f.o.logLevel, store: filepath.Join(f.dir, "tollgate.db"), servers: f.addrs, maxNumSeqs: f.eng.maxNumSeqs,
+		reserve: f.o.fleetReserve}
 	if err := os.WriteFile(configPath, []byte(cfg.yaml()), 0o600); err != nil {
 		return fmt.Errorf("write gateway config: %w", err)
 	}
@@ -205,6 +206,8 @@ type fleetConfig struct {
 	key, logLevel, store string
 	servers              []string
 	maxNumSeqs           int
+	// reserve is the scenarios' model's queue.reserve (0: the default).
+	reserve int
 }
 
 // yaml renders the gateway's config: the servers twice, as the conversations' backends (no
@@ -235,10 +238,10 @@ backends:
   - name: %s
     backends: [%s]
     priority_scheduling: true
-    queue: {depth: 4096, wait: 30s}
+    queue: {depth: 4096, wait: 30s, reserve: %d}
 store: {driver: sqlite, path: %q}
 usage: {flush_interval: 1s}
-`, c.logLevel, c.key, b.String(), fleetModel, sims.String(), fleetFairModel, fair.String(), c.store)
+`, c.logLevel, c.key, b.String(), fleetModel, sims.String(), fleetFairModel, fair.String(), c.reserve, c.store)
 }
 
 // measure runs the conversations through each routing in turn, round after round, and then

@@ -88,6 +88,8 @@ type options struct {
 	fleetPhase time.Duration
 	// fleetLog is where -fleet writes its scenarios' request log; empty writes none.
 	fleetLog string
+	// fleetReserve is the scenarios' model's queue.reserve; zero leaves the default.
+	fleetReserve int
 	// seed makes its workload.
 	seed int64
 
@@ -137,6 +139,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		"phases, then a fairness and a priority scenario; -rounds, -json, -keep, -bin-dir and -gateway-log-level apply")
 	fs.DurationVar(&o.fleetPhase, "fleet-duration", 20*time.Second, "length of each -fleet phase (the first fifth is not measured)")
 	fs.Int64Var(&o.seed, "seed", 1, "seed of the -fleet workload")
+	fs.IntVar(&o.fleetReserve, "fleet-reserve", 0, "the queue.reserve of the -fleet scenarios' model, in slots; 0 leaves the default, -1 keeps none")
 	fs.StringVar(&o.fleetLog, "fleet-log", "", "write a JSON line per -fleet scenario request to `file`: its tenant, time to first token, "+
 		"the server it ran on, its time in the gateway and in the server's queue, the batch it joined, its cached tokens, and for a cold one "+
 		"what every server held of its prompt then")
