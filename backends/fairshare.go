@@ -237,18 +237,23 @@ func (r *Route) reserveFor(l *tenantLoad, pending int, parts *[maxReserveParts]i
 }
 
 // flooding reports whether l, at or over its equal share, is what the
-// reserve is kept from: it has requests waiting besides this one (pending
-// is 1 when this one is not among them), or no other tenant floods (at or
-// over the share with requests waiting) and it holds more slots than any
-// other. A tenant bursting past its share while another floods is not:
-// capping it would queue it behind its own requests while the reserve
-// stays free. q.mu is held.
+// reserve is kept from: it has at least as many requests waiting besides
+// this one (pending is 1 when this one is not among them) as it holds
+// slots, or no other tenant floods and it holds more slots than any
+// other. A queue shorter than the requests a tenant runs drains within
+// about one request's time, as those end: a burst. A flood's queue grows
+// past what it runs and stays there. A tenant bursting past its share
+// while another floods is not held to the reserve: that would queue it
+// behind its own requests while the reserve stays free. q.mu is held.
 func (q *waitQueue) flooding(l *tenantLoad, pending int, share int64) bool {
-	if l.waiting+pending > 1 {
+	if queued := l.waiting + pending - 1; queued > 0 && queued >= l.inflight {
 		return true
 	}
 	for _, o := range q.loads {
-		if o != l && (o.waiting > 0 && int64(o.inflight) >= share || o.inflight >= l.inflight) {
+		if o == l {
+			continue
+		}
+		if o.inflight >= l.inflight || int64(o.inflight) >= share && o.waiting > 0 && o.waiting >= o.inflight {
 			return false
 		}
 	}

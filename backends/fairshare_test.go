@@ -252,17 +252,19 @@ func TestFairReserveBurst(t *testing.T) {
 	h.r.reserve = 4
 	// Shares of 16 slots among b, c and f are 5. c holds 1, b 5, f 6:
 	// f, over its share and holding most, stops with 4 free (under c's 4
-	// unused), and two of its requests wait.
+	// unused), and more of its requests wait than it holds slots: a flood.
 	h.take("c")
 	for range 5 {
 		h.take("b")
 	}
 	for h.take("f") {
 	}
-	h.wait("f")
-	h.wait("f")
+	for range 7 {
+		h.wait("f")
+	}
+	waitFor(t, "f's 7 waiting", 5*time.Second, func() bool { _, w := h.r.TenantLoad("f"); return w == 7 })
 	h.none()
-	if got, want := h.counts(), []string{"b=5/0", "c=1/0", "f=6/2"}; !slices.Equal(got, want) {
+	if got, want := h.counts(), []string{"b=5/0", "c=1/0", "f=6/7"}; !slices.Equal(got, want) {
 		t.Fatalf("counts %v before the burst, want %v", got, want)
 	}
 	// b, at its share, bursts: f floods, so b takes the free slots.
@@ -272,13 +274,17 @@ func TestFairReserveBurst(t *testing.T) {
 		}
 	}
 	h.none()
-	if got, want := h.counts(), []string{"b=9/0", "c=1/0", "f=6/2"}; !slices.Equal(got, want) {
+	if got, want := h.counts(), []string{"b=9/0", "c=1/0", "f=6/7"}; !slices.Equal(got, want) {
 		t.Errorf("counts %v after the burst, want %v", got, want)
 	}
-	// A slot of b's freeing stays free: f, with a request waiting behind
-	// the next, floods, and c's 4 unused are kept.
+	// A slot of b's freeing stays free: f floods, and c's 4 unused are
+	// kept.
 	h.release("b")
 	h.none()
+	// b's next request takes it, though f's wait: b bursts, f floods.
+	if !h.take("b") {
+		t.Errorf("b, bursting while f floods, was held back with %d free; counts %v", h.free(), h.counts())
+	}
 	for name := range h.held {
 		for len(h.held[name]) > 0 {
 			h.release(name)
