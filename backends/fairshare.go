@@ -15,12 +15,11 @@ import "slices"
 //     request holding a slot or waiting for one (rounded down);
 //   - a request of a tenant holding fewer slots than its share may take
 //     any free slot, and so may one of a tenant over it that is not
-//     flooding: with no other request of its waiting, while another
-//     tenant floods (at or over its share, with requests waiting) or
-//     holds as many slots. A
-//     well-behaved tenant's burst past the equal share is not the flood
-//     the reserve is kept from, and capping it would queue it behind its
-//     own requests while the reserve stays free;
+//     flooding: with fewer of its other requests waiting than it holds
+//     slots, while another tenant floods or holds as many slots (see
+//     flooding). A well-behaved tenant's burst past the equal share is
+//     not the flood the reserve is kept from, and capping it would queue
+//     it behind its own requests while the reserve stays free;
 //   - a request of a flooding tenant at or over its share takes a slot
 //     only while more stay free than the reserve: the configured one, but
 //     never more than the other tenants under their share leave unused of
