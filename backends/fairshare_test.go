@@ -243,9 +243,10 @@ func TestFairReserve(t *testing.T) {
 }
 
 // TestFairReserveBurst checks that a tenant bursting past its equal share,
-// with none of its requests waiting, takes the reserve's free slots while
-// another tenant floods (over its share, with requests waiting), and that
-// the flooding tenant is still held to the reserve.
+// with fewer of its requests waiting than it holds slots, takes the
+// reserve's free slots while another tenant floods (over its share, with
+// more requests waiting than it holds slots), and that the flooding tenant
+// is still held to the reserve.
 func TestFairReserveBurst(t *testing.T) {
 	h := newFairHarness(t)
 	h.r = newTestRoute(config.Queue{Depth: 16, Wait: time.Hour}, newTestBackend("a", 1, 8), newTestBackend("b", 1, 8))
@@ -281,7 +282,8 @@ func TestFairReserveBurst(t *testing.T) {
 	// kept.
 	h.release("b")
 	h.none()
-	// b's next request takes it, though f's wait: b bursts, f floods.
+	// b's next request takes it, though f's requests wait: b bursts, f
+	// floods.
 	if !h.take("b") {
 		t.Errorf("b, bursting while f floods, was held back with %d free; counts %v", h.free(), h.counts())
 	}
