@@ -14,10 +14,16 @@ import "slices"
 //   - a tenant's share is the route's slots divided by the tenants with a
 //     request holding a slot or waiting for one (rounded down);
 //   - a request of a tenant holding fewer slots than its share may take
-//     any free slot;
-//   - a request of a tenant at or over its share takes a slot only while
-//     more stay free than the reserve: the configured one, but never more
-//     than the other tenants under their share leave unused of it;
+//     any free slot, and so may one of a tenant over it that is not
+//     flooding: with fewer of its other requests waiting than it holds
+//     slots, while another tenant floods or holds as many slots (see
+//     flooding). A well-behaved tenant's burst past the equal share is
+//     not the flood the reserve is kept from, and capping it would queue
+//     it behind its own requests while the reserve stays free;
+//   - a request of a flooding tenant at or over its share takes a slot
+//     only while more stay free than the reserve: the configured one, but
+//     never more than the other tenants under their share leave unused of
+//     it;
 //   - and only on a backend keeping more free than its part of the
 //     reserve, rounded down: the reserve is shared among the backends as
 //     the unused shares it stands for are, each tenant's in proportion to
@@ -99,7 +105,7 @@ func (r *Route) PickFor(t *Tenancy, c Claim, tried Tried, blocks []uint64) *Back
 		t.r, t.load = r, l
 		return above
 	}
-	b, held := r.pickKeeping(l, tried, blocks)
+	b, held := r.pickKeeping(l, 1, tried, blocks)
 	if b != nil {
 		r.count(l, b)
 		t.r, t.load = r, l
@@ -109,10 +115,11 @@ func (r *Route) PickFor(t *Tenancy, c Claim, tried Tried, blocks []uint64) *Back
 }
 
 // pickKeeping is Pick for a request of l, keeping the reserve free: nil
-// and true when a slot is free but kept; q.mu is held.
-func (r *Route) pickKeeping(l *tenantLoad, tried Tried, blocks []uint64) (*Backend, bool) {
+// and true when a slot is free but kept. pending is 1 when the request is
+// not counted among l's waiting ones, 0 when it is. q.mu is held.
+func (r *Route) pickKeeping(l *tenantLoad, pending int, tried Tried, blocks []uint64) (*Backend, bool) {
 	var parts [maxReserveParts]int64
-	keep, ok := r.reserveFor(l, &parts)
+	keep, ok := r.reserveFor(l, pending, &parts)
 	if !ok {
 		return nil, true
 	}
@@ -186,16 +193,16 @@ func (r *Route) uncount(l *tenantLoad, b *Backend) {
 
 // reserveFor is the reserve a request of l must leave free (see the rule
 // above), and false when the free slots are no more than it; parts gets
-// each backend's part of it. q.mu is held and l is in q.loads. A nil l (a
-// request not counted) leaves none.
-func (r *Route) reserveFor(l *tenantLoad, parts *[maxReserveParts]int64) (int64, bool) {
+// each backend's part of it. pending is as for pickKeeping. q.mu is held
+// and l is in q.loads. A nil l (a request not counted) leaves none.
+func (r *Route) reserveFor(l *tenantLoad, pending int, parts *[maxReserveParts]int64) (int64, bool) {
 	if l == nil || r.reserve <= 0 {
 		return 0, true
 	}
 	q := &r.waitq
 	slots, free := r.slots()
 	share := slots / int64(len(q.loads))
-	if int64(l.inflight) < share {
+	if int64(l.inflight) < share || !q.flooding(l, pending, share) {
 		return 0, true
 	}
 	// unused is what the others under their share may still take, and
@@ -226,6 +233,30 @@ func (r *Route) reserveFor(l *tenantLoad, parts *[maxReserveParts]int64) (int64,
 		parts[maxReserveParts-1] /= int64(n) // the rest share the last part
 	}
 	return keep, free > keep
+}
+
+// flooding reports whether l, at or over its equal share, is what the
+// reserve is kept from: it has at least as many requests waiting besides
+// this one (pending is 1 when this one is not among them) as it holds
+// slots, or no other tenant floods and it holds more slots than any
+// other. A queue shorter than the requests a tenant runs drains within
+// about one request's time, as those end: a burst. A flood's queue grows
+// past what it runs and stays there. A tenant bursting past its share
+// while another floods is not held to the reserve: that would queue it
+// behind its own requests while the reserve stays free. q.mu is held.
+func (q *waitQueue) flooding(l *tenantLoad, pending int, share int64) bool {
+	if queued := l.waiting + pending - 1; queued > 0 && queued >= l.inflight {
+		return true
+	}
+	for _, o := range q.loads {
+		if o == l {
+			continue
+		}
+		if o.inflight >= l.inflight || int64(o.inflight) >= share && o.waiting > 0 && o.waiting >= o.inflight {
+			return false
+		}
+	}
+	return true
 }
 
 // slots is the route's slots on healthy backends, and how many of them are

@@ -242,6 +242,62 @@ func TestFairReserve(t *testing.T) {
 	}
 }
 
+// TestFairReserveBurst checks that a tenant bursting past its equal share,
+// with fewer of its requests waiting than it holds slots, takes the
+// reserve's free slots while another tenant floods (over its share, with
+// more requests waiting than it holds slots), and that the flooding tenant
+// is still held to the reserve.
+func TestFairReserveBurst(t *testing.T) {
+	h := newFairHarness(t)
+	h.r = newTestRoute(config.Queue{Depth: 16, Wait: time.Hour}, newTestBackend("a", 1, 8), newTestBackend("b", 1, 8))
+	h.r.reserve = 4
+	// Shares of 16 slots among b, c and f are 5. c holds 1, b 5, f 6:
+	// f, over its share and holding most, stops with 4 free (under c's 4
+	// unused), and more of its requests wait than it holds slots: a flood.
+	h.take("c")
+	for range 5 {
+		h.take("b")
+	}
+	for h.take("f") {
+	}
+	for range 7 {
+		h.wait("f")
+	}
+	waitFor(t, "f's 7 waiting", 5*time.Second, func() bool { _, w := h.r.TenantLoad("f"); return w == 7 })
+	h.none()
+	if got, want := h.counts(), []string{"b=5/0", "c=1/0", "f=6/7"}; !slices.Equal(got, want) {
+		t.Fatalf("counts %v before the burst, want %v", got, want)
+	}
+	// b, at its share, bursts: f floods, so b takes the free slots.
+	for range 4 {
+		if !h.take("b") {
+			t.Fatalf("b, bursting while f floods, was held back with %d free; counts %v", h.free(), h.counts())
+		}
+	}
+	h.none()
+	if got, want := h.counts(), []string{"b=9/0", "c=1/0", "f=6/7"}; !slices.Equal(got, want) {
+		t.Errorf("counts %v after the burst, want %v", got, want)
+	}
+	// A slot of b's freeing stays free: f floods, and c's 4 unused are
+	// kept.
+	h.release("b")
+	h.none()
+	// b's next request takes it, though f's requests wait: b bursts, f
+	// floods.
+	if !h.take("b") {
+		t.Errorf("b, bursting while f floods, was held back with %d free; counts %v", h.free(), h.counts())
+	}
+	for name := range h.held {
+		for len(h.held[name]) > 0 {
+			h.release(name)
+		}
+	}
+	h.drain()
+	if n := h.r.TenantsCounted(); n != 0 {
+		t.Errorf("%d tenants counted after every slot's release: %v", n, h.counts())
+	}
+}
+
 // drain releases what waiting requests the last releases served.
 func (h *fairHarness) drain() {
 	for ; h.pending > 0; h.pending-- {

@@ -322,7 +322,7 @@ func (r *Route) serveLocked() {
 		if w == nil {
 			return
 		}
-		b, held := r.pickKeeping(w.load, w.tried, w.blocks)
+		b, held := r.pickKeeping(w.load, 0, w.tried, w.blocks)
 		if held {
 			// The free slots are the reserve, kept from this tenant's
 			// requests for this round.

@@ -465,8 +465,9 @@ type Queue struct {
 	// Retry-After. Zero means 5s.
 	Wait time.Duration `yaml:"wait"`
 	// Reserve is how many of the model's slots are kept free for tenants
-	// under their equal share while a tenant over its share wants more
-	// (docs/scheduler.md, "Priority and fairness"); never more than the
+	// under their equal share while a tenant over its share floods, more
+	// of its requests waiting than it runs (docs/scheduler.md, "Priority
+	// and fairness"); never more than the
 	// under-share tenants leave unused of their shares. Zero means a
 	// quarter of the model's slots, rounded up; -1 means none, every free
 	// slot going to whoever is next in line.

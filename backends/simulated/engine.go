@@ -97,11 +97,35 @@ func (s *Server) startSequence(body []byte, r *chatRequest) *seq {
 		adapter = r.model
 	}
 	blocks, _ := promptBlocks(nil, r.messages, e.cfg.BlockSize, adapter)
+	arrived := s.clock.Now()
 	q := e.start(blocks, r.prompt, adapter, gjson.GetBytes(body, "priority").Int())
 	if e.blocks != nil {
 		r.cached = q.cached
 	}
+	if s.opts.OnSequence != nil {
+		s.opts.OnSequence(SequenceStat{
+			Arrived: arrived, Admitted: s.clock.Now(), Running: int(e.runningNow.Load()),
+			PromptTokens: r.prompt, CachedTokens: q.cached, Prefill: q.prefill, Body: body,
+		})
+	}
 	return q
+}
+
+// CachedPrefix is how many tokens of the prompt of a chat request's body (its "messages") the
+// server's prefix cache holds now, and how many sequences it runs and queues: a measurement's
+// view of where else a request could have run warm. It changes nothing in the cache.
+func (s *Server) CachedPrefix(body []byte) (cached, running, waiting int) {
+	e := s.engine
+	if e == nil {
+		return 0, 0, 0
+	}
+	blocks, _ := promptBlocks(nil, gjson.GetBytes(body, "messages"), e.cfg.BlockSize, "")
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.blocks != nil {
+		cached = e.blocks.leading(blocks) * e.cfg.BlockSize
+	}
+	return cached, e.running, len(e.waiting)
 }
 
 // decodeWhole waits out a reply that is not streamed, which a server sends once the whole

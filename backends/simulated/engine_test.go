@@ -112,6 +112,53 @@ func TestEnginePrefillIsPerUncachedToken(t *testing.T) {
 	}
 }
 
+// TestEngineReportsSequences checks what Options.OnSequence hears of each admitted request, and
+// what CachedPrefix says a server holds of a prompt, without touching its cache.
+func TestEngineReportsSequences(t *testing.T) {
+	var mu sync.Mutex
+	var got []SequenceStat
+	const perToken = time.Millisecond
+	h, _ := startDriven(t, Options{TimeToFirstToken: time.Millisecond, Engine: Engine{
+		PrefillPerToken: perToken, KVCacheBlocks: 64, BlockSize: 4, MaxNumSeqs: 2,
+	}, OnSequence: func(st SequenceStat) {
+		mu.Lock()
+		defer mu.Unlock()
+		st.Body = append([]byte(nil), st.Body...)
+		got = append(got, st)
+	}})
+	system := `{"role":"system","content":"` + words(0, 24) + `"}`
+	messages := `[` + system + `,{"role":"user","content":"` + words(100, 6) + `"}]`
+	body := chatWith(messages, "")
+	if c, running, waiting := h.srv.CachedPrefix([]byte(body)); c != 0 || running != 0 || waiting != 0 {
+		t.Errorf("CachedPrefix before any request = %d, %d, %d, want 0, 0, 0", c, running, waiting)
+	}
+	for range 2 {
+		if r := h.do(t, "POST", "/v1/chat/completions", body); r.status != 200 {
+			t.Fatalf("status %d: %s", r.status, r.body)
+		}
+	}
+	// 38 tokens, 9 whole blocks: cold, then every whole block cached and the 2 tokens after them
+	// computed.
+	want := []struct{ cached, running int }{{0, 1}, {36, 1}}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != len(want) {
+		t.Fatalf("%d sequences reported, want %d", len(got), len(want))
+	}
+	for i, w := range want {
+		st := got[i]
+		if st.PromptTokens != 38 || st.CachedTokens != w.cached || st.Running != w.running ||
+			st.Prefill != time.Duration(38-w.cached)*perToken || string(st.Body) != body || st.Admitted.Before(st.Arrived) {
+			t.Errorf("sequence %d: %d prompt tokens, %d cached, %d running, prefill %s, admitted %s after arriving, body %q; want 38, %d, %d, %s, not before, the request's",
+				i, st.PromptTokens, st.CachedTokens, st.Running, st.Prefill, st.Admitted.Sub(st.Arrived), st.Body, w.cached, w.running, time.Duration(38-w.cached)*perToken)
+		}
+	}
+	// Both finished: the 9 blocks stay cached, and nothing runs.
+	if c, running, waiting := h.srv.CachedPrefix([]byte(body)); c != 36 || running != 0 || waiting != 0 {
+		t.Errorf("CachedPrefix after = %d, %d, %d, want 36, 0, 0", c, running, waiting)
+	}
+}
+
 func TestEngineStreamWaitsPrefillThenLoadedTokens(t *testing.T) {
 	h, clk := startDriven(t, Options{TimeToFirstToken: 2 * time.Millisecond, InterTokenDelay: 5 * time.Millisecond,
 		Engine: Engine{PrefillPerToken: time.Millisecond, MaxNumSeqs: 4, LoadFactor: 4}})

@@ -59,6 +59,26 @@ type Options struct {
 	// LoRA adapters (engine.go). Its zero value keeps the fixed TimeToFirstToken and
 	// InterTokenDelay of every request.
 	Engine Engine
+	// OnSequence, when set, is called with what the engine did with each plain chat request it
+	// admitted, once admitted: a measurement's request log (tollbench -fleet-log). Nil means
+	// nothing is reported.
+	OnSequence func(SequenceStat)
+}
+
+// SequenceStat is what Options.OnSequence hears of a request the engine admitted.
+type SequenceStat struct {
+	// Arrived is when the request reached the engine, Admitted when it got a sequence slot:
+	// the difference is its wait in the server's queue.
+	Arrived, Admitted time.Time
+	// Running is the sequences running once it was admitted, itself included, the load its
+	// prefill is slowed by.
+	Running int
+	// PromptTokens is its prompt's length, CachedTokens the part found in the prefix cache.
+	PromptTokens, CachedTokens int
+	// Prefill is its prefill time beyond the fixed TimeToFirstToken.
+	Prefill time.Duration
+	// Body is the request's body, valid during the call only.
+	Body []byte
 }
 
 // Engine is the scheduler and KV cache model of the simulated server, after the latency and KV

@@ -73,6 +73,8 @@ type fleetBench struct {
 	gwAddr   string
 	gw       *endpoint
 	rep      *fleetReport
+	// flog is the scenarios' request log (-fleet-log); nil writes none.
+	flog *fleetLog
 }
 
 func (f *fleetBench) logf(format string, args ...any) {
@@ -103,6 +105,12 @@ func runFleet(ctx context.Context, o options, args []string, stdout, stderr io.W
 			fleetConversations, fleetApps, fleetPromptWords, think.Round(time.Millisecond), fleetBusy*100, o.seed, o.fleetPhase, o.rounds),
 		Settings: map[string]string{"phase": o.fleetPhase.String(), "rounds": strconv.Itoa(o.rounds), "seed": strconv.FormatInt(o.seed, 10)},
 	}
+	if o.fleetLog != "" {
+		if f.flog, err = newFleetLog(o.fleetLog); err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, f.flog.close()) }()
+	}
 	defer func() { err = errors.Join(err, f.stop()) }()
 	if err := f.setup(ctx); err != nil {
 		return interrupted(ctx, err)
@@ -125,7 +133,12 @@ func runFleet(ctx context.Context, o options, args []string, stdout, stderr io.W
 func (f *fleetBench) setup(ctx context.Context) error {
 	f.inFlight = make([]atomic.Int64, fleetServers)
 	for i := range fleetServers {
+		var observe func(simulated.SequenceStat)
+		if f.flog != nil {
+			observe = f.flog.observer(i, &f.servers)
+		}
 		srv := simulated.New(simulated.Options{
+			OnSequence:       observe,
 			TimeToFirstToken: f.eng.ttft, InterTokenDelay: f.eng.itl,
 			Engine: simulated.Engine{
 				MaxNumSeqs: f.eng.maxNumSeqs, PrefillPerToken: f.eng.prefillPerToken, KVCacheBlocks: f.eng.kvBlocks,
@@ -156,7 +169,8 @@ func (f *fleetBench) setup(ctx context.Context) error {
 		bin = filepath.Join(f.dir, "tollgate")
 	}
 	configPath := filepath.Join(f.dir, "tollgate.yaml")
-	cfg := fleetConfig{key: f.key, logLevel: f.o.logLevel, store: filepath.Join(f.dir, "tollgate.db"), servers: f.addrs, maxNumSeqs: f.eng.maxNumSeqs}
+	cfg := fleetConfig{key: f.key, logLevel: f.o.logLevel, store: filepath.Join(f.dir, "tollgate.db"), servers: f.addrs, maxNumSeqs: f.eng.maxNumSeqs,
+		reserve: f.o.fleetReserve}
 	if err := os.WriteFile(configPath, []byte(cfg.yaml()), 0o600); err != nil {
 		return fmt.Errorf("write gateway config: %w", err)
 	}
@@ -192,6 +206,8 @@ type fleetConfig struct {
 	key, logLevel, store string
 	servers              []string
 	maxNumSeqs           int
+	// reserve is the scenarios' model's queue.reserve (0: the default).
+	reserve int
 }
 
 // yaml renders the gateway's config: the servers twice, as the conversations' backends (no
@@ -222,35 +238,47 @@ backends:
   - name: %s
     backends: [%s]
     priority_scheduling: true
-    queue: {depth: 4096, wait: 30s}
+    queue: {depth: 4096, wait: 30s, reserve: %d}
 store: {driver: sqlite, path: %q}
 usage: {flush_interval: 1s}
-`, c.logLevel, c.key, b.String(), fleetModel, sims.String(), fleetFairModel, fair.String(), c.store)
+`, c.logLevel, c.key, b.String(), fleetModel, sims.String(), fleetFairModel, fair.String(), c.reserve, c.store)
 }
 
 // measure runs the conversations through each routing in turn, round after round, and then
 // the fairness and priority scenarios through the gateway.
+// With -only fairness or -only priority, that scenario alone.
 func (f *fleetBench) measure(ctx context.Context) error {
-	var res [numRoutes]*routeResult
-	for i := range res {
-		res[i] = &routeResult{}
-	}
-	for round := range f.o.rounds {
-		for route := range numRoutes {
-			f.logf("round %d: conversations through %s for %s", round+1, routeNames[route], f.o.fleetPhase)
-			if err := f.conversations(ctx, route, res[route]); err != nil {
-				return err
+	if f.o.only == "" {
+		var res [numRoutes]*routeResult
+		for i := range res {
+			res[i] = &routeResult{}
+		}
+		for round := range f.o.rounds {
+			for route := range numRoutes {
+				f.logf("round %d: conversations through %s for %s", round+1, routeNames[route], f.o.fleetPhase)
+				if err := f.conversations(ctx, route, res[route]); err != nil {
+					return err
+				}
 			}
 		}
+		f.rep.Routes = res
+		f.rep.Rows = append(f.rep.Rows, conversationRows(res)...)
 	}
-	f.rep.Routes = res
-	f.rep.Rows = append(f.rep.Rows, conversationRows(res)...)
+	if f.o.only == "" || f.o.only == "fairness" {
+		unloaded, loaded, err := f.fairness(ctx)
+		if err != nil {
+			return err
+		}
+		f.rep.Rows = append(f.rep.Rows, fairnessRows(unloaded, loaded)...)
+	}
+	if f.o.only == "priority" || f.o.only == "" {
+		return f.measurePriority(ctx)
+	}
+	return nil
+}
 
-	unloaded, loaded, err := f.fairness(ctx)
-	if err != nil {
-		return err
-	}
-	f.rep.Rows = append(f.rep.Rows, fairnessRows(unloaded, loaded)...)
+// measurePriority runs the priority scenario and adds its row.
+func (f *fleetBench) measurePriority(ctx context.Context) error {
 	high0, high, flood, err := f.priority(ctx)
 	if err != nil {
 		return err
@@ -439,7 +467,11 @@ type openLoad struct {
 
 // scenario sends loads through the gateway's scenario model for one phase, open loop, and
 // returns what each load sent and got (requests sent during the warm-up are not counted).
-func (f *fleetBench) scenario(ctx context.Context, loads []openLoad) ([]*tenantLoad, error) {
+func (f *fleetBench) scenario(ctx context.Context, name string, loads []openLoad) ([]*tenantLoad, error) {
+	if f.flog != nil {
+		f.flog.start(name)
+		defer f.flog.start("")
+	}
 	out := make([]*tenantLoad, len(loads))
 	for i, l := range loads {
 		out[i] = &tenantLoad{Name: l.project}
@@ -456,6 +488,7 @@ func (f *fleetBench) scenario(ctx context.Context, loads []openLoad) ([]*tenantL
 				r := rand.New(rand.NewPCG(uint64(f.o.seed), uint64(l.tenant)+1<<48))
 				var reqs sync.WaitGroup
 				defer reqs.Wait()
+				var inFlight atomic.Int64
 				next := began
 				for n := 0; ; n++ {
 					next = next.Add(time.Duration(r.ExpFloat64() / l.rate * float64(time.Second)))
@@ -469,7 +502,12 @@ func (f *fleetBench) scenario(ctx context.Context, loads []openLoad) ([]*tenantL
 					reqs.Add(1)
 					go func() {
 						defer reqs.Done()
+						sent, held := time.Now(), inFlight.Add(1)
 						s := f.send(f.gw, -1, body, []string{"Compat-Project", l.project}, make([]byte, 16<<10))
+						inFlight.Add(-1)
+						if f.flog != nil {
+							f.flog.add(l.project, conv.turns[0].user, began, sent, time.Now(), int(held), s)
+						}
 						s.tokens, s.late, s.tail = conv.turns[0].maxTokens, time.Now().After(end), at >= tail
 						if at >= warm {
 							mu.Lock()
@@ -502,12 +540,12 @@ func (f *fleetBench) fairness(ctx context.Context) (unloaded, loaded []*tenantLo
 		loads = append(loads, openLoad{tenant: t, project: "bench/tenant-" + strconv.Itoa(t), rate: rate, app: t})
 	}
 	f.logf("fairness: %d tenants at %.1f requests/s each, alone, for %s", fairTenants, rate, f.o.fleetPhase)
-	if unloaded, err = f.scenario(ctx, loads); err != nil {
+	if unloaded, err = f.scenario(ctx, "fairness alone", loads); err != nil {
 		return nil, nil, err
 	}
 	loads = append(loads, openLoad{tenant: fairTenants, project: "bench/flooder", rate: floodFactor * rate, app: fairTenants})
 	f.logf("fairness: with a flooder at %.1f requests/s, for %s", floodFactor*rate, f.o.fleetPhase)
-	loaded, err = f.scenario(ctx, loads)
+	loaded, err = f.scenario(ctx, "fairness flood", loads)
 	return unloaded, loaded, err
 }
 
@@ -517,13 +555,13 @@ func (f *fleetBench) priority(ctx context.Context) (alone, high, flood *tenantLo
 	c := f.capacity()
 	trickle := openLoad{tenant: 10, project: "bench/high", priority: -1, rate: c / 10, app: 4}
 	f.logf("priority: a high-priority trickle at %.1f requests/s, alone, for %s", trickle.rate, f.o.fleetPhase)
-	a, err := f.scenario(ctx, []openLoad{trickle})
+	a, err := f.scenario(ctx, "priority alone", []openLoad{trickle})
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	low := openLoad{tenant: 11, project: "bench/low", priority: 1, rate: c * 1.2, app: 5}
 	f.logf("priority: under a low-priority flood at %.1f requests/s, for %s", low.rate, f.o.fleetPhase)
-	l, err := f.scenario(ctx, []openLoad{trickle, low})
+	l, err := f.scenario(ctx, "priority flood", []openLoad{trickle, low})
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -2,11 +2,15 @@ package main
 
 import (
 	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/backends/simulated"
 	"github.com/tollgate-dev/tollgate/config"
 )
 
@@ -258,5 +262,53 @@ func TestFleetConfigLoads(t *testing.T) {
 		if (b.MaxConcurrency == 8) != capped {
 			t.Errorf("backend %s: max_concurrency %d", b.Name, b.MaxConcurrency)
 		}
+	}
+}
+
+func TestParseOptionsFleetOnly(t *testing.T) {
+	for _, part := range []string{"fairness", "priority"} {
+		o, err := parseOptions([]string{"-fleet", "-only", part, "-fleet-log", "x.jsonl"}, io.Discard)
+		if err != nil || o.only != part || o.fleetLog != "x.jsonl" {
+			t.Errorf("-fleet -only %s: %+v, %v", part, o, err)
+		}
+	}
+	for _, args := range [][]string{{"-fleet", "-only", "soak"}, {"-only", "fairness"}} {
+		if _, err := parseOptions(args, io.Discard); err == nil {
+			t.Errorf("%q accepted", args)
+		}
+	}
+}
+
+// TestFleetLogJoinsServerAndClient checks that a line of -fleet-log joins what the client
+// measured with what the server reported of the same request, and lists every server's view of
+// a cold one.
+func TestFleetLogJoinsServerAndClient(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "log.jsonl")
+	l, err := newFleetLog(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	servers := []*simulated.Server{simulated.New(simulated.Options{Engine: simulated.Engine{KVCacheBlocks: 16}})}
+	l.start("fairness flood")
+	began := time.Unix(1000, 0)
+	sent := began.Add(2 * time.Second)
+	body := `{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"hello there"}]}`
+	l.observer(0, &servers)(simulated.SequenceStat{Arrived: sent.Add(3 * time.Millisecond), Admitted: sent.Add(5 * time.Millisecond),
+		Running: 4, PromptTokens: 11, CachedTokens: 0, Prefill: 7 * time.Millisecond, Body: []byte(body)})
+	l.add("bench/tenant-0", "hello there", began, sent, sent.Add(time.Second), 2, fleetSample{ttft: 20 * time.Millisecond})
+	l.add("bench/tenant-1", "unreported", began, sent, sent, 1, fleetSample{ttft: time.Millisecond})
+	if err := l.close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"scenario":"fairness flood","tenant":"bench/tenant-0","sent_ms":2000,"ttft_ms":20,"end_ms":3000,"in_flight":2,"server":0,` +
+		`"gateway_ms":3,"wait_ms":2,"running":4,"prompt":11,"cached":0,"prefill_ms":7,"elsewhere":[{"server":0,"cached":0,"running":0,"waiting":0}]}` + "\n" +
+		`{"scenario":"fairness flood","tenant":"bench/tenant-1","sent_ms":2000,"ttft_ms":1,"end_ms":2000,"in_flight":1,"server":-1,` +
+		`"gateway_ms":0,"wait_ms":0,"running":0,"prompt":0,"cached":0,"prefill_ms":0}` + "\n"
+	if string(b) != want {
+		t.Errorf("log:\n%s\nwant:\n%s", b, want)
 	}
 }

@@ -86,6 +86,10 @@ type options struct {
 	fleet bool
 	// fleetPhase is the length of each of its phases.
 	fleetPhase time.Duration
+	// fleetLog is where -fleet writes its scenarios' request log; empty writes none.
+	fleetLog string
+	// fleetReserve is the scenarios' model's queue.reserve; zero leaves the default.
+	fleetReserve int
 	// seed makes its workload.
 	seed int64
 
@@ -127,7 +131,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		"what that design costs the time to first event by itself")
 	fs.StringVar(&o.only, "only", "", "run only this `part`: soak skips the direct/bare/gateway measurements (then -soak must be set); "+
 		"streams measures only the streaming latency and, unless -streams is empty, the open streams; "+
-		"open measures only the open loops at -rates")
+		"open measures only the open loops at -rates; with -fleet, fairness or priority runs that scenario alone")
 	fs.DurationVar(&o.soak, "soak", 0, "after the measurements, hold the gateway under a mixed open-loop load for `duration` and check "+
 		"that its memory, goroutines, descriptors and in-flight gauges come back to where they were after the warm-up; 0 runs no soak")
 	fs.DurationVar(&o.soakWarmup, "soak-warmup", time.Minute, "load of the soak's mix before its baseline is sampled")
@@ -139,6 +143,10 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		"phases, then a fairness and a priority scenario; -rounds, -json, -keep, -bin-dir and -gateway-log-level apply")
 	fs.DurationVar(&o.fleetPhase, "fleet-duration", 20*time.Second, "length of each -fleet phase (the first fifth is not measured)")
 	fs.Int64Var(&o.seed, "seed", 1, "seed of the -fleet workload")
+	fs.IntVar(&o.fleetReserve, "fleet-reserve", 0, "the queue.reserve of the -fleet scenarios' model, in slots; 0 leaves the default, -1 keeps none")
+	fs.StringVar(&o.fleetLog, "fleet-log", "", "write a JSON line per -fleet scenario request to `file`: its tenant, time to first token, "+
+		"the server it ran on, its time in the gateway and in the server's queue, the batch it joined, its cached tokens, and for a cold one "+
+		"what every server held of its prompt then")
 	fs.IntVar(&o.instructions, "instructions", 0, "count instead the user-space instructions the gateway and the bare proxy execute per request "+
 		"under valgrind's cachegrind, which a busy host does not change: each side serves 1,000 requests, then 1,000 + `n` in a second run, "+
 		"per round (-rounds); -bin-dir, -json and -keep apply; 0 runs the usual measurements")
@@ -194,7 +202,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("-stream-itl must not be negative, -slow-itl must be more than 0 and at most 10s")
 	}
 	switch {
-	case o.only != "" && o.only != "soak" && o.only != "streams" && o.only != "open":
+	case o.fleet && o.only != "" && o.only != "fairness" && o.only != "priority":
+		return o, fmt.Errorf("-only %q with -fleet: the parts that run alone are fairness and priority", o.only)
+	case !o.fleet && o.only != "" && o.only != "soak" && o.only != "streams" && o.only != "open":
 		return o, fmt.Errorf("-only %q: the parts that run alone are soak, streams and open", o.only)
 	case o.only == "open" && len(o.rates) == 0:
 		return o, errors.New("-only open needs -rates")
