@@ -88,13 +88,13 @@ func AppendBlockChain(dst []uint64, parts ...[]byte) []uint64 {
 	}
 	var d xxhash.Digest
 	d.Reset()
-	part, off := 0, 0 // where the next block's bytes start
+	start, part, off := 0, 0, 0 // where the next block's bytes start
 	for i := 0; len(dst) < cap(dst); i++ {
 		end := blockEnd(i)
 		if end > total {
 			break
 		}
-		for n := end - blockEnd(i-1); n > 0; {
+		for n := end - start; n > 0; {
 			for off == len(parts[part]) {
 				part, off = part+1, 0
 			}
@@ -103,6 +103,7 @@ func AppendBlockChain(dst []uint64, parts ...[]byte) []uint64 {
 			off, n = off+k, n-k
 		}
 		dst = append(dst, d.Sum64())
+		start = end
 	}
 	return dst
 }
