@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -115,12 +114,12 @@ func newSpanBuilder(sampler sdktrace.Sampler, res []attribute.KeyValue, resSchem
 	return b
 }
 
-// name is the span's name, "{operation} {model}".
+// name is the span's name, "{operation} {model}", in valid UTF-8.
 func (b *spanBuilder) name(op, model string) string {
 	if n, ok := b.names[spanName{op, model}]; ok {
 		return n
 	}
-	n := op + " " + model
+	n := validUTF8(op + " " + model)
 	if len(b.names) < maxCachedNames {
 		b.names[spanName{op, model}] = n
 	}
@@ -180,63 +179,64 @@ func (b *spanBuilder) build(rec *accounting.Record) bool {
 		sp.SetParentSpanID(pcommon.SpanID{})
 	}
 	sp.SetFlags(flags)
-	sp.SetName(validUTF8(name))
+	sp.SetName(name)
 	sp.SetKind(ptrace.SpanKindClient)
 	sp.SetStartTimestamp(pcommon.Timestamp(unixNano(rec.Started.UnixNano())))
 	sp.SetEndTimestamp(pcommon.Timestamp(unixNano(rec.Ended.UnixNano())))
 
-	m := sp.Attributes()
-	m.EnsureCapacity(maxSpanAttrs)
-	bt.keys = bt.keys[:0]
-	bt.put(m, op)
-	bt.put(m, semconv.GenAIProviderNameOpenAI)
-	bt.put(m, semconv.GenAIRequestModel(rec.Model))
+	// The attributes every span has come first and the others after, in
+	// a fixed order, so that spans of one shape in a row set each
+	// attribute over the one at its place (see attrList.setOver).
+	var attrs attrList
+	attrs.constant(op)
+	attrs.constant(semconv.GenAIProviderNameOpenAI)
+	attrs.str(string(semconv.GenAIRequestModelKey), rec.Model)
+	attrs.str(string(attrTeam), rec.Team)
+	attrs.str(string(attrProject), rec.Project)
+	attrs.str(string(attrKeyName), rec.KeyName)
+	attrs.str(string(attrBackend), rec.Backend)
+	attrs.str(string(attrCallID), rec.CallID)
+	attrs.str(string(attrRequestID), rec.RequestID)
 	if hasAPIType {
-		bt.put(m, apiType)
+		attrs.constant(apiType)
 	}
 	if srv, ok := b.servers()[rec.Backend]; ok {
-		bt.put(m, srv.address)
-		bt.put(m, srv.port)
+		attrs.trusted(string(semconv.ServerAddressKey), srv.address)
+		attrs.int(string(semconv.ServerPortKey), srv.port)
+	}
+	if rec.TotalTokens > 0 || rec.Status >= 200 && rec.Status < 300 {
+		attrs.int(string(semconv.GenAIUsageInputTokensKey), rec.PromptTokens)
+		attrs.int(string(semconv.GenAIUsageOutputTokensKey), rec.CompletionTokens)
 	}
 	if rec.Backend != "" && rec.Status >= 200 && rec.Status < 300 {
-		bt.put(m, semconv.GenAIResponseModel(rec.ServedModel))
+		attrs.str(string(semconv.GenAIResponseModelKey), rec.ServedModel)
 	}
 	if rec.CompletionID != "" {
-		bt.put(m, semconv.GenAIResponseID(rec.CompletionID))
+		attrs.str(string(semconv.GenAIResponseIDKey), rec.CompletionID)
 	}
 	if rec.FinishReasons.Len() > 0 {
 		b.reasons = rec.FinishReasons.AppendStrings(b.reasons[:0])
-		bt.putStrings(m, string(semconv.GenAIResponseFinishReasonsKey), b.reasons)
+		attrs.strings(string(semconv.GenAIResponseFinishReasonsKey), b.reasons)
 	}
-	if rec.TotalTokens > 0 || rec.Status >= 200 && rec.Status < 300 {
-		bt.put(m, semconv.GenAIUsageInputTokens(int(rec.PromptTokens)))
-		bt.put(m, semconv.GenAIUsageOutputTokens(int(rec.CompletionTokens)))
-	}
-	bt.put(m, attrTeam.String(rec.Team))
-	bt.put(m, attrProject.String(rec.Project))
-	bt.put(m, attrKeyName.String(rec.KeyName))
-	bt.put(m, attrBackend.String(rec.Backend))
-	bt.put(m, attrCallID.String(rec.CallID))
-	bt.put(m, attrRequestID.String(rec.RequestID))
 	// Each attribute is a part of a span's cost in its encoding and in the
 	// collector: the two that would only restate their default (no retry,
 	// not streamed) are left out, and an absent one means it.
-	if len(rec.Attempts) > 0 {
-		bt.put(m, attrRetries.Int(len(rec.Attempts)))
-	}
 	if rec.Stream {
-		bt.put(m, attrStream.Bool(true))
+		attrs.boolean(string(attrStream), true)
+	}
+	if len(rec.Attempts) > 0 {
+		attrs.int(string(attrRetries), int64(len(rec.Attempts)))
 	}
 	st := sp.Status()
 	if errType := b.errorType(rec); errType != "" {
-		bt.put(m, semconv.ErrorTypeKey.String(errType))
+		attrs.trusted(string(semconv.ErrorTypeKey), errType)
 		st.SetCode(ptrace.StatusCodeError)
 		st.SetMessage(validUTF8(rec.Error))
 	} else {
 		st.SetCode(ptrace.StatusCodeUnset)
 		st.SetMessage("")
 	}
-	bt.trim(m)
+	attrs.setOver(sp.Attributes())
 
 	evs := sp.Events()
 	for i := range rec.Attempts {
@@ -249,15 +249,13 @@ func (b *spanBuilder) build(rec *accounting.Record) bool {
 		}
 		ev.SetName(attemptEvent)
 		ev.SetTimestamp(pcommon.Timestamp(unixNano(a.Ended.UnixNano())))
-		em := ev.Attributes()
-		em.EnsureCapacity(5)
-		bt.keys = bt.keys[:0]
-		bt.put(em, attrBackend.String(a.Backend))
-		bt.put(em, attrModel.String(a.Model))
-		bt.put(em, semconv.ErrorTypeKey.String(b.status(a.Status)))
-		bt.put(em, attrError.String(a.Error))
-		bt.put(em, attrAttemptDur.Float64(a.Ended.Sub(a.Started).Seconds()))
-		bt.trim(em)
+		attrs.n = 0
+		attrs.str(string(attrBackend), a.Backend)
+		attrs.str(string(attrModel), a.Model)
+		attrs.trusted(string(semconv.ErrorTypeKey), b.status(a.Status))
+		attrs.str(string(attrError), a.Error)
+		attrs.double(string(attrAttemptDur), a.Ended.Sub(a.Started).Seconds())
+		attrs.setOver(ev.Attributes())
 	}
 	if evs.Len() > len(rec.Attempts) {
 		i := 0
@@ -301,8 +299,6 @@ type spanBatch struct {
 	spans  ptrace.SpanSlice
 	// n is the number of spans of the batch: the first n of spans.
 	n int
-	// keys are the attributes set in the map being set.
-	keys []string
 	// rs carries the encoded ResourceSpans to the OTLP client, as its
 	// unknown fields; list holds it.
 	rs   tracepb.ResourceSpans
@@ -312,7 +308,7 @@ type spanBatch struct {
 // newSpanBatch makes a batch of spans whose resource has the attributes
 // res, in the schema resSchemaURL.
 func newSpanBatch(res []attribute.KeyValue, resSchemaURL string) *spanBatch {
-	bt := &spanBatch{traces: ptrace.NewTraces(), keys: make([]string, 0, maxSpanAttrs)}
+	bt := &spanBatch{traces: ptrace.NewTraces()}
 	rs := bt.traces.ResourceSpans().AppendEmpty()
 	rs.SetSchemaUrl(resSchemaURL)
 	attrs := rs.Resource().Attributes()
@@ -396,53 +392,6 @@ func clearStrings(m pcommon.Map) {
 			}
 		}
 	}
-}
-
-// put sets kv in m. Only the scalar types are mapped.
-func (bt *spanBatch) put(m pcommon.Map, kv attribute.KeyValue) {
-	k := string(kv.Key)
-	bt.keys = append(bt.keys, k)
-	switch kv.Value.Type() {
-	case attribute.STRING:
-		m.PutStr(k, validUTF8(kv.Value.AsString()))
-	case attribute.INT64:
-		m.PutInt(k, kv.Value.AsInt64())
-	case attribute.FLOAT64:
-		m.PutDouble(k, kv.Value.AsFloat64())
-	case attribute.BOOL:
-		m.PutBool(k, kv.Value.AsBool())
-	}
-}
-
-// putStrings sets the string array ss in m under key.
-func (bt *spanBatch) putStrings(m pcommon.Map, key string, ss []string) {
-	bt.keys = append(bt.keys, key)
-	var arr pcommon.Slice
-	if v, ok := m.Get(key); ok && v.Type() == pcommon.ValueTypeSlice {
-		arr = v.Slice()
-	} else {
-		arr = m.PutEmptySlice(key)
-	}
-	for i, s := range ss {
-		if i < arr.Len() {
-			arr.At(i).SetStr(validUTF8(s))
-		} else {
-			arr.AppendEmpty().SetStr(validUTF8(s))
-		}
-	}
-	if arr.Len() > len(ss) {
-		i := 0
-		arr.RemoveIf(func(pcommon.Value) bool { i++; return i > len(ss) })
-	}
-}
-
-// trim removes from m the attributes an earlier span set and this one
-// did not.
-func (bt *spanBatch) trim(m pcommon.Map) {
-	if m.Len() == len(bt.keys) {
-		return
-	}
-	m.RemoveIf(func(k string, _ pcommon.Value) bool { return !slices.Contains(bt.keys, k) })
 }
 
 // putValue sets dst to v, of any type, as the resource's values are.

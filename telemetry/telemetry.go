@@ -25,7 +25,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -64,9 +63,11 @@ type Exporter struct {
 	tick    *time.Ticker
 }
 
-// server is a backend's address as the span names it.
+// server is a backend's address as the span names it: its host, valid
+// UTF-8, and its port.
 type server struct {
-	address, port attribute.KeyValue
+	address string
+	port    int64
 }
 
 // New builds the exporter cfg and the standard OTEL_* environment
@@ -289,7 +290,7 @@ func serverOf(u *url.URL) server {
 			port = 443
 		}
 	}
-	return server{address: semconv.ServerAddress(u.Hostname()), port: semconv.ServerPort(port)}
+	return server{address: validUTF8(u.Hostname()), port: int64(port)}
 }
 
 // Recorder returns next wrapped so that every record it takes is queued to
