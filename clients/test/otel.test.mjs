@@ -4,15 +4,20 @@
 // child's usage as agent instrumentations do, sent to /otel/v1/traces in
 // protobuf and in OTLP/JSON. Then /calls/stream_query shows the spans as
 // calls under their parents, and /calls/usage gives the root exactly the
-// chat's tokens, once.
+// chat's tokens, once. Last, the Vercel AI SDK with its OpenTelemetry
+// integration calls the example model through the gateway: its spans and
+// the gateway's own calls of the same completions count each token once.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { trace, ROOT_CONTEXT } from '@opentelemetry/api';
+import { context, trace, ROOT_CONTEXT } from '@opentelemetry/api';
+import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { BasicTracerProvider, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import { OTLPTraceExporter as ProtoExporter } from '@opentelemetry/exporter-trace-otlp-proto';
 import { OTLPTraceExporter as JSONExporter } from '@opentelemetry/exporter-trace-otlp-http';
-import { baseURL, apiKey, uniqueProject } from '../lib/gateway.mjs';
+import { createOpenAI } from '@ai-sdk/openai';
+import { generateText, streamText } from 'ai';
+import { baseURL, v1, apiKey, uniqueProject, usageTotals } from '../lib/gateway.mjs';
 
 const auth = { Authorization: `Bearer ${apiKey}`, 'Content-Type': 'application/json' };
 
@@ -91,4 +96,103 @@ test('the OpenTelemetry SDK exports OTLP/JSON to /otel/v1/traces, the project in
   });
   const ids = await exportAgentTrace(exporter, {});
   await checkCalls(project, ids);
+});
+
+// streamCalls is the project's calls by id, as /calls/stream_query gives
+// them.
+async function streamCalls(project) {
+  const text = await post('/calls/stream_query', { project_id: project.id });
+  return new Map(text.split('\n').filter((l) => l.trim() !== '').map((l) => JSON.parse(l)).map((c) => [c.id, c]));
+}
+
+test("the Vercel AI SDK's OpenTelemetry integration, calling the example model through the gateway", async (t) => {
+  const project = uniqueProject('otel-aisdk');
+  const provider = new BasicTracerProvider({
+    resource: resourceFromAttributes({
+      'service.name': 'otel-client-test', 'wandb.entity': project.team, 'wandb.project': project.project,
+    }),
+    spanProcessors: [new SimpleSpanProcessor(new ProtoExporter({
+      url: `${baseURL}/otel/v1/traces`, headers: { Authorization: `Bearer ${apiKey}` },
+    }))],
+  });
+  const tracer = provider.getTracer('ai');
+  // The AI SDK makes its steps children of the active span, which an
+  // application's OpenTelemetry set-up (NodeSDK, say) keeps in a context
+  // manager.
+  const contextManager = new AsyncLocalStorageContextManager().enable();
+  context.setGlobalContextManager(contextManager);
+  t.after(() => {
+    context.disable();
+    contextManager.disable();
+  });
+  const openai = createOpenAI({ baseURL: v1, apiKey, headers: { 'Compat-Project': project.id } });
+  const telemetry = { isEnabled: true, tracer };
+
+  const gen = await generateText({
+    model: openai.chat('demo'), prompt: 'Write a haiku', maxRetries: 0, experimental_telemetry: telemetry,
+  });
+  // The AI SDK's default provider, the Responses API.
+  const streamed = streamText({
+    model: openai('demo'), prompt: 'Stream a haiku', maxRetries: 0, experimental_telemetry: telemetry,
+  });
+  let streamedText = '';
+  for await (const delta of streamed.textStream) streamedText += delta;
+  const streamedUsage = await streamed.usage;
+  assert.ok(gen.text.length > 0 && streamedText.length > 0);
+  await provider.forceFlush();
+  await provider.shutdown();
+
+  const runs = [
+    { root: 'ai.generateText', step: 'ai.generateText.doGenerate', usage: gen.usage, id: gen.response.id, idForm: /^chatcmpl-/ },
+    {
+      root: 'ai.streamText', step: 'ai.streamText.doStream', usage: streamedUsage,
+      id: (await streamed.response).id, idForm: /^resp_/,
+    },
+  ];
+  for (const run of runs) {
+    assert.ok(run.usage.inputTokens > 0 && run.usage.outputTokens > 0, JSON.stringify(run.usage));
+    assert.match(run.id, run.idForm);
+  }
+
+  // The gateway's call of each completion folds into the step that
+  // carries its gen_ai.response.id, once the gateway has written it.
+  let calls;
+  const deadline = Date.now() + 15000;
+  for (;;) {
+    calls = await streamCalls(project);
+    const folded = [...calls.values()].filter((c) => c.attributes?.gateway !== undefined).length;
+    if (folded === runs.length || Date.now() > deadline) break;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  assert.equal(calls.size, 2 * runs.length, `calls: ${[...calls.values()].map((c) => c.op_name)}`);
+  for (const run of runs) {
+    const roots = [...calls.values()].filter((c) => c.op_name === run.root);
+    const steps = [...calls.values()].filter((c) => c.op_name === run.step);
+    assert.equal(roots.length, 1, run.root);
+    assert.equal(steps.length, 1, run.step);
+    const [root, step] = [roots[0], steps[0]];
+    assert.equal(root.parent_id, null);
+    assert.equal(step.parent_id, root.id);
+    assert.equal(step.trace_id, root.trace_id);
+    assert.equal(step.attributes.gen_ai.response.id, run.id);
+    assert.ok(step.attributes.gateway, `the gateway's call of ${run.id} did not fold into ${run.step}`);
+
+    const usage = JSON.parse(await post('/calls/usage', { project_id: project.id, call_ids: [root.id] }));
+    const got = usage.call_usage[root.id]?.demo;
+    assert.ok(got, JSON.stringify(usage));
+    assert.deepEqual(
+      { prompt_tokens: got.prompt_tokens, completion_tokens: got.completion_tokens, total_tokens: got.total_tokens },
+      {
+        prompt_tokens: run.usage.inputTokens, completion_tokens: run.usage.outputTokens,
+        total_tokens: run.usage.inputTokens + run.usage.outputTokens,
+      });
+  }
+
+  // The usage API counts the gateway's own records: the same tokens.
+  const want = {
+    input_tokens: runs.reduce((n, r) => n + r.usage.inputTokens, 0),
+    output_tokens: runs.reduce((n, r) => n + r.usage.outputTokens, 0),
+    num_model_requests: runs.length,
+  };
+  assert.deepEqual(await usageTotals(project.id, { want }), want);
 });
