@@ -1,9 +1,9 @@
 package backends
 
 import (
+	"hash/maphash"
+	"math/bits"
 	"sync/atomic"
-
-	"github.com/cespare/xxhash/v2"
 )
 
 // A prompt is cut into blocks at fixed offsets: fineBlocks blocks of
@@ -79,33 +79,74 @@ func blockWeight(i int) uint64 {
 // and requests sharing a system prompt share its blocks. A partial last
 // block is left out, as vLLM caches only whole blocks. It stops at
 // cap(dst) and never grows dst, so a caller that passes an array of
-// MaxPrefixBlocks does not allocate. The hash is fixed (xxHash64,
-// unseeded), so every gateway process agrees on a chain.
+// MaxPrefixBlocks does not allocate.
+//
+// Each block is hashed on its own, with hash/maphash under the process's
+// chainSeed, and linked to the hash of the blocks before it: a block
+// costs one pass over its bytes and a few instructions more, where a
+// running digest also paid for a finalization of everything before it.
+// A chain is thus the same in every backend's index of one process, and
+// unknown outside it, so a client cannot make two prompts collide.
 func AppendBlockChain(dst []uint64, parts ...[]byte) []uint64 {
 	total := 0
 	for _, p := range parts {
 		total += len(p)
 	}
-	var d xxhash.Digest
-	d.Reset()
-	start, part, off := 0, 0, 0 // where the next block's bytes start
+	var cur []byte // the rest of the part the next block starts in
+	var h uint64
+	start := 0 // where the next block's bytes start
 	for i := 0; len(dst) < cap(dst); i++ {
 		end := blockEnd(i)
 		if end > total {
 			break
 		}
-		for n := end - start; n > 0; {
-			for off == len(parts[part]) {
-				part, off = part+1, 0
-			}
-			k := min(n, len(parts[part])-off)
-			_, _ = d.Write(parts[part][off : off+k]) // never fails
-			off, n = off+k, n-k
-		}
-		dst = append(dst, d.Sum64())
+		n := end - start
 		start = end
+		for len(cur) == 0 {
+			cur, parts = parts[0], parts[1:]
+		}
+		var bh uint64
+		if n <= len(cur) {
+			bh = maphash.Bytes(chainSeed, cur[:n])
+			cur = cur[n:]
+		} else {
+			bh, cur, parts = hashAcross(n, cur, parts)
+		}
+		h = linkBlock(h, bh)
+		dst = append(dst, h)
 	}
 	return dst
+}
+
+// chainSeed seeds every block hash of the process; it is set once, at
+// start, and only read after.
+var chainSeed = maphash.MakeSeed()
+
+// hashAcross hashes the next n bytes of cur and then parts, when they run
+// past cur, and returns the hash and what is left of the two. maphash
+// hashes a run of bytes written in pieces as it hashes them written at
+// once, so such a block hashes as it would in one part.
+func hashAcross(n int, cur []byte, parts [][]byte) (uint64, []byte, [][]byte) {
+	var d maphash.Hash
+	d.SetSeed(chainSeed)
+	for n > 0 {
+		for len(cur) == 0 {
+			cur, parts = parts[0], parts[1:]
+		}
+		k := min(n, len(cur))
+		_, _ = d.Write(cur[:k]) // never fails
+		cur, n = cur[k:], n-k
+	}
+	return d.Sum64(), cur, parts
+}
+
+// linkBlock is the chain's hash after a block hashing to block, given the
+// hash of the blocks before it (0 before the first): xxHash64's round,
+// which is one to one in block for any chain, so a chain's hashes are as
+// evenly spread as its blocks' are.
+func linkBlock(chain, block uint64) uint64 {
+	const prime1, prime2 = 11400714785074694791, 14029467366897019727
+	return bits.RotateLeft64(chain+block*prime2, 31) * prime1
 }
 
 // The prefix index's shape: a set-associative table of indexEntries

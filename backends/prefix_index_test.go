@@ -107,6 +107,33 @@ func TestBlockChain(t *testing.T) {
 	})
 }
 
+// TestBlockChainChangedByte checks that a byte changed anywhere in block k
+// leaves the chain's first k hashes as they were and changes every one
+// from k on: each hash covers all the bytes of its blocks and no others.
+func TestBlockChainChangedByte(t *testing.T) {
+	whole := []byte(strings.Repeat("the quick brown fox jumps over the lazy dog. ", 600))
+	want := chain(whole)
+	for _, pos := range []int{0, fineBlockBytes - 1, fineBlockBytes, 1000, blockEnd(fineBlocks) - 1, blockEnd(fineBlocks), 5000, blockEnd(fineBlocks + coarseBlocks), len(whole) - 1} {
+		t.Run(fmt.Sprint(pos), func(t *testing.T) {
+			changed := slices.Clone(whole)
+			changed[pos] ^= 1
+			got := chain(changed)
+			if len(got) != len(want) {
+				t.Fatalf("%d hashes, want %d", len(got), len(want))
+			}
+			k := blocksWithin(pos)
+			if n := shared(got, want); n != min(k, len(want)) {
+				t.Errorf("%d leading hashes unchanged, want %d", n, min(k, len(want)))
+			}
+			for i := k; i < len(want); i++ {
+				if got[i] == want[i] {
+					t.Errorf("hash %d unchanged", i)
+				}
+			}
+		})
+	}
+}
+
 // TestBlockChainParts checks that a prompt given in parts (a system prompt
 // the body keeps apart, then the messages) has the chain of its parts run
 // together, wherever they are cut, and that the parts' order counts.
@@ -116,6 +143,7 @@ func TestBlockChainParts(t *testing.T) {
 	for _, cuts := range [][]int{
 		{0}, {len(whole)}, {1}, {fineBlockBytes}, {fineBlockBytes + 1}, {blockEnd(fineBlocks) - 3},
 		{100, 100}, {5, 640, 3000}, {0, 0, 17}, {len(whole) - 1},
+		{blockEnd(fineBlocks+coarseBlocks) - 5}, {blockEnd(fineBlocks+coarseBlocks) - 5, blockEnd(fineBlocks+coarseBlocks) + 300},
 	} {
 		t.Run(fmt.Sprint(cuts), func(t *testing.T) {
 			var parts [][]byte
