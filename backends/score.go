@@ -76,6 +76,9 @@ type assessment struct {
 	kvUsage float64
 	// adapter says it has the request's LoRA adapter loaded.
 	adapter bool
+	// usable says schedule may choose it: it is not full, unhealthy, or
+	// tried already for the request. assess leaves it to schedule.
+	usable bool
 }
 
 // assess reads a backend's load: its last fresh metrics reading, brought up
@@ -156,15 +159,26 @@ func (r *Route) schedule(tried Tried, blocks []uint64) *Backend {
 	if !r.signals.prefix {
 		blocks = nil
 	}
+	// Each usable backend is assessed once, and both passes read that one
+	// assessment: the draw then sees the loads the best score was taken
+	// from, and the index is searched once per backend.
+	var arr [scheduleBackendsOnStack]assessment
+	assessed := arr[:0]
+	if len(r.backends) > len(arr) {
+		assessed = make([]assessment, 0, len(r.backends))
+	}
 	var queued, best *Backend
 	bestScore := math.Inf(-1)
 	var bestHeld int
-	var queuedTokens, queuedAhead, queuedCost int64
+	var bestTokens, queuedTokens, queuedAhead, queuedCost int64
 	for _, b := range r.backends {
 		if !usable(b, tried) {
+			assessed = append(assessed, assessment{})
 			continue
 		}
 		a := r.assess(b, blocks)
+		a.usable = true
+		assessed = append(assessed, a)
 		if a.ahead > 0 {
 			cost := a.ahead*r.signals.queueCostTokens - a.tokens
 			if queued == nil || cost < queuedCost {
@@ -173,21 +187,19 @@ func (r *Route) schedule(tried Tried, blocks []uint64) *Backend {
 			continue
 		}
 		if s := a.score(r.signals.queueCostTokens); s > bestScore {
-			best, bestScore, bestHeld = b, s, a.held
+			best, bestScore, bestHeld, bestTokens = b, s, a.held, a.tokens
 		}
 	}
 	if best == nil {
 		return queued
 	}
-	// The draw among the candidates (weighted reservoir sampling).
-	var free *Backend
-	var freeTokens, drawn int64
-	for _, b := range r.backends {
-		if !usable(b, tried) {
-			continue
-		}
-		a := r.assess(b, blocks)
-		if a.ahead > 0 || a.held < bestHeld ||
+	// The draw among the candidates (weighted reservoir sampling); best is
+	// always one.
+	free, freeTokens := best, bestTokens
+	var drawn int64
+	for i, b := range r.backends {
+		a := &assessed[i]
+		if !a.usable || a.ahead > 0 || a.held < bestHeld ||
 			a.score(r.signals.queueCostTokens)+weightRunning*candidateSlots*a.slot < bestScore-scoreTie {
 			continue
 		}
@@ -196,15 +208,15 @@ func (r *Route) schedule(tried Tried, blocks []uint64) *Backend {
 			free, freeTokens = b, a.tokens
 		}
 	}
-	if free == nil {
-		// The loads moved between the two passes.
-		free, freeTokens = best, r.assess(best, blocks).tokens
-	}
 	if queued != nil && queuedTokens-freeTokens > queuedAhead*r.signals.queueCostTokens {
 		return queued
 	}
 	return free
 }
+
+// scheduleBackendsOnStack is how many backends' assessments schedule keeps
+// on the stack; a route with more allocates them.
+const scheduleBackendsOnStack = 16
 
 // startPolling gives every backend of a model with several backends what
 // the model's signals need: a prefix index, and a metrics poller unless

@@ -1,6 +1,7 @@
 package backends
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/tollgate-dev/tollgate/config"
@@ -281,6 +282,62 @@ func TestRegistryRoutingSignals(t *testing.T) {
 			rt := reg.Route([]byte("m"))
 			if rt.WantsBlocks() != tt.wantBlocks || rt.signals != tt.wantSignals {
 				t.Errorf("WantsBlocks %v, signals %+v; want %v, %+v", rt.WantsBlocks(), rt.signals, tt.wantBlocks, tt.wantSignals)
+			}
+		})
+	}
+}
+
+// TestScheduleSkipsUnusable checks that the draw reads each backend's own assessment: a backend
+// that holds the prompt but was tried, or is ejected, is never chosen, in a route small enough
+// to keep its assessments on the stack and in one too large to.
+func TestScheduleSkipsUnusable(t *testing.T) {
+	tests := []struct {
+		name        string
+		backends    int
+		usableHolds bool // the last backend, usable, holds the prompt too
+	}{
+		{"a few backends, no usable one holds the prompt", 4, false},
+		{"a few backends, the last one holds the prompt", 4, true},
+		{"more than the stack holds, no usable one holds the prompt", scheduleBackendsOnStack + 4, false},
+		{"more than the stack holds, the last one holds the prompt", scheduleBackendsOnStack + 4, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			bs := make([]*Backend, tt.backends)
+			for i := range bs {
+				bs[i] = newTestBackend(fmt.Sprintf("b%d", i), 1, 0)
+				bs[i].index = new(prefixIndex)
+				reading(bs[i], 1, 0, 8, 0.2)
+			}
+			r := newTestRoute(config.Queue{}, bs...)
+			c := testChain(testBlocks)
+			tried, ejected, last := bs[0], bs[1], bs[len(bs)-1]
+			tried.index.insert(c)
+			ejected.index.insert(c)
+			eject(ejected)
+			if tt.usableHolds {
+				last.index.insert(c)
+			}
+			chosen := map[string]int{}
+			for range 400 {
+				b := r.schedule(Tried{tried}, c)
+				if b == nil {
+					t.Fatal("chose none")
+				}
+				chosen[b.Name]++
+			}
+			if chosen[tried.Name] > 0 || chosen[ejected.Name] > 0 {
+				t.Fatalf("chose the tried backend %d times and the ejected one %d times", chosen[tried.Name], chosen[ejected.Name])
+			}
+			if tt.usableHolds {
+				if chosen[last.Name] != 400 {
+					t.Errorf("chose the usable holder %d times of 400: %v", chosen[last.Name], chosen)
+				}
+				return
+			}
+			// The others are alike: the draw spreads the requests over all of them.
+			if len(chosen) != tt.backends-2 {
+				t.Errorf("chose %d backends, want the %d usable ones: %v", len(chosen), tt.backends-2, chosen)
 			}
 		})
 	}
