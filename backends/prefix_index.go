@@ -243,11 +243,10 @@ func indexSlot(h uint64) (base int, tag uint64) {
 }
 
 // has reports whether block h was sent to the backend and is not yet
-// evicted.
-func (x *prefixIndex) has(h uint64) bool {
+// evicted, at clock now, when the server's cache holds limit blocks (see
+// limit).
+func (x *prefixIndex) has(h, now, limit uint64) bool {
 	base, tag := indexSlot(h)
-	now := x.clock.Load()
-	limit := x.limit()
 	for w := range indexWays {
 		e := x.slots[base+w].Load()
 		if e>>tickBits != tag {
@@ -261,12 +260,17 @@ func (x *prefixIndex) has(h uint64) bool {
 // held is how many leading blocks of chain the backend holds. A chain's
 // blocks are sent together, and the earlier ones by more requests, so a
 // backend holding block i almost always holds every block before it: a
-// binary search finds the longest run in a few lookups.
+// binary search finds the longest run in a few lookups. The lookups read
+// the clock and the cache's size once, as one moment of the index.
 func (x *prefixIndex) held(chain []uint64) int {
 	lo, hi := 0, len(chain)
+	if hi == 0 {
+		return 0
+	}
+	now, limit := x.clock.Load(), x.limit()
 	for lo < hi {
 		mid := (lo + hi + 1) / 2
-		if x.has(chain[mid-1]) {
+		if x.has(chain[mid-1], now, limit) {
 			lo = mid
 		} else {
 			hi = mid - 1
