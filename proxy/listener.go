@@ -193,12 +193,13 @@ type countedConn struct {
 // no WriteTimeout of its own, never sets). Setting a deadline takes the
 // poller's lock, so it is moved only once less than half of it is left: a
 // stalled write then fails after between half and all of write_timeout.
-// Writers of one connection take turns, never writing at once.
+// Writers of one connection take turns, never writing at once. The time
+// left is read with time.Until, which for a deadline Write set itself reads
+// only the monotonic clock; the wall clock is read only to move it.
 func (c *countedConn) Write(p []byte) (int, error) {
 	if t := c.l.writeTimeout; t > 0 {
-		now := time.Now()
-		if c.writeDeadline.Sub(now) < t/2 {
-			c.writeDeadline = now.Add(t)
+		if time.Until(c.writeDeadline) < t/2 {
+			c.writeDeadline = time.Now().Add(t)
 			if err := c.Conn.SetWriteDeadline(c.writeDeadline); err != nil {
 				return 0, err
 			}
