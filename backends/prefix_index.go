@@ -88,34 +88,62 @@ func blockWeight(i int) uint64 {
 // A chain is thus the same in every backend's index of one process, and
 // unknown outside it, so a client cannot make two prompts collide.
 func AppendBlockChain(dst []uint64, parts ...[]byte) []uint64 {
-	total := 0
+	left := 0 // the bytes not yet hashed, in cur and parts
 	for _, p := range parts {
-		total += len(p)
+		left += len(p)
 	}
 	var cur []byte // the rest of the part the next block starts in
 	var h uint64
-	start := 0 // where the next block's bytes start
-	for i := 0; len(dst) < cap(dst); i++ {
-		end := blockEnd(i)
-		if end > total {
+	for i := 0; len(dst) < cap(dst); {
+		n := blockEnd(i) - blockEnd(i-1)
+		if n > left {
 			break
 		}
-		n := end - start
-		start = end
 		for len(cur) == 0 {
 			cur, parts = parts[0], parts[1:]
 		}
-		var bh uint64
-		if n <= len(cur) {
-			bh = maphash.Bytes(chainSeed, cur[:n])
-			cur = cur[n:]
-		} else {
-			bh, cur, parts = hashAcross(n, cur, parts)
+		if n > len(cur) {
+			var block uint64
+			block, cur, parts = hashAcross(n, cur, parts)
+			h = linkBlock(h, block)
+			dst = append(dst, h)
+			left -= n
+			i++
+			continue
 		}
-		h = linkBlock(h, bh)
-		dst = append(dst, h)
+		// The blocks of n bytes that lie in cur, up to the last of their
+		// size, are hashed in a loop of their own, which keeps fewer
+		// values live across each hash's call.
+		k := min(len(cur)/n, sameSizeEnd(i)-i, cap(dst)-len(dst))
+		h = hashBlockRun(dst[len(dst):len(dst)+k], h, cur[:k*n], n)
+		dst = dst[:len(dst)+k]
+		cur = cur[k*n:]
+		left -= k * n
+		i += k
 	}
 	return dst
+}
+
+// sameSizeEnd is the first block after block i whose size differs from
+// i's, for the fine and the coarse blocks; i+1 for a long one.
+func sameSizeEnd(i int) int {
+	switch {
+	case i < fineBlocks:
+		return fineBlocks
+	case i < fineBlocks+coarseBlocks:
+		return fineBlocks + coarseBlocks
+	}
+	return i + 1
+}
+
+// hashBlockRun sets chain to the chain over run, blocks of n bytes each,
+// one hash per block, after the chain's hash h, and returns the last.
+func hashBlockRun(chain []uint64, h uint64, run []byte, n int) uint64 {
+	for i := range chain {
+		h = linkBlock(h, maphash.Bytes(chainSeed, run[i*n:(i+1)*n]))
+		chain[i] = h
+	}
+	return h
 }
 
 // chainSeed seeds every block hash of the process; it is set once, at

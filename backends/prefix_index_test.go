@@ -95,6 +95,19 @@ func TestBlockChain(t *testing.T) {
 		}
 	})
 
+	t.Run("a dst of less room stops the chain at its cap, after what it holds", func(t *testing.T) {
+		long := []byte(strings.Repeat("the quick brown fox jumps over the lazy dog. ", 600))
+		want := chain(long)
+		for _, room := range []int{1, 5, fineBlocks - 1, fineBlocks, fineBlocks + 1, 50, fineBlocks + coarseBlocks, fineBlocks + coarseBlocks + 1} {
+			held := []uint64{7, 8, 9}
+			got := AppendBlockChain(append(make([]uint64, 0, len(held)+room), held...), long[:1000], long[1000:])
+			if !slices.Equal(got[:len(held)], held) || !slices.Equal(got[len(held):], want[:min(room, len(want))]) {
+				t.Errorf("room for %d: got %d hashes, %d of them the chain's first, want %d", room, len(got)-len(held),
+					shared(got[len(held):], want), min(room, len(want)))
+			}
+		}
+	})
+
 	t.Run("no allocation", func(t *testing.T) {
 		var arr [MaxPrefixBlocks]uint64
 		if n := testing.AllocsPerRun(100, func() { _ = AppendBlockChain(arr[:0], turn2) }); n != 0 {
