@@ -9,6 +9,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"hash/maphash"
 	"sync/atomic"
 
 	"github.com/tollgate-dev/tollgate/config"
@@ -65,6 +66,41 @@ func (k *Key) Teams() []string {
 type Keyring struct {
 	keys    atomic.Pointer[[]*Key]
 	runtime atomic.Pointer[map[[sha256.Size]byte]*Key]
+	// found is the secrets Lookup found since the keys last changed (see
+	// Known); each change installs an empty one.
+	found atomic.Pointer[foundSecrets]
+}
+
+// foundSecrets remembers secrets by a 64-bit hash under a seed of its own,
+// unknown outside the process, in a table of foundSlots entries where a
+// secret takes the place of the one before it in its slot.
+type foundSecrets struct {
+	seed  maphash.Seed
+	slots [foundSlots]atomic.Uint64
+}
+
+// foundSlots is how many secrets a foundSecrets holds at most: the keys
+// in use at once, as a rule. A secret pushed out is hashed with SHA-256
+// again, by Lookup.
+const foundSlots = 256
+
+func newFoundSecrets() *foundSecrets { return &foundSecrets{seed: maphash.MakeSeed()} }
+
+// entry is secret's slot and the word it holds there (never zero, which
+// marks an empty slot).
+func (f *foundSecrets) entry(secret []byte) (*atomic.Uint64, uint64) {
+	h := maphash.Bytes(f.seed, secret) | 1
+	return &f.slots[h%foundSlots], h
+}
+
+func (f *foundSecrets) add(secret []byte) {
+	slot, h := f.entry(secret)
+	slot.Store(h)
+}
+
+func (f *foundSecrets) has(secret []byte) bool {
+	slot, h := f.entry(secret)
+	return slot.Load() == h
 }
 
 // RuntimeKey is the key of an Admin API project's service account: named
@@ -78,6 +114,7 @@ func RuntimeKey(id, project string, digest [sha256.Size]byte) *Key {
 // afterwards. Nil removes them all.
 func (kr *Keyring) SetRuntime(keys map[[sha256.Size]byte]*Key) {
 	kr.runtime.Store(&keys)
+	kr.found.Store(newFoundSecrets())
 }
 
 // NewKeyring builds a Keyring from validated configuration.
@@ -96,6 +133,7 @@ func (kr *Keyring) Replace(cfg config.Auth) error {
 		return err
 	}
 	kr.keys.Store(&keys)
+	kr.found.Store(newFoundSecrets())
 	return nil
 }
 
@@ -133,6 +171,35 @@ func (kr *Keyring) Lookup(secret []byte) *Key {
 	if len(secret) == 0 {
 		return nil
 	}
+	// Taken before the keys are read: a lookup that races with a change of
+	// keys records its secret in the table the change discards.
+	found := kr.found.Load()
+	key := kr.lookup(secret)
+	if key != nil && found != nil {
+		found.add(secret)
+	}
+	return key
+}
+
+// Known reports whether secret is a key's secret, for a check that only
+// bounds what a request may cost before it is authenticated (how much of
+// its body is read): a secret Lookup found since the keys last changed is
+// known without its SHA-256, by its hash in a table of found secrets;
+// another is looked up. Unlike Lookup, it may take a secret whose hash
+// under the table's seed, which never leaves the process, is a found
+// secret's (about one chance in 2^64): never authenticate with it.
+func (kr *Keyring) Known(secret []byte) bool {
+	if len(secret) == 0 {
+		return false
+	}
+	if found := kr.found.Load(); found != nil && found.has(secret) {
+		return true
+	}
+	return kr.Lookup(secret) != nil
+}
+
+// lookup is Lookup without recording what it finds.
+func (kr *Keyring) lookup(secret []byte) *Key {
 	d := sha256.Sum256(secret)
 	var found *Key
 	for _, k := range *kr.keys.Load() {

@@ -125,3 +125,75 @@ func TestKeyringRuntimeKeys(t *testing.T) {
 		t.Fatal("a removed runtime key still authenticates")
 	}
 }
+
+// TestKeyringKnown checks that Known takes a key's secret, found or not yet, refuses others, and
+// forgets the secrets found once the keys change (by Replace or SetRuntime).
+func TestKeyringKnown(t *testing.T) {
+	runtimeDigest := sha256.Sum256([]byte("sk-svcacct-one"))
+	runtimeKeys := map[[sha256.Size]byte]*Key{runtimeDigest: RuntimeKey("key_one", "proj_a", runtimeDigest)}
+	tests := []struct {
+		name   string
+		change func(kr *Keyring) error // after the secrets were found
+		secret string
+		want   bool
+	}{
+		{name: "a configured key", secret: "sk-yaml", want: true},
+		{name: "a runtime key", secret: "sk-svcacct-one", want: true},
+		{name: "an unknown secret", secret: "sk-nobody", want: false},
+		{name: "no secret", secret: "", want: false},
+		{name: "a configured key once Replace removed it", secret: "sk-yaml", want: false,
+			change: func(kr *Keyring) error {
+				return kr.Replace(config.Auth{Keys: []config.Key{{Name: "other", Key: "sk-other"}}})
+			}},
+		{name: "a runtime key once SetRuntime removed it", secret: "sk-svcacct-one", want: false,
+			change: func(kr *Keyring) error { kr.SetRuntime(nil); return nil }},
+		{name: "a configured key kept by Replace", secret: "sk-yaml", want: true,
+			change: func(kr *Keyring) error {
+				return kr.Replace(config.Auth{Keys: []config.Key{{Name: "yaml", Key: "sk-yaml"}}})
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			kr, err := NewKeyring(config.Auth{Keys: []config.Key{{Name: "yaml", Key: "sk-yaml"}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			kr.SetRuntime(runtimeKeys)
+			// Known before anything was found, then after Lookup found the keys.
+			if got := kr.Known([]byte(tt.secret)); got != tt.want && tt.change == nil {
+				t.Fatalf("Known before any lookup = %v, want %v", got, tt.want)
+			}
+			for _, s := range []string{"sk-yaml", "sk-svcacct-one", "sk-nobody"} {
+				kr.Lookup([]byte(s))
+			}
+			if tt.change != nil {
+				if err := tt.change(kr); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := kr.Known([]byte(tt.secret)); got != tt.want {
+				t.Errorf("Known = %v, want %v", got, tt.want)
+			}
+			if got := kr.Lookup([]byte(tt.secret)) != nil; got != tt.want {
+				t.Errorf("the case is mislabelled: Lookup found it = %v", got)
+			}
+		})
+	}
+	t.Run("a found secret is known without a lookup, and with no allocation", func(t *testing.T) {
+		kr, err := NewKeyring(config.Auth{Keys: []config.Key{{Name: "yaml", Key: "sk-yaml"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := kr.found.Load()
+		if found.has([]byte("sk-yaml")) {
+			t.Fatal("found before any lookup")
+		}
+		kr.Lookup([]byte("sk-yaml"))
+		if !found.has([]byte("sk-yaml")) || found.has([]byte("sk-yaml2")) {
+			t.Fatal("Lookup did not record the secret it found, or recorded another")
+		}
+		if allocs := testing.AllocsPerRun(100, func() { kr.Known([]byte("sk-yaml")) }); allocs != 0 {
+			t.Fatalf("Known allocates %v times", allocs)
+		}
+	})
+}

@@ -25,8 +25,10 @@ const unauthenticatedBodyBytes = 8 << 10
 // without a valid one lowers the request's body limit to
 // unauthenticatedBodyBytes: fasthttp then refuses the body before taking
 // its buffer (or once a chunked body passes the limit), and the error
-// handler answers 401 (see serveWithoutKey). The check costs the hashing
-// of the key, no allocation, and only requests with large bodies pay it.
+// handler answers 401 (see serveWithoutKey). The check allocates nothing,
+// and only requests with large bodies pay it: a key authenticated since
+// the keys last changed is known by a 64-bit keyed hash (Keyring.Known),
+// another is hashed with SHA-256, which authentication then does again.
 func (s *Server) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
 	if n := h.ContentLength(); n == -2 || (n >= 0 && n <= unauthenticatedBodyBytes) || s.validKey(h) {
 		return fasthttp.RequestConfig{} // the server's own limits
@@ -35,10 +37,11 @@ func (s *Server) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfi
 }
 
 // validKey reports whether the request's Authorization header, or its
-// X-Api-Key, holds a known key.
+// X-Api-Key, holds a known key; it bounds what is read of a request before
+// authentication, and is not authentication (see Keyring.Known).
 func (s *Server) validKey(h *fasthttp.RequestHeader) bool {
 	var basic [128]byte // decoded Basic credentials, kept off the heap
-	return s.keys.Lookup(requestSecretInto(basic[:0], h.Peek(fasthttp.HeaderAuthorization), h.Peek(headerAPIKey))) != nil
+	return s.keys.Known(requestSecretInto(basic[:0], h.Peek(fasthttp.HeaderAuthorization), h.Peek(headerAPIKey)))
 }
 
 // requestSecret is the key a request presents: its Authorization header's
