@@ -161,24 +161,24 @@ func (r *Route) schedule(tried Tried, blocks []uint64) *Backend {
 	}
 	// Each usable backend is assessed once, and both passes read that one
 	// assessment: the draw then sees the loads the best score was taken
-	// from, and the index is searched once per backend.
-	var arr [scheduleBackendsOnStack]assessment
-	assessed := arr[:0]
-	if len(r.backends) > len(arr) {
-		assessed = make([]assessment, 0, len(r.backends))
-	}
+	// from, and the index is searched once per backend. A route of more
+	// backends than the stack keeps has them assessed again for the draw
+	// rather than allocate.
+	var kept [scheduleBackendsOnStack]assessment
+	keep := len(r.backends) <= len(kept)
 	var queued, best *Backend
 	bestScore := math.Inf(-1)
 	var bestHeld int
 	var bestTokens, queuedTokens, queuedAhead, queuedCost int64
-	for _, b := range r.backends {
+	for i, b := range r.backends {
 		if !usable(b, tried) {
-			assessed = append(assessed, assessment{})
-			continue
+			continue // kept[i] stays unusable
 		}
 		a := r.assess(b, blocks)
 		a.usable = true
-		assessed = append(assessed, a)
+		if keep {
+			kept[i] = a
+		}
 		if a.ahead > 0 {
 			cost := a.ahead*r.signals.queueCostTokens - a.tokens
 			if queued == nil || cost < queuedCost {
@@ -194,11 +194,18 @@ func (r *Route) schedule(tried Tried, blocks []uint64) *Backend {
 		return queued
 	}
 	// The draw among the candidates (weighted reservoir sampling); best is
-	// always one.
+	// always one, but when the loads moved before a second assessment.
 	free, freeTokens := best, bestTokens
 	var drawn int64
 	for i, b := range r.backends {
-		a := &assessed[i]
+		var a assessment
+		switch {
+		case keep:
+			a = kept[i]
+		case usable(b, tried):
+			a = r.assess(b, blocks)
+			a.usable = true
+		}
 		if !a.usable || a.ahead > 0 || a.held < bestHeld ||
 			a.score(r.signals.queueCostTokens)+weightRunning*candidateSlots*a.slot < bestScore-scoreTie {
 			continue
@@ -215,7 +222,7 @@ func (r *Route) schedule(tried Tried, blocks []uint64) *Backend {
 }
 
 // scheduleBackendsOnStack is how many backends' assessments schedule keeps
-// on the stack; a route with more allocates them.
+// on the stack; a route with more has them assessed again for the draw.
 const scheduleBackendsOnStack = 16
 
 // startPolling gives every backend of a model with several backends what

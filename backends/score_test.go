@@ -289,7 +289,7 @@ func TestRegistryRoutingSignals(t *testing.T) {
 
 // TestScheduleSkipsUnusable checks that the draw reads each backend's own assessment: a backend
 // that holds the prompt but was tried, or is ejected, is never chosen, in a route small enough
-// to keep its assessments on the stack and in one too large to.
+// to keep its assessments on the stack and in one too large to; neither allocates.
 func TestScheduleSkipsUnusable(t *testing.T) {
 	tests := []struct {
 		name        string
@@ -325,6 +325,9 @@ func TestScheduleSkipsUnusable(t *testing.T) {
 					t.Fatal("chose none")
 				}
 				chosen[b.Name]++
+			}
+			if n := testing.AllocsPerRun(50, func() { r.schedule(Tried{tried}, c) }); n != 0 {
+				t.Errorf("schedule allocates %v times", n)
 			}
 			if chosen[tried.Name] > 0 || chosen[ejected.Name] > 0 {
 				t.Fatalf("chose the tried backend %d times and the ejected one %d times", chosen[tried.Name], chosen[ejected.Name])
