@@ -225,16 +225,7 @@ func TestFairReserve(t *testing.T) {
 			if got := h.free(); got != tt.free {
 				t.Errorf("%d slots free, want %d", got, tt.free)
 			}
-			// Everything released, nothing is left counted.
-			for name := range h.held {
-				for len(h.held[name]) > 0 {
-					h.release(name)
-				}
-			}
-			h.drain()
-			if n := h.r.TenantsCounted(); n != 0 {
-				t.Errorf("%d tenants counted after every slot's release: %v", n, h.counts())
-			}
+			h.releaseAll()
 			if got := h.free(); got != 8 {
 				t.Errorf("%d slots free after every release, want 8", got)
 			}
@@ -287,6 +278,13 @@ func TestFairReserveBurst(t *testing.T) {
 	if !h.take("b") {
 		t.Errorf("b, bursting while f floods, was held back with %d free; counts %v", h.free(), h.counts())
 	}
+	h.releaseAll()
+}
+
+// releaseAll releases every slot held, and those the waiting requests
+// are then served, and checks that no tenant is left counted.
+func (h *fairHarness) releaseAll() {
+	h.t.Helper()
 	for name := range h.held {
 		for len(h.held[name]) > 0 {
 			h.release(name)
@@ -294,7 +292,7 @@ func TestFairReserveBurst(t *testing.T) {
 	}
 	h.drain()
 	if n := h.r.TenantsCounted(); n != 0 {
-		t.Errorf("%d tenants counted after every slot's release: %v", n, h.counts())
+		h.t.Errorf("%d tenants counted after every slot's release: %v", n, h.counts())
 	}
 }
 
