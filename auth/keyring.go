@@ -93,9 +93,13 @@ func (f *foundSecrets) entry(secret []byte) (*atomic.Uint64, uint64) {
 	return &f.slots[h%foundSlots], h
 }
 
+// add records secret. A secret already there is not written again, so
+// that the requests of one key, on every core, only read its slot.
 func (f *foundSecrets) add(secret []byte) {
 	slot, h := f.entry(secret)
-	slot.Store(h)
+	if slot.Load() != h {
+		slot.Store(h)
+	}
 }
 
 func (f *foundSecrets) has(secret []byte) bool {
