@@ -65,6 +65,9 @@ type assessment struct {
 	// and tokens what the score counts them as (heldTokens).
 	held   int
 	tokens int64
+	// prefill is the held blocks in the server's own tokens
+	// (serverTokens), which the queue rule weighs against a wait.
+	prefill int64
 	// ahead is how many requests must leave the backend before this one
 	// runs: zero when it has a free sequence slot.
 	ahead int64
@@ -91,6 +94,7 @@ func (r *Route) assess(b *Backend, blocks []uint64) assessment {
 	if len(blocks) > 0 && b.index != nil {
 		a.held = b.index.held(blocks)
 		a.tokens = heldTokens(a.held)
+		a.prefill = b.index.serverTokens(a.held)
 	}
 	inflight := b.InFlight()
 	load, capacity := inflight, b.maxConcurrency
@@ -140,8 +144,8 @@ func (a *assessment) score(queueCostTokens int64) float64 {
 //
 // The rule: a backend where the request would queue is never chosen over
 // one with a free sequence slot, unless the prefix it holds beyond the
-// free one's pays for the wait: more than routing.queue_cost_tokens tokens
-// per request ahead of it. Among backends with free slots the score decides
+// free one's pays for the wait: more than routing.queue_cost_tokens tokens,
+// as the server counts them, per request ahead of it. Among backends with free slots the score decides
 // (prefix held, slots and KV cache in use, LoRA adapter loaded), and among
 // queueing ones the least wait net of its prefix.
 //
@@ -169,7 +173,7 @@ func (r *Route) schedule(tried Tried, blocks []uint64) *Backend {
 	var queued, best *Backend
 	bestScore := math.Inf(-1)
 	var bestHeld int
-	var bestTokens, queuedTokens, queuedAhead, queuedCost int64
+	var bestPrefill, queuedPrefill, queuedAhead, queuedCost int64
 	for i, b := range r.backends {
 		if !usable(b, tried) {
 			continue // kept[i] stays unusable
@@ -180,14 +184,14 @@ func (r *Route) schedule(tried Tried, blocks []uint64) *Backend {
 			kept[i] = a
 		}
 		if a.ahead > 0 {
-			cost := a.ahead*r.signals.queueCostTokens - a.tokens
+			cost := a.ahead*r.signals.queueCostTokens - a.prefill
 			if queued == nil || cost < queuedCost {
-				queued, queuedCost, queuedAhead, queuedTokens = b, cost, a.ahead, a.tokens
+				queued, queuedCost, queuedAhead, queuedPrefill = b, cost, a.ahead, a.prefill
 			}
 			continue
 		}
 		if s := a.score(r.signals.queueCostTokens); s > bestScore {
-			best, bestScore, bestHeld, bestTokens = b, s, a.held, a.tokens
+			best, bestScore, bestHeld, bestPrefill = b, s, a.held, a.prefill
 		}
 	}
 	if best == nil {
@@ -195,7 +199,7 @@ func (r *Route) schedule(tried Tried, blocks []uint64) *Backend {
 	}
 	// The draw among the candidates (weighted reservoir sampling); best is
 	// always one, but when the loads moved before a second assessment.
-	free, freeTokens := best, bestTokens
+	free, freePrefill := best, bestPrefill
 	var drawn int64
 	for i, b := range r.backends {
 		var a assessment
@@ -212,10 +216,10 @@ func (r *Route) schedule(tried Tried, blocks []uint64) *Backend {
 		}
 		drawn += b.weight
 		if rand.Int64N(drawn) < b.weight {
-			free, freeTokens = b, a.tokens
+			free, freePrefill = b, a.prefill
 		}
 	}
-	if queued != nil && queuedTokens-freeTokens > queuedAhead*r.signals.queueCostTokens {
+	if queued != nil && queuedPrefill-freePrefill > queuedAhead*r.signals.queueCostTokens {
 		return queued
 	}
 	return free
