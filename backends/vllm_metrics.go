@@ -76,12 +76,21 @@ type loraInfo struct {
 // gauges: the backend is not vLLM, or not ready.
 var errNoVLLMMetrics = errors.New("no vllm:num_requests_running or vllm:num_requests_waiting")
 
-// parseVLLMMetrics reads the families the scheduler needs from a Prometheus
-// text exposition. Only their lines are handed to the parser (a vLLM page
-// is mostly histogram buckets), through scratch, which is reused between
-// reads.
-func parseVLLMMetrics(text []byte, scratch *bytes.Buffer) (vllmReading, error) {
-	scratch.Reset()
+// metricsParser reads the families the scheduler needs from a Prometheus
+// text exposition. Its zero value is ready to use; it keeps its buffers
+// and expfmt's parser (whose buffers its documentation lets one reuse,
+// one parse at a time) from one read to the next. Only the wanted
+// families' TYPE and sample lines are handed to the parser (metricName): a
+// vLLM page is mostly histogram buckets.
+type metricsParser struct {
+	wanted bytes.Buffer
+	in     bytes.Reader
+	text   expfmt.TextParser
+	ready  bool
+}
+
+func (p *metricsParser) parse(text []byte) (vllmReading, error) {
+	p.wanted.Reset()
 	for len(text) > 0 {
 		line := text
 		if i := bytes.IndexByte(text, '\n'); i >= 0 {
@@ -90,14 +99,17 @@ func parseVLLMMetrics(text []byte, scratch *bytes.Buffer) (vllmReading, error) {
 			text = nil
 		}
 		if wantedMetric(metricName(line)) {
-			scratch.Write(line)
+			p.wanted.Write(line)
 			if line[len(line)-1] != '\n' {
-				scratch.WriteByte('\n')
+				p.wanted.WriteByte('\n')
 			}
 		}
 	}
-	p := expfmt.NewTextParser(model.LegacyValidation)
-	families, err := p.TextToMetricFamilies(bytes.NewReader(scratch.Bytes()))
+	if !p.ready {
+		p.text, p.ready = expfmt.NewTextParser(model.LegacyValidation), true
+	}
+	p.in.Reset(p.wanted.Bytes())
+	families, err := p.text.TextToMetricFamilies(&p.in)
 	if err != nil {
 		return vllmReading{}, fmt.Errorf("parse metrics: %w", err)
 	}
@@ -139,15 +151,13 @@ func parseVLLMMetrics(text []byte, scratch *bytes.Buffer) (vllmReading, error) {
 }
 
 // metricName is the family a text exposition line belongs to: the sample's
-// name, or the name a # HELP or # TYPE line describes; nil for another
-// comment.
+// name, or the name a # TYPE line describes; nil for another comment,
+// HELP included, which the parser does not need.
 func metricName(line []byte) []byte {
-	if rest, ok := bytes.CutPrefix(line, []byte("# ")); ok {
-		rest, ok = bytes.CutPrefix(rest, []byte("HELP "))
+	if line[0] == '#' {
+		rest, ok := bytes.CutPrefix(line, []byte("# TYPE "))
 		if !ok {
-			if rest, ok = bytes.CutPrefix(rest, []byte("TYPE ")); !ok {
-				return nil
-			}
+			return nil
 		}
 		line = rest
 	}
@@ -265,7 +275,7 @@ type metricsPoller struct {
 	lastGood              time.Time
 	maxRunning            int64
 	prevQueries, prevHits float64
-	scratch               bytes.Buffer
+	parser                metricsParser
 }
 
 // metricsURL is the metrics path at the origin of a backend's base URL.
@@ -355,5 +365,5 @@ func (p *metricsPoller) read() (vllmReading, error) {
 	if code := resp.StatusCode(); code != fasthttp.StatusOK {
 		return vllmReading{}, fmt.Errorf("metrics: status %d", code)
 	}
-	return parseVLLMMetrics(resp.Body(), &p.scratch)
+	return p.parser.parse(resp.Body())
 }

@@ -1,7 +1,6 @@
 package backends
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -71,6 +70,9 @@ func TestParseVLLMMetrics(t *testing.T) {
 			wantErr: errParse,
 		},
 	}
+	// One parser reads every page in turn, as a poller does: nothing of a
+	// page may carry over to the next.
+	var parser metricsParser
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			text := []byte(tt.text)
@@ -80,8 +82,7 @@ func TestParseVLLMMetrics(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			var scratch bytes.Buffer
-			got, err := parseVLLMMetrics(text, &scratch)
+			got, err := parser.parse(text)
 			switch {
 			case tt.wantErr == errParse:
 				if err == nil || errors.Is(err, errNoVLLMMetrics) {
