@@ -100,10 +100,11 @@ func runFleet(ctx context.Context, o options, args []string, stdout, stderr io.W
 		Machine: describeMachine(nofile),
 		Setup: fmt.Sprintf("%d simulated vLLM servers (max_num_seqs %d, prefill %s + %s per uncached token, %s per token ×1 to ×%g with load, "+
 			"prefix cache of %d blocks of %d tokens, priority preemption); %d conversations over %d apps with %d-word system prompts, think time %s (about %.0f %% of the slots busy), seed %d; "+
-			"phases of %s (the first fifth unmeasured), %d round(s) of tollgate/round-robin/oracle",
+			"phases of %s (the first fifth unmeasured), %d round(s) of tollgate/round-robin/oracle%s",
 			fleetServers, f.eng.maxNumSeqs, f.eng.ttft, f.eng.prefillPerToken, f.eng.itl, f.eng.loadFactor, f.eng.kvBlocks, fleetBlockSize,
-			fleetConversations, fleetApps, fleetPromptWords, think.Round(time.Millisecond), fleetBusy*100, o.seed, o.fleetPhase, o.rounds),
-		Settings: map[string]string{"phase": o.fleetPhase.String(), "rounds": strconv.Itoa(o.rounds), "seed": strconv.FormatInt(o.seed, 10)},
+			fleetConversations, fleetApps, fleetPromptWords, think.Round(time.Millisecond), fleetBusy*100, o.seed, o.fleetPhase, o.rounds, gatewayWarmth(o.fleetColdGateway)),
+		Settings: map[string]string{"phase": o.fleetPhase.String(), "rounds": strconv.Itoa(o.rounds), "seed": strconv.FormatInt(o.seed, 10),
+			"cold_gateway": strconv.FormatBool(o.fleetColdGateway)},
 	}
 	if o.fleetLog != "" {
 		if f.flog, err = newFleetLog(o.fleetLog); err != nil {
@@ -246,17 +247,23 @@ usage: {flush_interval: 1s}
 
 // measure runs the conversations through each routing in turn, round after round, and then
 // the fairness and priority scenarios through the gateway.
-// With -only fairness or -only priority, that scenario alone.
+// With -only conversations, fairness or priority, that part alone.
 func (f *fleetBench) measure(ctx context.Context) error {
-	if f.o.only == "" {
+	if f.o.only == "" || f.o.only == "conversations" {
 		var res [numRoutes]*routeResult
 		for i := range res {
 			res[i] = &routeResult{}
 		}
+		if !f.o.fleetColdGateway {
+			f.logf("warm-up: conversations through %s for %s, not measured", routeNames[routeGateway], f.o.fleetPhase)
+			if err := f.conversations(ctx, routeGateway, &routeResult{}, "warm-up through "); err != nil {
+				return err
+			}
+		}
 		for round := range f.o.rounds {
 			for route := range numRoutes {
 				f.logf("round %d: conversations through %s for %s", round+1, routeNames[route], f.o.fleetPhase)
-				if err := f.conversations(ctx, route, res[route]); err != nil {
+				if err := f.conversations(ctx, route, res[route], "conversations through "); err != nil {
 					return err
 				}
 			}
@@ -360,12 +367,16 @@ func (f *fleetBench) phase(ctx context.Context, load func(end time.Time, began t
 }
 
 // conversations runs the scripted conversations through route for one phase and adds what
-// they measured to res: fleetConversations workers, worker w playing conversations w,
+// they measured to res, logged (-fleet-log) as logAs and the routing's name: fleetConversations workers, worker w playing conversations w,
 // w+fleetConversations, …, until the phase ends (turns in flight then run to their end).
-func (f *fleetBench) conversations(ctx context.Context, route int, res *routeResult) error {
+func (f *fleetBench) conversations(ctx context.Context, route int, res *routeResult, logAs string) error {
 	var mu sync.Mutex
 	var rr atomic.Uint64
 	warm := f.o.fleetPhase / 5
+	if f.flog != nil {
+		f.flog.start(logAs + routeNames[route])
+		defer f.flog.start("")
+	}
 	c, err := f.phase(ctx, func(end, began time.Time) error {
 		var wg sync.WaitGroup
 		for w := range fleetConversations {
@@ -399,8 +410,11 @@ func (f *fleetBench) conversations(ctx context.Context, route int, res *routeRes
 						if s >= 0 {
 							e, model = f.direct[s], "sim"
 						}
-						at := time.Since(began)
+						at, sent := time.Since(began), time.Now()
 						sample := f.send(e, s, f.work.body(model, conv, t, 0), nil, buf)
+						if f.flog != nil {
+							f.flog.add(fmt.Sprintf("app-%d/conversation-%d/turn-%d", conv.app, n, t+1), turn.user, began, sent, time.Now(), 0, sample)
+						}
 						if at >= warm {
 							mu.Lock()
 							res.add(sample)
@@ -420,6 +434,15 @@ func (f *fleetBench) conversations(ctx context.Context, route int, res *routeRes
 	res.Queries += c.queries
 	res.Hits += c.hits
 	return err
+}
+
+// gatewayWarmth says in the report's setup whether tollgate's first phase was measured
+// from a freshly started gateway.
+func gatewayWarmth(cold bool) string {
+	if cold {
+		return ", tollgate's first from a freshly started gateway"
+	}
+	return ", after one unmeasured phase through tollgate"
 }
 
 // leastLoaded is the server with the fewest of the client's requests in flight, the lowest

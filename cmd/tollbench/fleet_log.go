@@ -13,7 +13,7 @@ import (
 	"github.com/tollgate-dev/tollgate/backends/simulated"
 )
 
-// fleetLog is -fleet-log: a line per scenario request, joining what the client measured with
+// fleetLog is -fleet-log: a line per request of a conversation phase or a scenario, joining what the client measured with
 // what the simulated server that ran it did (simulated.Options.OnSequence), so that a slow
 // request's time splits into its wait in the gateway, its wait in the server's queue and its
 // prefill, cold or warm, at the batch it joined.
@@ -51,14 +51,16 @@ type serverView struct {
 
 // fleetLogLine is a line of the log.
 type fleetLogLine struct {
-	Scenario string  `json:"scenario"`
-	Tenant   string  `json:"tenant"`
-	SentMS   float64 `json:"sent_ms"` // since the phase began
-	TTFTMS   float64 `json:"ttft_ms"`
-	EndMS    float64 `json:"end_ms"` // its stream's end, since the phase began
-	Error    string  `json:"error,omitempty"`
+	Scenario string `json:"scenario"`
+	// Tenant is a scenario request's project, or a conversation turn's
+	// app-A/conversation-N/turn-T.
+	Tenant string  `json:"tenant"`
+	SentMS float64 `json:"sent_ms"` // since the phase began
+	TTFTMS float64 `json:"ttft_ms"`
+	EndMS  float64 `json:"end_ms"` // its stream's end, since the phase began
+	Error  string  `json:"error,omitempty"`
 	// InFlight is how many of the tenant's requests were in flight when it was sent, itself
-	// included.
+	// included; zero for a conversation's turn, which has no others.
 	InFlight int `json:"in_flight"`
 	// Server is -1 when no server reported the request.
 	Server    int          `json:"server"`

@@ -266,11 +266,14 @@ func TestFleetConfigLoads(t *testing.T) {
 }
 
 func TestParseOptionsFleetOnly(t *testing.T) {
-	for _, part := range []string{"fairness", "priority"} {
+	for _, part := range []string{"conversations", "fairness", "priority"} {
 		o, err := parseOptions([]string{"-fleet", "-only", part, "-fleet-log", "x.jsonl"}, io.Discard)
-		if err != nil || o.only != part || o.fleetLog != "x.jsonl" {
+		if err != nil || o.only != part || o.fleetLog != "x.jsonl" || o.fleetColdGateway {
 			t.Errorf("-fleet -only %s: %+v, %v", part, o, err)
 		}
+	}
+	if o, err := parseOptions([]string{"-fleet", "-fleet-cold-gateway"}, io.Discard); err != nil || !o.fleetColdGateway {
+		t.Errorf("-fleet -fleet-cold-gateway: %+v, %v", o, err)
 	}
 	for _, args := range [][]string{{"-fleet", "-only", "soak"}, {"-only", "fairness"}} {
 		if _, err := parseOptions(args, io.Discard); err == nil {

@@ -90,6 +90,9 @@ type options struct {
 	fleetLog string
 	// fleetReserve is the scenarios' model's queue.reserve; zero leaves the default.
 	fleetReserve int
+	// fleetColdGateway measures tollgate's first conversation phase from a freshly started
+	// gateway; false runs an unmeasured phase through it first.
+	fleetColdGateway bool
 	// seed makes its workload.
 	seed int64
 
@@ -131,7 +134,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		"what that design costs the time to first event by itself")
 	fs.StringVar(&o.only, "only", "", "run only this `part`: soak skips the direct/bare/gateway measurements (then -soak must be set); "+
 		"streams measures only the streaming latency and, unless -streams is empty, the open streams; "+
-		"open measures only the open loops at -rates; with -fleet, fairness or priority runs that scenario alone")
+		"open measures only the open loops at -rates; with -fleet, conversations runs the routings' phases alone, fairness or priority that scenario alone")
 	fs.DurationVar(&o.soak, "soak", 0, "after the measurements, hold the gateway under a mixed open-loop load for `duration` and check "+
 		"that its memory, goroutines, descriptors and in-flight gauges come back to where they were after the warm-up; 0 runs no soak")
 	fs.DurationVar(&o.soakWarmup, "soak-warmup", time.Minute, "load of the soak's mix before its baseline is sampled")
@@ -143,8 +146,10 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		"phases, then a fairness and a priority scenario; -rounds, -json, -keep, -bin-dir and -gateway-log-level apply")
 	fs.DurationVar(&o.fleetPhase, "fleet-duration", 20*time.Second, "length of each -fleet phase (the first fifth is not measured)")
 	fs.Int64Var(&o.seed, "seed", 1, "seed of the -fleet workload")
+	fs.BoolVar(&o.fleetColdGateway, "fleet-cold-gateway", false, "with -fleet, measure tollgate's first conversation phase from the freshly started gateway, "+
+		"instead of running one unmeasured phase through it first, as a gateway in service has learned its servers' limits and which apps they hold")
 	fs.IntVar(&o.fleetReserve, "fleet-reserve", 0, "the queue.reserve of the -fleet scenarios' model, in slots; 0 leaves the default, -1 keeps none")
-	fs.StringVar(&o.fleetLog, "fleet-log", "", "write a JSON line per -fleet scenario request to `file`: its tenant, time to first token, "+
+	fs.StringVar(&o.fleetLog, "fleet-log", "", "write a JSON line per -fleet request (each conversation's turn, each scenario's request) to `file`: its tenant or turn, time to first token, "+
 		"the server it ran on, its time in the gateway and in the server's queue, the batch it joined, its cached tokens, and for a cold one "+
 		"what every server held of its prompt then")
 	fs.IntVar(&o.instructions, "instructions", 0, "count instead the user-space instructions the gateway and the bare proxy execute per request "+
@@ -202,8 +207,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("-stream-itl must not be negative, -slow-itl must be more than 0 and at most 10s")
 	}
 	switch {
-	case o.fleet && o.only != "" && o.only != "fairness" && o.only != "priority":
-		return o, fmt.Errorf("-only %q with -fleet: the parts that run alone are fairness and priority", o.only)
+	case o.fleet && o.only != "" && o.only != "conversations" && o.only != "fairness" && o.only != "priority":
+		return o, fmt.Errorf("-only %q with -fleet: the parts that run alone are conversations, fairness and priority", o.only)
 	case !o.fleet && o.only != "" && o.only != "soak" && o.only != "streams" && o.only != "open":
 		return o, fmt.Errorf("-only %q: the parts that run alone are soak, streams and open", o.only)
 	case o.only == "open" && len(o.rates) == 0:
