@@ -75,6 +75,8 @@ type fleetBench struct {
 	rep      *fleetReport
 	// flog is the scenarios' request log (-fleet-log); nil writes none.
 	flog *fleetLog
+	// sessions counts the phases begun; each phase's prompts open with its number.
+	sessions int
 }
 
 func (f *fleetBench) logf(format string, args ...any) {
@@ -339,15 +341,17 @@ func (f *fleetBench) cacheCounters() (queries, hits float64, err error) {
 type phaseCounters struct{ queries, hits float64 }
 
 // phase runs load, which sends until end and returns once its requests have ended, on cold
-// caches, and reads the cache counters at the end of the warm-up and after the load.
-func (f *fleetBench) phase(ctx context.Context, load func(end time.Time, began time.Time) error) (phaseCounters, error) {
+// caches, and reads the cache counters at the end of the warm-up and after the load. load is
+// given the phase's number, which its prompts open with (fleetConversation.session).
+func (f *fleetBench) phase(ctx context.Context, load func(end, began time.Time, session int) error) (phaseCounters, error) {
 	if err := f.resetCaches(); err != nil {
 		return phaseCounters{}, err
 	}
+	f.sessions++
 	began := time.Now()
 	warm := f.o.fleetPhase / 5
 	loadErr := make(chan error, 1)
-	go func() { loadErr <- load(began.Add(f.o.fleetPhase), began) }()
+	go func() { loadErr <- load(began.Add(f.o.fleetPhase), began, f.sessions) }()
 	var q0, h0 float64
 	var scrapeErr error
 	if sleepCtx(ctx, warm) == nil {
@@ -377,7 +381,7 @@ func (f *fleetBench) conversations(ctx context.Context, route int, res *routeRes
 		f.flog.start(logAs + routeNames[route])
 		defer f.flog.start("")
 	}
-	c, err := f.phase(ctx, func(end, began time.Time) error {
+	c, err := f.phase(ctx, func(end, began time.Time, session int) error {
 		var wg sync.WaitGroup
 		for w := range fleetConversations {
 			wg.Add(1)
@@ -391,6 +395,7 @@ func (f *fleetBench) conversations(ctx context.Context, route int, res *routeRes
 				}
 				for n := w; ; n += fleetConversations {
 					conv := f.work.conversation(n)
+					conv.session = session
 					server := -1
 					for t, turn := range conv.turns {
 						if sleepCtx(ctx, turn.think) != nil || time.Now().After(end) {
@@ -502,7 +507,7 @@ func (f *fleetBench) scenario(ctx context.Context, name string, loads []openLoad
 	var mu sync.Mutex
 	warm := f.o.fleetPhase / 5
 	tail := f.o.fleetPhase - f.work.saturatedService(f.eng)
-	_, err := f.phase(ctx, func(end, began time.Time) error {
+	_, err := f.phase(ctx, func(end, began time.Time, session int) error {
 		var wg sync.WaitGroup
 		for i, l := range loads {
 			wg.Add(1)
@@ -519,7 +524,7 @@ func (f *fleetBench) scenario(ctx context.Context, name string, loads []openLoad
 						return
 					}
 					conv := f.work.conversation(l.tenant<<20 | n)
-					conv.app = l.app
+					conv.app, conv.session = l.app, session
 					body := f.work.body(fleetFairModel, conv, 0, l.priority)
 					at := time.Since(began)
 					reqs.Add(1)

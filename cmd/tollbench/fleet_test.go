@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
 	"os"
@@ -88,6 +89,23 @@ func TestFleetBodyReplaysTheConversation(t *testing.T) {
 	}
 	if simulatedReply(3) != "tok0 tok1 tok2 " {
 		t.Errorf("simulatedReply(3) = %q", simulatedReply(3))
+	}
+	// A phase's number opens the system prompt: two phases' prompts differ from their first
+	// block on, and are as long as each other.
+	c.session = 2
+	if err := json.Unmarshal(w.body("fleet", c, 2, 0), &got); err != nil {
+		t.Fatal(err)
+	}
+	want[0].Content = "Session 0002. " + w.apps[c.app]
+	if !reflect.DeepEqual(got.Messages, want) {
+		t.Errorf("session 2: messages %+v\nwant %+v", got.Messages, want)
+	}
+	two := w.body("fleet", c, 2, 0)
+	c.session = 13
+	thirteen := w.body("fleet", c, 2, 0)
+	start := bytes.Index(two, []byte(`"messages":[`))
+	if len(two) != len(thirteen) || start < 0 || bytes.Equal(two[start:start+64], thirteen[start:start+64]) {
+		t.Errorf("sessions 2 and 13: %d and %d bytes, messages at %d:\n%s\n%s", len(two), len(thirteen), start, two, thirteen)
 	}
 }
 

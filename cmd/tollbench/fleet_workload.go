@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strconv"
@@ -72,6 +73,11 @@ type fleetConversation struct {
 	id    int
 	app   int
 	turns []fleetTurn
+	// session, when not zero, opens its app's system prompt: -fleet numbers each phase's
+	// conversations apart, so that the gateway's prefix index, which no cache reset reaches,
+	// finds nothing of an earlier phase's prompts on the servers' reset caches, as a gateway
+	// in service never meets the same conversation twice.
+	session int
 }
 
 // conversation returns conversation i of the script.
@@ -106,7 +112,11 @@ type chatMessage struct {
 // body returns the streamed request of turn t (0-based) of c: the app's system prompt, the
 // earlier turns with the replies the simulated servers give them ("tok0 tok1 …"), and turn t.
 func (w *fleetWorkload) body(model string, c fleetConversation, t int, priority int) []byte {
-	msgs := []chatMessage{{Role: "system", Content: w.apps[c.app]}}
+	system := w.apps[c.app]
+	if c.session != 0 {
+		system = fmt.Sprintf("Session %04d. %s", c.session, system)
+	}
+	msgs := []chatMessage{{Role: "system", Content: system}}
 	for k := range t + 1 {
 		msgs = append(msgs, chatMessage{Role: "user", Content: c.turns[k].user})
 		if k < t {
