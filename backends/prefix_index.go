@@ -240,27 +240,17 @@ func (x *prefixIndex) observe(promptBytes int, promptTokens int64) {
 	x.bytesPerToken.Store(old + (ratio-old)/bptWeight)
 }
 
-// heldTokens is how many prompt tokens the free score counts for the first
-// k blocks: at defaultBytesPerToken, whatever the server counts. The
-// score's weights were set in this unit; counting the learned tokens
-// instead makes the prefix term lighter wherever a token is longer than
-// four bytes, and moved more conversations off the servers holding their
-// turns (docs/scheduler.md). The queue rule counts serverTokens.
+// heldTokens is how many prompt tokens the score and the queue rule count
+// for the first k blocks: at defaultBytesPerToken, whatever the server
+// counts. The score's weights and routing.queue_cost_tokens were set in
+// this unit; counting the learned tokens instead makes the prefix term
+// lighter wherever a token is longer than four bytes, and moved more
+// conversations off the servers holding their turns (docs/scheduler.md).
 func heldTokens(k int) int64 {
 	if k == 0 {
 		return 0
 	}
 	return int64(blockEnd(k-1) / defaultBytesPerToken)
-}
-
-// serverTokens is how many tokens the server counts in the first k
-// blocks, at the bytes per token its replies taught the index: the prefill
-// holding them saves, which the queue rule weighs against a wait.
-func (x *prefixIndex) serverTokens(k int) int64 {
-	if k == 0 {
-		return 0
-	}
-	return int64(blockEnd(k-1)) * bptScale / x.bpt()
 }
 
 // limit is how many blocks of PrefixBlockBytes the server's KV cache

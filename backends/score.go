@@ -65,9 +65,6 @@ type assessment struct {
 	// and tokens what the score counts them as (heldTokens).
 	held   int
 	tokens int64
-	// prefill is the held blocks in the server's own tokens
-	// (serverTokens), which the queue rule weighs against a wait.
-	prefill int64
 	// ahead is how many requests must leave the backend before this one
 	// runs: zero when it has a free sequence slot.
 	ahead int64
@@ -94,7 +91,6 @@ func (r *Route) assess(b *Backend, blocks []uint64) assessment {
 	if len(blocks) > 0 && b.index != nil {
 		a.held = b.index.held(blocks)
 		a.tokens = heldTokens(a.held)
-		a.prefill = b.index.serverTokens(a.held)
 	}
 	inflight := b.InFlight()
 	load, capacity := inflight, b.maxConcurrency
@@ -144,8 +140,8 @@ func (a *assessment) score(queueCostTokens int64) float64 {
 //
 // The rule: a backend where the request would queue is never chosen over
 // one with a free sequence slot, unless the prefix it holds beyond the
-// free one's pays for the wait: more than routing.queue_cost_tokens tokens,
-// as the server counts them, per request ahead of it. Among backends with free slots the score decides
+// free one's pays for the wait: more than routing.queue_cost_tokens tokens
+// per request ahead of it. Among backends with free slots the score decides
 // (prefix held, slots and KV cache in use, LoRA adapter loaded), and among
 // queueing ones the least wait net of its prefix.
 //
@@ -173,7 +169,7 @@ func (r *Route) schedule(tried Tried, blocks []uint64) *Backend {
 	var queued, best *Backend
 	bestScore := math.Inf(-1)
 	var bestHeld int
-	var bestPrefill, queuedPrefill, queuedAhead, queuedCost int64
+	var bestTokens, queuedTokens, queuedAhead, queuedCost int64
 	for i, b := range r.backends {
 		if !usable(b, tried) {
 			continue // kept[i] stays unusable
@@ -184,14 +180,14 @@ func (r *Route) schedule(tried Tried, blocks []uint64) *Backend {
 			kept[i] = a
 		}
 		if a.ahead > 0 {
-			cost := a.ahead*r.signals.queueCostTokens - a.prefill
+			cost := a.ahead*r.signals.queueCostTokens - a.tokens
 			if queued == nil || cost < queuedCost {
-				queued, queuedCost, queuedAhead, queuedPrefill = b, cost, a.ahead, a.prefill
+				queued, queuedCost, queuedAhead, queuedTokens = b, cost, a.ahead, a.tokens
 			}
 			continue
 		}
 		if s := a.score(r.signals.queueCostTokens); s > bestScore {
-			best, bestScore, bestHeld, bestPrefill = b, s, a.held, a.prefill
+			best, bestScore, bestHeld, bestTokens = b, s, a.held, a.tokens
 		}
 	}
 	if best == nil {
@@ -199,7 +195,7 @@ func (r *Route) schedule(tried Tried, blocks []uint64) *Backend {
 	}
 	// The draw among the candidates (weighted reservoir sampling); best is
 	// always one, but when the loads moved before a second assessment.
-	free, freePrefill := best, bestPrefill
+	free, freeTokens := best, bestTokens
 	var drawn int64
 	for i, b := range r.backends {
 		var a assessment
@@ -216,10 +212,10 @@ func (r *Route) schedule(tried Tried, blocks []uint64) *Backend {
 		}
 		drawn += b.weight
 		if rand.Int64N(drawn) < b.weight {
-			free, freePrefill = b, a.prefill
+			free, freeTokens = b, a.tokens
 		}
 	}
-	if queued != nil && queuedPrefill-freePrefill > queuedAhead*r.signals.queueCostTokens {
+	if queued != nil && queuedTokens-freeTokens > queuedAhead*r.signals.queueCostTokens {
 		return queued
 	}
 	return free

@@ -39,7 +39,7 @@ func testChain(n int) []uint64 {
 
 // TestScheduleQueueRule checks the rule: a backend where the request would queue is avoided
 // while another has a free slot, unless the prefix it holds beyond the free one's exceeds
-// queue_cost_tokens per request ahead of it, in the tokens the servers count.
+// queue_cost_tokens per request ahead of it.
 func TestScheduleQueueRule(t *testing.T) {
 	const n = testBlocks
 	tests := []struct {
@@ -49,9 +49,7 @@ func TestScheduleQueueRule(t *testing.T) {
 		heldFree  int // leading blocks the free backend holds
 		waiting   int64
 		prefixOff bool
-		// bytesPerToken is what the servers' replies taught their indexes; zero for none.
-		bytesPerToken int64
-		want          string
+		want      string
 	}{
 		{name: "no prefix anywhere: the free backend", heldQueue: 0, waiting: 1, want: "free"},
 		{name: "a prefix gain under the cost: the free backend", heldQueue: 40, waiting: 1, want: "free"},
@@ -60,9 +58,6 @@ func TestScheduleQueueRule(t *testing.T) {
 		{name: "a lower configured cost lets a smaller gain pay", costTok: 200, heldQueue: 40, waiting: 1, want: "queued"},
 		{name: "the gain is over the free backend's prefix", costTok: 200, heldQueue: 40, heldFree: 36, waiting: 1, want: "free"},
 		{name: "prefix off: the free backend", heldQueue: n, waiting: 0, prefixOff: true, want: "free"},
-		{name: "a gain over the cost at four bytes a token, under it in the servers' longer tokens: the free backend",
-			heldQueue: n, waiting: 0, bytesPerToken: 10, want: "free"},
-		{name: "the servers' shorter tokens make a gain pay that would not at four bytes a token", costTok: 3000, heldQueue: 60, waiting: 0, bytesPerToken: 2, want: "queued"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -78,7 +73,6 @@ func TestScheduleQueueRule(t *testing.T) {
 			r.signals = signalsOf(&m)
 			for _, b := range r.backends {
 				b.index = new(prefixIndex)
-				b.index.bytesPerToken.Store(tt.bytesPerToken * bptScale)
 			}
 			c := testChain(n)
 			queued.index.insert(c[:tt.heldQueue])
@@ -91,7 +85,7 @@ func TestScheduleQueueRule(t *testing.T) {
 				t.Fatalf("chose %v, want %s", got, tt.want)
 			}
 			ahead := r.assess(queued, nil).ahead
-			gain := queued.index.serverTokens(tt.heldQueue) - free.index.serverTokens(tt.heldFree)
+			gain := heldTokens(tt.heldQueue) - heldTokens(tt.heldFree)
 			if pays := !tt.prefixOff && gain > ahead*int64(m.Routing.QueueCostTokens); pays != (tt.want == "queued") {
 				t.Errorf("the case is mislabelled: gain %d tokens, %d ahead, cost %d", gain, ahead, m.Routing.QueueCostTokens)
 			}

@@ -440,8 +440,7 @@ type Routing struct {
 	// what the best backend with free capacity holds, pay for each request
 	// waiting ahead on a queueing backend: a backend where the request
 	// would queue is chosen over one with free capacity only when its
-	// extra cached prefix exceeds this many tokens, as the server counts
-	// them, per request ahead.
+	// extra cached prefix exceeds this many tokens per request ahead.
 	// Zero means 2048.
 	QueueCostTokens int `yaml:"queue_cost_tokens"`
 }
