@@ -198,9 +198,29 @@ func (m *instrMeter) count(ctx context.Context, name string, gateway bool, n int
 		return 0, err
 	}
 	if err := errors.Join(m.load(ctx, p, addr, n), p.stop(stopGrace)); err != nil {
-		return 0, err
+		return 0, errors.Join(err, undecodable(p.logPath))
 	}
 	return cachegrindTotal(out)
+}
+
+// rdtscpBytes is how valgrind names RDTSCP when it cannot decode it.
+const rdtscpBytes = "unhandled instruction bytes: 0xF 0x1 0xF9"
+
+// undecodable explains a side that valgrind killed for an instruction it
+// does not decode, from the side's log; nil otherwise. The case met so far
+// is RDTSCP on a virtual machine that hides it: valgrind decodes RDTSCP
+// only where the host's CPUID reports it, but its emulated CPUID reports it
+// anyway, and Go's runtime then reads the clock with it.
+func undecodable(logPath string) error {
+	log, err := os.ReadFile(logPath)
+	switch {
+	case err != nil || !bytes.Contains(log, []byte("valgrind: Unrecognised instruction")):
+		return nil
+	case bytes.Contains(log, []byte(rdtscpBytes)):
+		return errors.New("valgrind cannot decode RDTSCP on this host (its CPUID does not report it, valgrind's emulated CPUID does, " +
+			"and Go's runtime uses it): -instructions needs a host whose /proc/cpuinfo lists rdtscp, or a valgrind that decodes it there")
+	}
+	return fmt.Errorf("valgrind met an instruction it cannot decode (%s)", logPath)
 }
 
 // resident starts the side natively, sends it n requests and returns its

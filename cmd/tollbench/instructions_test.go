@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/tollgate-dev/tollgate/config"
@@ -91,5 +92,40 @@ func TestInstrFleetBodies(t *testing.T) {
 	}
 	if !slices.EqualFunc(bodies, instrFleetBodies(1), bytes.Equal) {
 		t.Error("the same seed gave other bodies")
+	}
+}
+
+// TestUndecodable checks that a side valgrind killed for RDTSCP is told
+// apart from one killed for another instruction, and from one that failed
+// for any other reason.
+func TestUndecodable(t *testing.T) {
+	const unrecognised = "==21680== valgrind: Unrecognised instruction at address 0x48a2a9.\n"
+	tests := []struct {
+		name, log, want string
+	}{
+		{"RDTSCP", "vex amd64->IR: " + rdtscpBytes + " 0x48 0xC1\n" + unrecognised, "cannot decode RDTSCP"},
+		{"another instruction", "vex amd64->IR: unhandled instruction bytes: 0x62 0xF1 0xFE\n" + unrecognised, "an instruction it cannot decode"},
+		{"no valgrind verdict", "panic: listen tcp: address already in use\n", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "side.log")
+			if err := os.WriteFile(path, []byte(tt.log), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			err := undecodable(path)
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("undecodable = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("undecodable = %v, want it to say %q", err, tt.want)
+			}
+		})
+	}
+	if err := undecodable(filepath.Join(t.TempDir(), "missing.log")); err != nil {
+		t.Errorf("a missing log: %v", err)
 	}
 }
