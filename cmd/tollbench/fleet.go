@@ -348,10 +348,10 @@ func (f *fleetBench) phase(ctx context.Context, load func(end, began time.Time, 
 		return phaseCounters{}, err
 	}
 	f.sessions++
-	began := time.Now()
+	session, began := f.sessions, time.Now()
 	warm := f.o.fleetPhase / 5
 	loadErr := make(chan error, 1)
-	go func() { loadErr <- load(began.Add(f.o.fleetPhase), began, f.sessions) }()
+	go func() { loadErr <- load(began.Add(f.o.fleetPhase), began, session) }()
 	var q0, h0 float64
 	var scrapeErr error
 	if sleepCtx(ctx, warm) == nil {
@@ -371,8 +371,9 @@ func (f *fleetBench) phase(ctx context.Context, load func(end, began time.Time, 
 }
 
 // conversations runs the scripted conversations through route for one phase and adds what
-// they measured to res, logged (-fleet-log) as logAs and the routing's name: fleetConversations workers, worker w playing conversations w,
-// w+fleetConversations, …, until the phase ends (turns in flight then run to their end).
+// they measured to res, logged (-fleet-log) as logAs and the routing's name:
+// fleetConversations workers, worker w playing conversations w, w+fleetConversations, …,
+// until the phase ends (turns in flight then run to their end).
 func (f *fleetBench) conversations(ctx context.Context, route int, res *routeResult, logAs string) error {
 	var mu sync.Mutex
 	var rr atomic.Uint64

@@ -147,7 +147,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.fleetPhase, "fleet-duration", 20*time.Second, "length of each -fleet phase (the first fifth is not measured)")
 	fs.Int64Var(&o.seed, "seed", 1, "seed of the -fleet workload")
 	fs.BoolVar(&o.fleetColdGateway, "fleet-cold-gateway", false, "with -fleet, measure tollgate's first conversation phase from the freshly started gateway, "+
-		"instead of running one unmeasured phase through it first, as a gateway in service has learned its servers' limits and which apps they hold")
+		"instead of running one unmeasured phase through it first, as a gateway in service has learned its servers' running limits and how long their tokens are")
 	fs.IntVar(&o.fleetReserve, "fleet-reserve", 0, "the queue.reserve of the -fleet scenarios' model, in slots; 0 leaves the default, -1 keeps none")
 	fs.StringVar(&o.fleetLog, "fleet-log", "", "write a JSON line per -fleet request (each conversation's turn, each scenario's request) to `file`: its tenant or turn, time to first token, "+
 		"the server it ran on, its time in the gateway and in the server's queue, the batch it joined, its cached tokens, and for a cold one "+
