@@ -263,3 +263,20 @@ func TestMetricsPollerLifecycle(t *testing.T) {
 		t.Error("want a prefix index on each backend of the model with several backends, and only there")
 	}
 }
+
+// BenchmarkMetricsParse is one poll's parse of a recorded vLLM page, with
+// the parser a poller keeps from one read to the next.
+func BenchmarkMetricsParse(b *testing.B) {
+	text, err := os.ReadFile("testdata/vllm_metrics.txt")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var parser metricsParser
+	b.ReportAllocs()
+	b.SetBytes(int64(len(text)))
+	for b.Loop() {
+		if _, err := parser.parse(text); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
