@@ -192,8 +192,10 @@ func (m *instrMeter) count(ctx context.Context, name string, gateway bool, n int
 	out := filepath.Join(m.dir, name+".cachegrind")
 	// Asynchronous preemption is off on both sides: under valgrind every
 	// goroutine runs slowly enough for the runtime's preemption signals
-	// to land at moments no native run sees.
-	p, addr, err := m.start(name, gateway, "GODEBUG=asyncpreemptoff=1", m.valgrind, "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file="+out)
+	// to land at moments no native run sees. RDTSCP is off too: valgrind's
+	// emulated CPUID reports it even where the host lacks it, and then
+	// cannot decode it when the runtime reads the clock with it.
+	p, addr, err := m.start(name, gateway, "GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off", m.valgrind, "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file="+out)
 	if err != nil {
 		return 0, err
 	}
@@ -208,17 +210,16 @@ const rdtscpBytes = "unhandled instruction bytes: 0xF 0x1 0xF9"
 
 // undecodable explains a side that valgrind killed for an instruction it
 // does not decode, from the side's log; nil otherwise. The case met so far
-// is RDTSCP on a virtual machine that hides it: valgrind decodes RDTSCP
-// only where the host's CPUID reports it, but its emulated CPUID reports it
-// anyway, and Go's runtime then reads the clock with it.
+// is RDTSCP on a virtual machine that hides it, which count's
+// GODEBUG=cpu.rdtscp=off prevents for programs built with Go's runtime.
 func undecodable(logPath string) error {
 	log, err := os.ReadFile(logPath)
 	switch {
 	case err != nil || !bytes.Contains(log, []byte("valgrind: Unrecognised instruction")):
 		return nil
 	case bytes.Contains(log, []byte(rdtscpBytes)):
-		return errors.New("valgrind cannot decode RDTSCP on this host (its CPUID does not report it, valgrind's emulated CPUID does, " +
-			"and Go's runtime uses it): -instructions needs a host whose /proc/cpuinfo lists rdtscp, or a valgrind that decodes it there")
+		return errors.New("valgrind cannot decode RDTSCP on this host (its CPUID does not report it, valgrind's emulated CPUID does), " +
+			"and the side ran it although GODEBUG=cpu.rdtscp=off tells Go's runtime not to")
 	}
 	return fmt.Errorf("valgrind met an instruction it cannot decode (%s)", logPath)
 }
