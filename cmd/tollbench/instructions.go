@@ -90,6 +90,14 @@ func runInstructions(ctx context.Context, o options, args []string, stdout, stde
 	key := "sk-tollbench-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	m := &instrMeter{valgrind: valgrind, bins: bins, dir: dir, upstream: mockAddr, key: key, bodies: [][]byte{chatBody(modelFast, 16, false)}}
 	workload := "chat completion of 16 tokens"
+	if o.otel {
+		if m.sink, err = startOtelSink(); err != nil {
+			return err
+		}
+		m.otel = m.sink.endpoint()
+		defer func() { err = errors.Join(err, m.sink.stop()) }()
+		workload += ", the gateway exporting a span per request"
+	}
 	if o.instrFleet {
 		m.backends = fleetServers
 		m.bodies = instrFleetBodies(uint64(o.seed)) //nolint:gosec // a seed
@@ -165,6 +173,10 @@ type instrMeter struct {
 	backends int
 	// bodies are the requests each connection sends in turn.
 	bodies [][]byte
+	// sink, when not nil, is the collector the gateway exports its spans
+	// to, at otel; each gateway run must export a span per request.
+	sink *otelSink
+	otel string
 }
 
 // perRequest runs the side once for each of requests and returns the
@@ -202,7 +214,23 @@ func (m *instrMeter) count(ctx context.Context, name string, gateway bool, n int
 	if err := errors.Join(m.load(ctx, p, addr, n), p.stop(stopGrace)); err != nil {
 		return 0, errors.Join(err, undecodable(p.logPath))
 	}
+	if err := m.exported(gateway, n); err != nil {
+		return 0, err
+	}
 	return cachegrindTotal(out)
+}
+
+// exported checks that a gateway run that served n requests exported a
+// span for each of them to the sink, when there is one.
+func (m *instrMeter) exported(gateway bool, n int) error {
+	if m.sink == nil || !gateway {
+		return nil
+	}
+	spans, exports, err := m.sink.take()
+	if err == nil && spans < int64(n) {
+		err = fmt.Errorf("the gateway exported %d spans in %d exports for %d requests", spans, exports, n)
+	}
+	return err
 }
 
 // rdtscpBytes is how valgrind names RDTSCP when it cannot decode it.
@@ -236,7 +264,10 @@ func (m *instrMeter) resident(ctx context.Context, name string, gateway bool, n 
 	if loadErr == nil {
 		mem, loadErr = readMem(p.pid())
 	}
-	return mem, errors.Join(loadErr, p.stop(stopGrace))
+	if err := errors.Join(loadErr, p.stop(stopGrace)); err != nil {
+		return memInfo{}, err
+	}
+	return mem, m.exported(gateway, n)
 }
 
 // load waits for the side p to serve at addr, then sends it n requests.
@@ -305,7 +336,7 @@ backends:
     backends: [%s]
 store: {driver: sqlite, path: %q}
 usage: {flush_interval: 1s}
-`, m.key, backends, modelFast, strings.Join(names, ", "), filepath.Join(m.dir, name+".db"))
+%s`, m.key, backends, modelFast, strings.Join(names, ", "), filepath.Join(m.dir, name+".db"), telemetryYAML(m.otel))
 }
 
 // waitServing waits until addr answers a TCP request with any status: a

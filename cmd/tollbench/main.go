@@ -100,6 +100,9 @@ type options struct {
 	// under valgrind instead of everything else (instructions.go): the
 	// requests the second run of each side sends beyond the first's.
 	instructions int
+	// otel has the gateway export a span per request to a collector in
+	// tollbench (otelsink.go); false leaves export off.
+	otel bool
 	// instrFleet has -instructions send the fleet's requests (a turn of
 	// a conversation with a long system prompt) to a model of
 	// fleetServers backends, in place of a short chat to one.
@@ -155,6 +158,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.instructions, "instructions", 0, "count instead the user-space instructions the gateway and the bare proxy execute per request "+
 		"under valgrind's cachegrind, which a busy host does not change: each side serves 1,000 requests, then 1,000 + `n` in a second run, "+
 		"per round (-rounds); -bin-dir, -json and -keep apply; 0 runs the usual measurements")
+	fs.BoolVar(&o.otel, "otel", false, "have the gateway export its OpenTelemetry spans (telemetry.endpoint, default batching) to an OTLP/HTTP collector in this process, "+
+		"which decodes each export and counts its spans; with -instructions, each gateway run must export a span per request")
 	fs.BoolVar(&o.instrFleet, "instructions-fleet", false, "with -instructions, send the -fleet workload's requests (turns of its conversations, "+
 		"each with its app's long system prompt; -seed applies) to a model of four backends on the mock, as the scheduler places them")
 	if err := fs.Parse(args); err != nil {
@@ -301,7 +306,7 @@ func run(args []string, stdout, stderr io.Writer) (err error) {
 		Settings: settings{
 			Phase: o.phase.String(), Rounds: o.rounds, Rates: o.rates, OpenLoopConns: o.openConns, Conns: o.conns,
 			StreamConc: o.streamConc, StreamTokens: o.streamTokens, StreamITL: o.streamITL.String(),
-			OpenStreams: o.openStreams, SlowITL: o.slowITL.String(), GatewayLog: o.logLevel, BareStore: o.bareStore, BareHandOver: o.bareHandOver,
+			OpenStreams: o.openStreams, SlowITL: o.slowITL.String(), GatewayLog: o.logLevel, BareStore: o.bareStore, BareHandOver: o.bareHandOver, Otel: o.otel,
 			Only: o.only, SoakRate: o.soakRate, SoakStreamShare: o.soakStreamShare, SoakAbandon: o.soakAbandon,
 		},
 	}
@@ -336,6 +341,15 @@ func run(args []string, stdout, stderr io.Writer) (err error) {
 		if b.rep.StealCores > 0.1 {
 			b.rep.note("the hypervisor took %.2f cores on average during the measured phases (steal): the host is "+
 				"oversubscribed; latencies and the CPU time of every process are inflated accordingly", b.rep.StealCores)
+		}
+	}
+	if b.sink != nil {
+		// The gateway exports what it still holds as it stops.
+		err := b.stopGateway()
+		var sinkErr error
+		b.rep.Settings.OtelSpans, b.rep.Settings.OtelExports, sinkErr = b.sink.take()
+		if err := errors.Join(err, sinkErr); err != nil {
+			return err
 		}
 	}
 	b.rep.Elapsed = time.Since(began).Round(time.Second).String()
@@ -397,6 +411,9 @@ type bench struct {
 	gateway                             *proc
 	gatewayAddr                         string
 	procs                               []*proc
+	// sink is the collector the gateway exports its spans to (-otel);
+	// nil without it.
+	sink *otelSink
 
 	// foreign adds up the CPU use of every measured phase, to report how
 	// busy the rest of the machine was.
@@ -467,6 +484,12 @@ func (b *bench) setup(ctx context.Context) error {
 		key: b.key, logLevel: b.o.logLevel, store: filepath.Join(b.dir, "tollgate.db"),
 		fast: b.fastAddr, stream: b.streamAddr, slow: b.slowAddr,
 	}
+	if b.o.otel {
+		if b.sink, err = startOtelSink(); err != nil {
+			return err
+		}
+		cfg.otel = b.sink.endpoint()
+	}
 	if err := os.WriteFile(b.configPath, []byte(cfg.yaml()), 0o600); err != nil {
 		return fmt.Errorf("write gateway config: %w", err)
 	}
@@ -522,6 +545,10 @@ func (b *bench) stopAll() error {
 		errs = append(errs, p.stop(stopGrace))
 	}
 	b.procs = nil
+	if b.sink != nil {
+		errs = append(errs, b.sink.stop())
+		b.sink = nil
+	}
 	return errors.Join(errs...)
 }
 
@@ -533,6 +560,8 @@ const slowTokens = 300
 type gatewayConfig struct {
 	key, logLevel, store string
 	fast, stream, slow   string
+	// otel is the OTLP endpoint the gateway exports to; empty for none.
+	otel string
 }
 
 // yaml renders the config a user would write for this setup: one key,
@@ -566,8 +595,8 @@ backends:
     backends: [mock-slow]
 store: {driver: sqlite, path: %q}
 usage: {flush_interval: 1s}
-`, c.logLevel, c.key, backend("mock-fast", c.fast), backend("mock-stream", c.stream), backend("mock-slow", c.slow),
-		modelFast, modelStream, modelSlow, c.store)
+%s`, c.logLevel, c.key, backend("mock-fast", c.fast), backend("mock-stream", c.stream), backend("mock-slow", c.slow),
+		modelFast, modelStream, modelSlow, c.store, telemetryYAML(c.otel))
 }
 
 // chatBody is the chat completion request body the generator sends.

@@ -155,6 +155,11 @@ type settings struct {
 	// BareHandOver is set when a floor stream phase set a bare proxy that
 	// hands its streams over beside a plain one (-bare-handover).
 	BareHandOver bool `json:"bare_handover,omitempty"`
+	// Otel is set when the gateway exported its spans to tollbench's
+	// collector (-otel); OtelSpans and OtelExports are what it received.
+	Otel        bool  `json:"otel,omitempty"`
+	OtelSpans   int64 `json:"otel_spans,omitempty"`
+	OtelExports int64 `json:"otel_exports,omitempty"`
 	// Only names the one part that ran (-only): "soak", "streams" or
 	// "open"; empty when every part did.
 	Only            string  `json:"only,omitempty"`
@@ -215,6 +220,9 @@ func (r *report) writeTable(w io.Writer) error {
 	if s.BareHandOver {
 		fmt.Fprintf(&b, "floor: streams: a plain bare proxy beside one that writes each stream from a goroutine of its own, "+
 			"as the gateway does (bareproxy -handover; -bare-handover)\n")
+	}
+	if s.Otel {
+		fmt.Fprintf(&b, "export: the gateway sent %d spans in %d exports to an OTLP/HTTP collector in tollbench (-otel)\n", s.OtelSpans, s.OtelExports)
 	}
 	fmt.Fprintln(&b)
 	if _, err := io.WriteString(w, b.String()); err != nil {
