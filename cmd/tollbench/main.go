@@ -196,6 +196,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("-instructions %d: want 0 to 1000000", o.instructions)
 	case o.instrFleet && o.instructions == 0:
 		return o, errors.New("-instructions-fleet needs -instructions")
+	case o.otel && o.fleet:
+		return o, errors.New("-otel applies to the gateway's own measurements and -instructions, not to -fleet")
 	case o.fleetPhase < time.Second || o.fleetPhase > 10*time.Minute:
 		return o, fmt.Errorf("-fleet-duration %s: want 1s to 10m", o.fleetPhase)
 	case o.phase <= 0 || o.phase > 10*time.Minute:

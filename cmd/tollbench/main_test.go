@@ -37,7 +37,7 @@ func TestQuickKeepsExplicitFlags(t *testing.T) {
 }
 
 func TestParseOptionsRefusesUnbounded(t *testing.T) {
-	for _, args := range [][]string{{"-duration", "0s"}, {"-rounds", "0"}, {"-streams", "1000000"}, {"-instructions", "-1"}, {"extra"}} {
+	for _, args := range [][]string{{"-duration", "0s"}, {"-rounds", "0"}, {"-streams", "1000000"}, {"-instructions", "-1"}, {"extra"}, {"-fleet", "-otel"}} {
 		if _, err := parseOptions(args, io.Discard); err == nil {
 			t.Errorf("parseOptions(%q) succeeded, want an error", args)
 		}
