@@ -130,6 +130,11 @@ type SpanContext struct {
 	// NotSampled says the client's traceparent had its sampled flag off.
 	// Zero (false) means it was on, or there was no traceparent.
 	NotSampled bool
+	// UUIDTraceID says TraceID is a UUID's bytes (a call id, or a
+	// Compat-Trace-Id in UUID form), whose bytes 8 to 15 open with the
+	// UUID's two variant bits where a W3C trace id's are random. False
+	// means a traceparent's id, 32 hex digits, or a hash.
+	UUIDTraceID bool
 }
 
 // Attempt is one upstream attempt that failed and was retried.

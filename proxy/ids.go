@@ -89,7 +89,7 @@ func callSpan(tc *traceContext, call *[16]byte) accounting.SpanContext {
 	sp := tc.span
 	copy(sp.SpanID[:], call[8:16])
 	if tc.traceID == "" {
-		sp.TraceID = *call
+		sp.TraceID, sp.UUIDTraceID = *call, true
 	}
 	return sp
 }
@@ -178,8 +178,9 @@ func parseTraceHeaders(traceID, parentID, traceparent []byte) (traceContext, err
 		if len(parentID) > 0 && !validID(parentID) {
 			return traceContext{}, errBadParentID
 		}
+		tid, isUUID := w3cTraceID(traceID)
 		return traceContext{traceID: string(traceID), parentID: string(parentID),
-			span: accounting.SpanContext{TraceID: w3cTraceID(traceID), ParentSpanID: w3cSpanID(parentID)}}, nil
+			span: accounting.SpanContext{TraceID: tid, ParentSpanID: w3cSpanID(parentID), UUIDTraceID: isUUID}}, nil
 	}
 	if len(traceparent) == 0 {
 		return traceContext{}, nil
@@ -224,23 +225,22 @@ func parseTraceparent(h []byte) (traceContext, error) {
 }
 
 // w3cTraceID is the W3C trace id of a Compat-Trace-Id: the UUID it spells
-// (as call ids and the trace ids of traceparents are written), or its 32
-// hex digits, or else the first 16 bytes of its SHA-256, so that every
-// call naming one trace lands in one OpenTelemetry trace.
-func w3cTraceID(id []byte) [16]byte {
+// (as call ids and the trace ids of traceparents are written; isUUID), or
+// its 32 hex digits, or else the first 16 bytes of its SHA-256, so that
+// every call naming one trace lands in one OpenTelemetry trace.
+func w3cTraceID(id []byte) (t [16]byte, isUUID bool) {
 	if len(id) == 36 {
 		if u, err := uuid.ParseBytes(id); err == nil {
-			return u
+			return u, true
 		}
 	}
-	var t [16]byte
 	if len(id) == 32 && isLowerHex(id) {
 		_, _ = hex.Decode(t[:], id)
-		return t
+		return t, false
 	}
 	sum := sha256.Sum256(id)
 	copy(t[:], sum[:16])
-	return t
+	return t, false
 }
 
 // w3cSpanID is the W3C span id of a Compat-Parent-Id of 16 lower-case hex

@@ -50,14 +50,15 @@ func TestCallSpan(t *testing.T) {
 		name                         string
 		traceID, parentID, tp        string
 		wantTrace, wantParent, flags string
+		wantUUID                     bool
 	}{
-		{name: "no headers", wantTrace: callHex, wantParent: "0000000000000000", flags: "01"},
+		{name: "no headers", wantTrace: callHex, wantParent: "0000000000000000", flags: "01", wantUUID: true},
 		{name: "traceparent sampled", tp: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 			wantTrace: "4bf92f35-77b3-4da6-a3ce-929d0e0e4736", wantParent: "00f067aa0ba902b7", flags: "01"},
 		{name: "traceparent not sampled", tp: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-02",
 			wantTrace: "4bf92f35-77b3-4da6-a3ce-929d0e0e4736", wantParent: "00f067aa0ba902b7", flags: "00"},
 		{name: "compat uuid", traceID: "0190a000-0000-7000-8000-000000000001", parentID: "1111222233334444",
-			wantTrace: "0190a000-0000-7000-8000-000000000001", wantParent: "1111222233334444", flags: "01"},
+			wantTrace: "0190a000-0000-7000-8000-000000000001", wantParent: "1111222233334444", flags: "01", wantUUID: true},
 		{name: "compat hex", traceID: "4bf92f3577b34da6a3ce929d0e0e4736", parentID: "call-2",
 			wantTrace: "4bf92f35-77b3-4da6-a3ce-929d0e0e4736", wantParent: "0000000000000000", flags: "01"},
 		{name: "compat other", traceID: "run-1",
@@ -71,9 +72,13 @@ func TestCallSpan(t *testing.T) {
 			}
 			sp := callSpan(&tc, &call)
 			trace := formatUUID(&sp.TraceID)
+			if sp.UUIDTraceID != tt.wantUUID {
+				t.Errorf("UUIDTraceID = %v, want %v", sp.UUIDTraceID, tt.wantUUID)
+			}
 			if tt.wantTrace == "hash" {
-				again := w3cTraceID([]byte(tt.traceID))
-				if sp.TraceID == ([16]byte{}) || sp.TraceID != again || sp.TraceID == w3cTraceID([]byte("run-2")) {
+				again, _ := w3cTraceID([]byte(tt.traceID))
+				other, _ := w3cTraceID([]byte("run-2"))
+				if sp.TraceID == ([16]byte{}) || sp.TraceID != again || sp.TraceID == other {
 					t.Errorf("trace %s of %q is not a stable hash of it", trace, tt.traceID)
 				}
 			} else if trace != tt.wantTrace {

@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
@@ -160,7 +161,7 @@ func (b *spanBuilder) build(rec *accounting.Record) bool {
 	// The samplers tollgate offers decide by the parent and the trace id
 	// only, so they are given no attributes.
 	sampled := b.sampler.ShouldSample(sdktrace.SamplingParameters{
-		ParentContext: ctx, TraceID: rec.Span.TraceID, Name: name, Kind: trace.SpanKindClient,
+		ParentContext: ctx, TraceID: samplingTraceID(&rec.Span), Name: name, Kind: trace.SpanKindClient,
 	}).Decision == sdktrace.RecordAndSample
 	b.parent.sc = trace.SpanContext{}
 	if !sampled {
@@ -262,6 +263,20 @@ func (b *spanBuilder) build(rec *accounting.Record) bool {
 		evs.RemoveIf(func(ptrace.SpanEvent) bool { i++; return i > len(rec.Attempts) })
 	}
 	return true
+}
+
+// samplingTraceID is the trace id the sampler decides on. The ratio
+// samplers read bytes 8 to 15 of a trace id as a random number, as a W3C
+// trace id's are; a UUID's open with its variant bits, 10, which would keep
+// every trace out below a ratio of one half and let every one in above
+// three quarters. So for a UUID, the 62 bits after them, random in a call
+// id as in UUIDs of versions 4 and 7, are read in their place.
+func samplingTraceID(sp *accounting.SpanContext) trace.TraceID {
+	id := trace.TraceID(sp.TraceID)
+	if sp.UUIDTraceID {
+		binary.BigEndian.PutUint64(id[8:], binary.BigEndian.Uint64(id[8:])<<2)
+	}
+	return id
 }
 
 // maxSpanAttrs is the most attributes a span has.

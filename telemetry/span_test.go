@@ -1,13 +1,16 @@
 package telemetry
 
 import (
+	"crypto/rand"
 	"fmt"
+	"math"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
@@ -105,6 +108,50 @@ func TestBuildSpanSamples(t *testing.T) {
 				t.Errorf("build = %v with %d spans in the batch, want %v", got, b.batch.len(), tt.want)
 			}
 		})
+	}
+}
+
+// TestRatioSamplesItsShare checks that a ratio sampler keeps its share of
+// the traces whatever names them: traces named after a call, or a
+// Compat-Trace-Id, are UUIDs whose variant bits lead the bytes the samplers
+// read as random (read as they are, a ratio under one half kept none), and
+// a traceparent's are random.
+func TestRatioSamplesItsShare(t *testing.T) {
+	const traces = 20000
+	ids := map[string]func() accounting.SpanContext{
+		"UUIDv7": func() accounting.SpanContext {
+			return accounting.SpanContext{TraceID: uuid.Must(uuid.NewV7()), UUIDTraceID: true}
+		},
+		"UUIDv4": func() accounting.SpanContext {
+			return accounting.SpanContext{TraceID: uuid.New(), UUIDTraceID: true}
+		},
+		"W3C": func() accounting.SpanContext {
+			var sp accounting.SpanContext
+			_, _ = rand.Read(sp.TraceID[:])
+			return sp
+		},
+	}
+	for name, id := range ids {
+		for _, ratio := range []float64{0.1, 0.5, 0.9} {
+			t.Run(fmt.Sprint(name, " ", ratio), func(t *testing.T) {
+				b := newTestBuilder(t, sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio)))
+				rec := benchRecord()
+				rec.Span.ParentSpanID = [8]byte{}
+				kept := 0
+				for range traces {
+					sp := id()
+					rec.Span.TraceID, rec.Span.UUIDTraceID = sp.TraceID, sp.UUIDTraceID
+					if b.build(&rec) {
+						kept++
+					}
+					b.batch.reset()
+				}
+				// Four standard deviations of a binomial count.
+				if got, sd := float64(kept)/traces, math.Sqrt(ratio*(1-ratio)/traces); math.Abs(got-ratio) > 4*sd {
+					t.Errorf("kept %.4f of the traces, want %.2f", got, ratio)
+				}
+			})
+		}
 	}
 }
 
