@@ -22,8 +22,15 @@ type UsageCounts struct {
 // usage object (see parseUsage). Streams with continuous_usage_stats carry
 // cumulative usage on every chunk, so the last object seen is the whole
 // count: setting, never adding, is what keeps them from being counted
-// twice.
-func (u *UsageCounts) setChat(v gjson.Result) error { return u.parseUsage(v, &chatUsageFields) }
+// twice. A usage the flat scan of its chunk checked (valid) is read by
+// parseValidUsage, without gjson's walk, which parses every number in it
+// as a float.
+func (u *UsageCounts) setChat(v gjson.Result, valid bool) error {
+	if valid {
+		return u.parseValidUsage(v.Raw, &chatUsageFields)
+	}
+	return u.parseUsage(v, &chatUsageFields)
+}
 
 // StreamOptions say how an EventProcessor treats one stream's events.
 type StreamOptions struct {
@@ -163,7 +170,7 @@ func (c *EventProcessor) Process(dst, ev []byte) []byte {
 	var edits [2]edit
 	n := 0
 	if f.usage.Exists() && f.usage.Type != gjson.Null {
-		if err := c.usage.setChat(f.usage); err != nil {
+		if err := c.usage.setChat(f.usage, f.usageChecked); err != nil {
 			// The chunk is not passed on: the stream ends here with the
 			// gateway's in-band error (see UsageErr).
 			c.usageErr = err

@@ -32,6 +32,9 @@ type chunkFields struct {
 	// the chunk; usageKey is the offset of its key, -1 when there is none.
 	usage    gjson.Result
 	usageKey int
+	// usageChecked says usage's text was checked to be valid JSON (the
+	// flat scan read it), so that its counts can be read without gjson.
+	usageChecked bool
 	// hasChoices says a "choices" member came, nonEmptyChoices that one
 	// had an element; deltas counts the elements that carried content.
 	hasChoices, nonEmptyChoices bool
@@ -86,7 +89,7 @@ func (f *chunkFields) readFlat(s string, wantID bool) bool {
 				f.modelStart, f.modelEnd = v, vEnd
 			}
 		case "usage":
-			f.usage, f.usageKey = gjson.Parse(raw), k
+			f.usage, f.usageKey, f.usageChecked = gjson.Parse(raw), k, true
 			f.usage.Index = v
 		case "choices":
 			f.hasChoices = true

@@ -88,6 +88,15 @@ func FuzzChunkFields(f *testing.F) {
 		if !sameChunkFields(flat, walked) {
 			t.Fatalf("chunk %q (want id %v):\nflat   %+v\ngjson  %+v", s, wantID, flat, walked)
 		}
+		// Process reads a usage the flat read checked as it reads the
+		// walk's: the same counts, or the same refusal.
+		if flat.usage.Exists() && flat.usage.Type != gjson.Null {
+			var fromFlat, fromWalk UsageCounts
+			flatErr, walkErr := fromFlat.setChat(flat.usage, flat.usageChecked), fromWalk.setChat(walked.usage, walked.usageChecked)
+			if fromFlat != fromWalk || (flatErr == nil) != (walkErr == nil) {
+				t.Fatalf("chunk %q: usage %+v (%v) from the flat read, %+v (%v) from the walk", s, fromFlat, flatErr, fromWalk, walkErr)
+			}
+		}
 	})
 }
 

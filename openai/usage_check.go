@@ -89,7 +89,8 @@ func (u *UsageCounts) SetChatReply(raw string) error {
 }
 
 // parseValidUsage is parseUsage for a usage value known to be valid JSON
-// (a non-streamed reply's, which ScanReply checked), given as its text. Its
+// (a non-streamed reply's, which ScanReply checked, or a streamed chunk's
+// that the flat scan checked), given as its text. Its
 // counts are found by a walk of the object's bytes, without gjson's parse
 // of every number in it into a float: the usage of every reply is read,
 // and that parse cost as much as the rest of the reply's accounting. A
