@@ -105,6 +105,7 @@ func (sb *streamBody) run(conn net.Conn, pipelined []byte) {
 	s, keepAlive := sb.srv, sb.keepAlive
 	defer s.connStreams.Add(-1)
 	err := sb.writeErr
+	grown := false
 	for over := sb.over; err == nil && !over; {
 		if !sb.pending() {
 			// Wait for the upstream with no buffer of the stream's nor,
@@ -117,6 +118,14 @@ func (sb *streamBody) run(conn net.Conn, pipelined []byte) {
 				sb.backend.AwaitStream(sb.resp)
 			}
 			sb.scan.Await()
+		}
+		if !grown {
+			// Writing events outgrows the stack the goroutine began
+			// with: grown here, before the first events, the stack is
+			// copied with only this frame below, not at the deepest
+			// call of an event's read or processing.
+			grown = true
+			handover.GrowEventStack(0)
 		}
 		over, err = sb.writeNext(conn)
 	}

@@ -1,8 +1,8 @@
 // Package handover holds what a stream written on its client's connection
 // by a goroutine of its own needs, once fasthttp has handed the connection
 // over (Hijack with KeepHijackedConns): taking the connection, framing the
-// events as chunks, and growing the goroutine's stack before it serves the
-// connection's next requests. The gateway's streams (proxy) use it, and so
+// events as chunks, and growing the goroutine's stack before it writes its
+// first events and before it serves the connection's next requests. The gateway's streams (proxy) use it, and so
 // does the bare proxy that holds its streams the same way (internal/bare).
 package handover
 
@@ -55,6 +55,23 @@ const RequestStack = 8 << 10
 //go:noinline
 func GrowStack(i int) byte {
 	var frame [RequestStack]byte
+	frame[i] = 1
+	return frame[len(frame)-1]
+}
+
+// EventStack is what GrowEventStack leaves free above its caller, a
+// stream's goroutine about to write its first events: enough to read,
+// process and write an event, whose deepest calls outgrow the stack a
+// goroutine begins with. Grown from the goroutine's first frames, the
+// stack is copied once with only those frames in it, and then holds
+// 4 KiB, as a stream's stack does between its events anyway.
+const EventStack = 2 << 10
+
+// GrowEventStack is GrowStack for EventStack.
+//
+//go:noinline
+func GrowEventStack(i int) byte {
+	var frame [EventStack]byte
 	frame[i] = 1
 	return frame[len(frame)-1]
 }

@@ -3,6 +3,7 @@ package handover
 import (
 	"strconv"
 	"testing"
+	"unsafe"
 )
 
 // TestPutChunkSize checks the chunk size line against strconv's hex, at the
@@ -18,4 +19,52 @@ func TestPutChunkSize(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestGrowEventStack checks that GrowEventStack, called from a goroutine's
+// first frames, leaves EventStack of free stack: a call chain of nearly
+// that depth then runs without its stack being copied. The chain must move
+// a stack that was not grown: TestGrowEventStack/not_grown checks that it
+// does.
+func TestGrowEventStack(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		grow      bool
+		wantMoved bool
+	}{
+		{"grown", true, false},
+		{"not grown", false, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			moved := make(chan bool, 1)
+			go func() {
+				if tt.grow {
+					GrowEventStack(0)
+				}
+				// A local's address changes when its stack is copied.
+				var marker byte
+				at := uintptr(unsafe.Pointer(&marker))
+				useStack(EventStack / stackUser * 7 / 8)
+				moved <- uintptr(unsafe.Pointer(&marker)) != at
+			}()
+			if got := <-moved; got != tt.wantMoved {
+				t.Errorf("a call chain of %d bytes moved the stack: %v, want %v", EventStack*7/8, got, tt.wantMoved)
+			}
+		})
+	}
+}
+
+// stackUser is the size of useStack's frame, less what the call adds.
+const stackUser = 256
+
+// useStack is a call chain n frames deep, each of about stackUser bytes.
+//
+//go:noinline
+func useStack(n int) byte {
+	var frame [stackUser]byte
+	frame[n%stackUser] = 1
+	if n > 1 {
+		return useStack(n-1) + frame[stackUser-1]
+	}
+	return frame[stackUser-1]
 }
