@@ -90,56 +90,73 @@ func (u *UsageCounts) SetChatReply(raw string) error {
 
 // parseValidUsage is parseUsage for a usage value known to be valid JSON
 // (a non-streamed reply's, which ScanReply checked, or a streamed chunk's
-// that the flat scan checked), given as its text. Its
-// counts are found by a walk of the object's bytes, without gjson's parse
-// of every number in it into a float: the usage of every reply is read,
-// and that parse cost as much as the rest of the reply's accounting. A
-// value that is not an object, and an object with an escaped key (gjson
-// unescapes keys before comparing them), are left to parseUsage.
+// that the flat scan checked), given as its text. Its counts are found by
+// a walk of the object's bytes, without gjson's parse of every number in
+// it into a float: the usage of every reply is read, and that parse cost
+// as much as the rest of the reply's accounting. A value that is not an
+// object, and an object with an escaped key (gjson unescapes keys before
+// comparing them), are left to parseUsage. The counts are kept as their
+// texts, not as gjson.Results, and the refusals are built apart: the usage
+// chunk that ends a stream is processed on the stream's goroutine, whose
+// stack must not outgrow what its other chunks take (TestUsageChunkStack).
 func (u *UsageCounts) parseValidUsage(raw string, f *usageFields) error {
 	if len(raw) == 0 || raw[0] != '{' {
-		return u.parseUsage(gjson.Parse(raw), f)
+		return u.parseUsageText(raw, f)
 	}
-	var input, output, total, cached gjson.Result
+	var counts [4]string // input, output, total and cached; "" when absent
 	m := rawMembers{s: raw, i: 1}
 	for key, val, ok := m.next(); ok; key, val, ok = m.next() {
-		var dst *gjson.Result
-		r := rawResult(val)
+		var i int
 		switch key {
 		case f.input:
-			dst = &input
+			i = 0
 		case f.output:
-			dst = &output
+			i = 1
 		case f.total:
-			dst = &total
+			i = 2
 		case f.details:
 			// As parseUsage does, the count is the first found in a
 			// details object.
-			r = gjson.Result{}
-			if val[0] == '{' {
-				d := rawMembers{s: val, i: 1}
-				for k, v, ok := d.next(); ok; k, v, ok = d.next() {
-					if k == cachedTokensField {
-						r = rawResult(v)
-						break
-					}
-				}
-				if d.unread {
-					return u.parseUsage(gjson.Parse(raw), f)
-				}
+			i = 3
+			var read bool
+			if val, read = cachedText(val); !read {
+				return u.parseUsageText(raw, f)
 			}
-			dst = &cached
 		default:
 			continue
 		}
-		if dst.Raw == "" {
-			*dst = r
+		if counts[i] == "" {
+			counts[i] = val
 		}
 	}
 	if m.unread {
-		return u.parseUsage(gjson.Parse(raw), f)
+		return u.parseUsageText(raw, f)
 	}
-	return u.setCounts(input, output, total, cached, f)
+	return u.setTextCounts(&counts, f)
+}
+
+// cachedText is the text of the first cached count in val, a details
+// value's text, "" when there is none; read is false when the object has
+// an escaped key before it, which the walk does not read as gjson would.
+func cachedText(val string) (text string, read bool) {
+	if val[0] != '{' {
+		return "", true
+	}
+	d := rawMembers{s: val, i: 1}
+	for k, v, ok := d.next(); ok; k, v, ok = d.next() {
+		if k == cachedTokensField {
+			return v, true
+		}
+	}
+	return "", !d.unread
+}
+
+// parseUsageText is parseUsage of a usage given as its text: kept out of
+// parseValidUsage, so that its frame does not hold the gjson.Result.
+//
+//go:noinline
+func (u *UsageCounts) parseUsageText(raw string, f *usageFields) error {
+	return u.parseUsage(gjson.Parse(raw), f)
 }
 
 // rawMembers walks the members of a valid JSON object's text s, from i
@@ -181,27 +198,6 @@ func (m *rawMembers) next() (key, val string, ok bool) {
 	return key, s[start:m.i], true
 }
 
-// rawResult is the gjson.Result of a valid JSON value's text, with the
-// type and text usagecount.Read reads, and no parsed number.
-func rawResult(raw string) gjson.Result {
-	r := gjson.Result{Raw: raw}
-	switch raw[0] {
-	case '"':
-		r.Type = gjson.String
-	case 't':
-		r.Type = gjson.True
-	case 'f':
-		r.Type = gjson.False
-	case 'n':
-		r.Type = gjson.Null
-	case '{', '[':
-		r.Type = gjson.JSON
-	default:
-		r.Type = gjson.Number
-	}
-	return r
-}
-
 // setCounts checks the counts found in a usage object named by f and,
 // when they are valid, sets u to them (see parseUsage).
 func (u *UsageCounts) setCounts(input, output, total, cached gjson.Result, f *usageFields) error {
@@ -221,6 +217,34 @@ func (u *UsageCounts) setCounts(input, output, total, cached gjson.Result, f *us
 	if n.Cached, err = usagecount.Read(cached, f.cached); err != nil {
 		return err
 	}
+	return u.checkCounts(&n, f)
+}
+
+// setTextCounts is setCounts for the counts' texts (see
+// usagecount.ReadText): input, output, total and cached.
+func (u *UsageCounts) setTextCounts(t *[4]string, f *usageFields) error {
+	var (
+		n   UsageCounts
+		err error
+	)
+	if n.Input, err = usagecount.ReadText(t[0], f.input); err != nil {
+		return err
+	}
+	if n.Output, err = usagecount.ReadText(t[1], f.output); err != nil {
+		return err
+	}
+	if n.Total, err = usagecount.ReadText(t[2], f.total); err != nil {
+		return err
+	}
+	if n.Cached, err = usagecount.ReadText(t[3], f.cached); err != nil {
+		return err
+	}
+	return u.checkCounts(&n, f)
+}
+
+// checkCounts checks counts read one by one against each other and, when
+// they agree, sets u to them.
+func (u *UsageCounts) checkCounts(n *UsageCounts, f *usageFields) error {
 	// Both are at most 2^40: the sum cannot overflow.
 	sum := n.Input + n.Output
 	switch {
@@ -228,14 +252,27 @@ func (u *UsageCounts) setCounts(input, output, total, cached gjson.Result, f *us
 		// Some servers leave total_tokens out, or zero.
 		n.Total = sum
 	case n.Total < sum:
-		return &UsageError{Field: "usage." + f.total, Problem: "(" + strconv.FormatInt(n.Total, 10) + ") is less than " + f.input + " + " + f.output + " (" + strconv.FormatInt(sum, 10) + ")"}
+		return totalError(n.Total, sum, f)
 	}
 	if n.Cached > n.Input {
-		return &UsageError{Field: "usage." + f.cached, Problem: "(" + strconv.FormatInt(n.Cached, 10) + ") exceeds " + f.input + " (" + strconv.FormatInt(n.Input, 10) + ")"}
+		return cachedError(n.Cached, n.Input, f)
 	}
 	n.Reported = true
-	*u = n
+	*u = *n
 	return nil
+}
+
+// totalError and cachedError are checkCounts' refusals, apart so that the
+// frame of the path that succeeds does not hold what they build.
+//
+//go:noinline
+func totalError(total, sum int64, f *usageFields) error {
+	return &UsageError{Field: "usage." + f.total, Problem: "(" + strconv.FormatInt(total, 10) + ") is less than " + f.input + " + " + f.output + " (" + strconv.FormatInt(sum, 10) + ")"}
+}
+
+//go:noinline
+func cachedError(cached, input int64, f *usageFields) error {
+	return &UsageError{Field: "usage." + f.cached, Problem: "(" + strconv.FormatInt(cached, 10) + ") exceeds " + f.input + " (" + strconv.FormatInt(input, 10) + ")"}
 }
 
 // validReply reports whether a non-streamed 200 body is one JSON object

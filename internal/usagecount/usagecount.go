@@ -30,7 +30,27 @@ func Read(r gjson.Result, path string) (int64, error) {
 	if r.Type != gjson.Number {
 		return 0, &Error{Field: "usage." + path, Problem: "is not a number"}
 	}
-	raw := r.Raw
+	return readNumber(r.Raw, path)
+}
+
+// ReadText is Read for a count given as the text of a valid JSON value,
+// "" when it is absent: a reader that walks the usage object's text needs
+// no gjson.Result for it.
+func ReadText(raw, path string) (int64, error) {
+	if raw == "" {
+		return 0, nil
+	}
+	switch raw[0] {
+	case 'n':
+		return 0, nil // null
+	case '"', 't', 'f', '{', '[':
+		return 0, &Error{Field: "usage." + path, Problem: "is not a number"}
+	}
+	return readNumber(raw, path)
+}
+
+// readNumber reads the text of a JSON number as a count.
+func readNumber(raw, path string) (int64, error) {
 	if raw != "" && raw[0] == '-' {
 		return 0, &Error{Field: "usage." + path, Problem: "is negative"}
 	}

@@ -26,20 +26,34 @@ func TestRead(t *testing.T) {
 		{"an exponent", `{"n":1e3}`, 0, "is not an integer"},
 		{"a string", `{"n":"7"}`, 0, "is not a number"},
 		{"an object", `{"n":{}}`, 0, "is not a number"},
+		{"an array", `{"n":[1]}`, 0, "is not a number"},
+		{"true", `{"n":true}`, 0, "is not a number"},
+		{"false", `{"n":false}`, 0, "is not a number"},
+	}
+	// ReadText must read the text of every count as Read reads its
+	// gjson.Result.
+	readers := []struct {
+		name string
+		read func(r gjson.Result, path string) (int64, error)
+	}{
+		{"Read", Read},
+		{"ReadText", func(r gjson.Result, path string) (int64, error) { return ReadText(r.Raw, path) }},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := Read(gjson.Get(tt.usage, "n"), "prompt_tokens")
-			if tt.problem == "" {
-				if err != nil || got != tt.want {
-					t.Fatalf("Read(%s) = %d, %v; want %d", tt.usage, got, err, tt.want)
+		for _, r := range readers {
+			t.Run(tt.name+"/"+r.name, func(t *testing.T) {
+				got, err := r.read(gjson.Get(tt.usage, "n"), "prompt_tokens")
+				if tt.problem == "" {
+					if err != nil || got != tt.want {
+						t.Fatalf("%s(%s) = %d, %v; want %d", r.name, tt.usage, got, err, tt.want)
+					}
+					return
 				}
-				return
-			}
-			var e *Error
-			if !errors.As(err, &e) || e.Problem != tt.problem || e.Field != "usage.prompt_tokens" {
-				t.Fatalf("Read(%s) = %d, %v; want the error %q at usage.prompt_tokens", tt.usage, got, err, tt.problem)
-			}
-		})
+				var e *Error
+				if !errors.As(err, &e) || e.Problem != tt.problem || e.Field != "usage.prompt_tokens" {
+					t.Fatalf("%s(%s) = %d, %v; want the error %q at usage.prompt_tokens", r.name, tt.usage, got, err, tt.problem)
+				}
+			})
+		}
 	}
 }
