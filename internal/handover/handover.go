@@ -2,8 +2,9 @@
 // by a goroutine of its own needs, once fasthttp has handed the connection
 // over (Hijack with KeepHijackedConns): taking the connection, framing the
 // events as chunks, and growing the goroutine's stack before it writes its
-// first events and before it serves the connection's next requests. The gateway's streams (proxy) use it, and so
-// does the bare proxy that holds its streams the same way (internal/bare).
+// first events and before it serves the connection's next requests. The
+// gateway's streams (proxy) use it, and so does the bare proxy that holds
+// its streams the same way (internal/bare).
 package handover
 
 import "net"
