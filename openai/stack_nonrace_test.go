@@ -5,9 +5,9 @@ package openai
 import (
 	"runtime/debug"
 	"testing"
-	"unsafe"
 
 	"github.com/tollgate-dev/tollgate/internal/handover"
+	"github.com/tollgate-dev/tollgate/internal/stackprobe"
 )
 
 // TestUsageChunkStack checks that processing a stream's usage chunk needs
@@ -41,11 +41,7 @@ func room(t *testing.T, chunk string) int {
 		moved := make(chan bool, 1)
 		go func() {
 			handover.GrowEventStack(0)
-			// A local's address changes when its stack is copied.
-			var marker byte
-			at := uintptr(unsafe.Pointer(&marker))
-			processBelow(n, c, dst, ev)
-			moved <- uintptr(unsafe.Pointer(&marker)) != at
+			moved <- stackprobe.Moved(func() { processBelow(n, c, dst, ev) })
 		}()
 		if <-moved {
 			return n
@@ -55,19 +51,14 @@ func room(t *testing.T, chunk string) int {
 	return 0
 }
 
+// roomFrame is the depth of the chain processBelow adds per frame of room.
 const roomFrame = 64
 
 // processBelow processes ev as a stream does, below a call chain n frames
-// deep.
-//
-//go:noinline
-func processBelow(n int, c *EventProcessor, dst, ev []byte) byte {
-	var frame [roomFrame]byte
-	frame[n%roomFrame] = 1
-	if n > 0 {
-		return processBelow(n-1, c, dst, ev) + frame[roomFrame-1]
-	}
-	c.Reset(StreamOptions{StripContinuous: true, PublicModel: []byte(`"m"`)})
-	_ = c.Process(dst, ev)
-	return frame[roomFrame-1]
+// of roomFrame deep.
+func processBelow(n int, c *EventProcessor, dst, ev []byte) {
+	stackprobe.Below(n*roomFrame, func() {
+		c.Reset(StreamOptions{StripContinuous: true, PublicModel: []byte(`"m"`)})
+		_ = c.Process(dst, ev)
+	})
 }

@@ -3,9 +3,9 @@ package proxy
 import (
 	"net"
 	"testing"
-	"unsafe"
 
 	"github.com/tollgate-dev/tollgate/internal/handover"
+	"github.com/tollgate-dev/tollgate/internal/stackprobe"
 )
 
 // TestKeptConnGrowsStack checks that the first bytes read from a
@@ -46,11 +46,7 @@ func TestKeptConnGrowsStack(t *testing.T) {
 				if n, err := kc.Read(make([]byte, 4)); n == 0 || err != nil {
 					t.Errorf("read %d bytes, %v", n, err)
 				}
-				// A local's address changes when its stack is copied.
-				var marker byte
-				at := uintptr(unsafe.Pointer(&marker))
-				useStack(handover.RequestStack / stackUser * 7 / 8)
-				moved <- uintptr(unsafe.Pointer(&marker)) != at
+				moved <- stackprobe.Moved(func() { stackprobe.Below(handover.RequestStack*7/8, nil) })
 			}()
 			if err := <-wrote; err != nil {
 				t.Fatal(err)
@@ -60,19 +56,4 @@ func TestKeptConnGrowsStack(t *testing.T) {
 			}
 		})
 	}
-}
-
-// stackUser is the size of useStack's frame, less what the call adds.
-const stackUser = 512
-
-// useStack is a call chain n frames deep, each of about stackUser bytes.
-//
-//go:noinline
-func useStack(n int) byte {
-	var frame [stackUser]byte
-	frame[n%stackUser] = 1
-	if n > 1 {
-		return useStack(n-1) + frame[stackUser-1]
-	}
-	return frame[stackUser-1]
 }

@@ -3,7 +3,8 @@ package handover
 import (
 	"strconv"
 	"testing"
-	"unsafe"
+
+	"github.com/tollgate-dev/tollgate/internal/stackprobe"
 )
 
 // TestPutChunkSize checks the chunk size line against strconv's hex, at the
@@ -41,30 +42,11 @@ func TestGrowEventStack(t *testing.T) {
 				if tt.grow {
 					GrowEventStack(0)
 				}
-				// A local's address changes when its stack is copied.
-				var marker byte
-				at := uintptr(unsafe.Pointer(&marker))
-				useStack(EventStack / stackUser * 7 / 8)
-				moved <- uintptr(unsafe.Pointer(&marker)) != at
+				moved <- stackprobe.Moved(func() { stackprobe.Below(EventStack*7/8, nil) })
 			}()
 			if got := <-moved; got != tt.wantMoved {
 				t.Errorf("a call chain of %d bytes moved the stack: %v, want %v", EventStack*7/8, got, tt.wantMoved)
 			}
 		})
 	}
-}
-
-// stackUser is the size of useStack's frame, less what the call adds.
-const stackUser = 256
-
-// useStack is a call chain n frames deep, each of about stackUser bytes.
-//
-//go:noinline
-func useStack(n int) byte {
-	var frame [stackUser]byte
-	frame[n%stackUser] = 1
-	if n > 1 {
-		return useStack(n-1) + frame[stackUser-1]
-	}
-	return frame[stackUser-1]
 }
