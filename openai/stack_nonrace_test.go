@@ -36,12 +36,17 @@ func room(t *testing.T, chunk string) int {
 	ev := []byte("data: " + chunk + "\n\n")
 	c := new(EventProcessor)
 	dst := make([]byte, 0, 1<<10)
-	processBelow(0, c, dst, ev) // a first call takes the runtime's slow paths
+	// A first call takes the runtime's slow paths.
+	c.Reset(StreamOptions{StripContinuous: true, PublicModel: []byte(`"m"`)})
+	_ = c.Process(dst, ev)
 	for n := 0; n < 1<<10; n++ {
 		moved := make(chan bool, 1)
 		go func() {
 			handover.GrowEventStack(0)
-			moved <- stackprobe.Moved(func() { processBelow(n, c, dst, ev) })
+			moved <- stackprobe.MovedBelow(n*roomFrame, func() {
+				c.Reset(StreamOptions{StripContinuous: true, PublicModel: []byte(`"m"`)})
+				_ = c.Process(dst, ev)
+			})
 		}()
 		if <-moved {
 			return n
@@ -51,14 +56,5 @@ func room(t *testing.T, chunk string) int {
 	return 0
 }
 
-// roomFrame is the depth of the chain processBelow adds per frame of room.
+// roomFrame is the depth of one frame of room.
 const roomFrame = 64
-
-// processBelow processes ev as a stream does, below a call chain n frames
-// of roomFrame deep.
-func processBelow(n int, c *EventProcessor, dst, ev []byte) {
-	stackprobe.Below(n*roomFrame, func() {
-		c.Reset(StreamOptions{StripContinuous: true, PublicModel: []byte(`"m"`)})
-		_ = c.Process(dst, ev)
-	})
-}

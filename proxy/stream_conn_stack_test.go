@@ -46,7 +46,7 @@ func TestKeptConnGrowsStack(t *testing.T) {
 				if n, err := kc.Read(make([]byte, 4)); n == 0 || err != nil {
 					t.Errorf("read %d bytes, %v", n, err)
 				}
-				moved <- stackprobe.Moved(func() { stackprobe.Below(handover.RequestStack*7/8, nil) })
+				moved <- stackprobe.MovedBelow(handover.RequestStack*7/8, nil)
 			}()
 			if err := <-wrote; err != nil {
 				t.Fatal(err)

@@ -6,33 +6,45 @@ package stackprobe
 
 import "unsafe"
 
-// Moved runs f and reports whether the calling goroutine's stack was
-// copied while it ran: a local's address changes when its stack moves.
+// The chain's frames: as many large ones as fit, then small ones, so that
+// a depth costs few frames (each adds the call's own bytes beside the
+// array) and is still resolved to smallFrame.
+const (
+	largeFrame = 256
+	smallFrame = 64
+)
+
+// MovedBelow runs a call chain about depth bytes deep, calls f (when not
+// nil) at its bottom, and reports whether the calling goroutine's stack
+// was copied meanwhile: a local's address changes when its stack moves.
 //
 //go:noinline
-func Moved(f func()) bool {
+func MovedBelow(depth int, f func()) bool {
 	var marker byte
 	at := uintptr(unsafe.Pointer(&marker))
-	f()
+	large(depth/largeFrame, depth%largeFrame/smallFrame, f)
 	return uintptr(unsafe.Pointer(&marker)) != at
 }
 
-// frameBytes is the size of Below's frame, less what the call adds.
-const frameBytes = 64
-
-// Below calls f (when not nil) under a call chain about depth bytes deep,
-// in frames of frameBytes.
-func Below(depth int, f func()) { below(depth/frameBytes, f) }
+//go:noinline
+func large(n, small int, f func()) byte {
+	if n == 0 {
+		return belowSmall(small, f)
+	}
+	var frame [largeFrame]byte
+	frame[n%largeFrame] = 1
+	return large(n-1, small, f) + frame[largeFrame-1]
+}
 
 //go:noinline
-func below(n int, f func()) byte {
-	var frame [frameBytes]byte
-	frame[n%frameBytes] = 1
-	if n > 1 {
-		return below(n-1, f) + frame[frameBytes-1]
+func belowSmall(n int, f func()) byte {
+	if n == 0 {
+		if f != nil {
+			f()
+		}
+		return 0
 	}
-	if f != nil {
-		f()
-	}
-	return frame[frameBytes-1]
+	var frame [smallFrame]byte
+	frame[n%smallFrame] = 1
+	return belowSmall(n-1, f) + frame[smallFrame-1]
 }

@@ -2,38 +2,37 @@ package stackprobe
 
 import "testing"
 
-// A chain deeper than a new goroutine's stack moves it; a shallow one and
-// one run again on the grown stack do not.
-func TestMoved(t *testing.T) {
+// A chain deeper than a new goroutine's stack moves it; the same chain run
+// again on the grown stack does not.
+func TestMovedBelow(t *testing.T) {
+	const depth = 64<<10 + 3*smallFrame
 	for _, tt := range []struct {
 		name  string
-		depth int
 		again bool
 		want  bool
 	}{
-		{"shallow", 512, false, false},
-		{"deep", 64 << 10, false, true},
-		{"deep again", 64 << 10, true, false},
+		{"deep", false, true},
+		{"deep again", true, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			moved := make(chan bool, 1)
 			go func() {
 				if tt.again {
-					Below(tt.depth, nil)
+					MovedBelow(depth, nil)
 				}
-				moved <- Moved(func() { Below(tt.depth, nil) })
+				moved <- MovedBelow(depth, nil)
 			}()
 			if got := <-moved; got != tt.want {
-				t.Errorf("Moved = %v, want %v", got, tt.want)
+				t.Errorf("MovedBelow = %v, want %v", got, tt.want)
 			}
 		})
 	}
 }
 
-// Below calls its function at the bottom of the chain.
-func TestBelowCalls(t *testing.T) {
+// MovedBelow calls its function at the bottom of the chain.
+func TestMovedBelowCalls(t *testing.T) {
 	called := false
-	Below(4<<10, func() { called = true })
+	MovedBelow(4<<10+smallFrame, func() { called = true })
 	if !called {
 		t.Error("f was not called")
 	}
