@@ -65,7 +65,8 @@ func GrowStack(i int) byte {
 // process and write an event, whose deepest calls outgrow the stack a
 // goroutine begins with. Grown from the goroutine's first frames, the
 // stack is copied once with only those frames in it, and then holds
-// 4 KiB, as a stream's stack does between its events anyway.
+// twice what a goroutine begins with, as a stream's stack does between its
+// events anyway.
 const EventStack = 2 << 10
 
 // GrowEventStack is GrowStack for EventStack.
