@@ -48,31 +48,31 @@ func (u *UsageCounts) parseUsage(v gjson.Result, f *usageFields) error {
 	// name, the first of duplicate keys counts. Looking each count up on
 	// its own would scan the object four times, for every reply and for
 	// every streamed event that carries usage.
-	var input, output, total, cached gjson.Result
+	var counts [4]string // input, output, total and cached; "" when absent
 	v.ForEach(func(key, val gjson.Result) bool {
-		var dst *gjson.Result
+		var i int
 		switch key.Str {
 		case f.input:
-			dst = &input
+			i = 0
 		case f.output:
-			dst = &output
+			i = 1
 		case f.total:
-			dst = &total
+			i = 2
 		case f.details:
 			// As a lookup by path does, the count is the first found in
 			// a details object: a details key whose value holds none is
 			// passed over.
 			val = val.Get(cachedTokensField)
-			dst = &cached
+			i = 3
 		default:
 			return true
 		}
-		if dst.Raw == "" {
-			*dst = val
+		if counts[i] == "" {
+			counts[i] = val.Raw
 		}
 		return true
 	})
-	return u.setCounts(input, output, total, cached, f)
+	return u.setCounts(&counts, f)
 }
 
 // SetResponses takes the counts from a Responses API usage object, with
@@ -132,7 +132,7 @@ func (u *UsageCounts) parseValidUsage(raw string, f *usageFields) error {
 	if m.unread {
 		return u.parseUsageText(raw, f)
 	}
-	return u.setTextCounts(&counts, f)
+	return u.setCounts(&counts, f)
 }
 
 // cachedText is the text of the first cached count in val, a details
@@ -198,31 +198,10 @@ func (m *rawMembers) next() (key, val string, ok bool) {
 	return key, s[start:m.i], true
 }
 
-// setCounts checks the counts found in a usage object named by f and,
-// when they are valid, sets u to them (see parseUsage).
-func (u *UsageCounts) setCounts(input, output, total, cached gjson.Result, f *usageFields) error {
-	var (
-		n   UsageCounts
-		err error
-	)
-	if n.Input, err = usagecount.Read(input, f.input); err != nil {
-		return err
-	}
-	if n.Output, err = usagecount.Read(output, f.output); err != nil {
-		return err
-	}
-	if n.Total, err = usagecount.Read(total, f.total); err != nil {
-		return err
-	}
-	if n.Cached, err = usagecount.Read(cached, f.cached); err != nil {
-		return err
-	}
-	return u.checkCounts(&n, f)
-}
-
-// setTextCounts is setCounts for the counts' texts (see
-// usagecount.ReadText): input, output, total and cached.
-func (u *UsageCounts) setTextCounts(t *[4]string, f *usageFields) error {
+// setCounts checks the counts found in a usage object named by f, given
+// as their texts (see usagecount.ReadText): input, output, total and
+// cached. When they are valid, it sets u to them (see parseUsage).
+func (u *UsageCounts) setCounts(t *[4]string, f *usageFields) error {
 	var (
 		n   UsageCounts
 		err error
