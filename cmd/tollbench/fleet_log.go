@@ -13,10 +13,10 @@ import (
 	"github.com/tollgate-dev/tollgate/backends/simulated"
 )
 
-// fleetLog is -fleet-log: a line per request of a conversation phase or a scenario, joining what the client measured with
-// what the simulated server that ran it did (simulated.Options.OnSequence), so that a slow
-// request's time splits into its wait in the gateway, its wait in the server's queue and its
-// prefill, cold or warm, at the batch it joined.
+// fleetLog is -fleet-log: a line per request of a conversation phase or a scenario, joining
+// what the client measured with what the simulated server that ran it did
+// (simulated.Options.OnSequence), so that a slow request's time splits into its wait in the
+// gateway, its wait in the server's queue and its prefill, cold or warm, at the batch it joined.
 type fleetLog struct {
 	mu sync.Mutex
 	// seqs are the servers' reports not yet joined, by the request's last message, which the
