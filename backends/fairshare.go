@@ -90,22 +90,22 @@ func (r *Route) CountsTenants() bool { return r.reserve > 0 }
 // of a band above every request waiting goes where it would from the
 // queue (pickAbove): to the backend holding most of its prompt, past its
 // limit when full, rather than to a free slot on a server without it.
-func (r *Route) PickFor(t *Tenancy, c Claim, tried Tried, blocks []uint64) *Backend {
+func (r *Route) PickFor(t *Tenancy, c Claim, tried Tried, blocks []uint64, opening int) *Backend {
 	t.heldBack = false
 	if !r.CountsTenants() {
-		return r.Pick(tried, blocks)
+		return r.Pick(tried, blocks, opening)
 	}
 	q := &r.waitq
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	l := q.loadOf(c.Tenant)
 	defer q.forget(l)
-	if above := r.pickAbove(&waiter{claim: c, tried: tried, blocks: blocks}); above != nil {
+	if above := r.pickAbove(&waiter{claim: c, tried: tried, blocks: blocks, opening: opening}); above != nil {
 		r.count(l, above)
 		t.r, t.load = r, l
 		return above
 	}
-	b, held := r.pickKeeping(l, 1, tried, blocks)
+	b, held := r.pickKeeping(l, 1, tried, blocks, opening)
 	if b != nil {
 		r.count(l, b)
 		t.r, t.load = r, l
@@ -117,14 +117,14 @@ func (r *Route) PickFor(t *Tenancy, c Claim, tried Tried, blocks []uint64) *Back
 // pickKeeping is Pick for a request of l, keeping the reserve free: nil
 // and true when a slot is free but kept. pending is 1 when the request is
 // not counted among l's waiting ones, 0 when it is. q.mu is held.
-func (r *Route) pickKeeping(l *tenantLoad, pending int, tried Tried, blocks []uint64) (*Backend, bool) {
+func (r *Route) pickKeeping(l *tenantLoad, pending int, tried Tried, blocks []uint64, opening int) (*Backend, bool) {
 	var parts [maxReserveParts]int64
 	keep, ok := r.reserveFor(l, pending, &parts)
 	if !ok {
 		return nil, true
 	}
 	if keep == 0 {
-		return r.Pick(tried, blocks), false
+		return r.Pick(tried, blocks, opening), false
 	}
 	// The backends keeping no more than their part free count as tried.
 	var buf [16]*Backend
@@ -134,7 +134,7 @@ func (r *Route) pickKeeping(l *tenantLoad, pending int, tried Tried, blocks []ui
 			kept = append(kept, b)
 		}
 	}
-	if b := r.Pick(kept, blocks); b != nil {
+	if b := r.Pick(kept, blocks, opening); b != nil {
 		return b, false
 	}
 	return nil, !r.Full(tried)

@@ -39,7 +39,7 @@ func newFairHarness(t *testing.T) *fairHarness {
 // take picks a slot for tenant, reporting whether it got one at once.
 func (h *fairHarness) take(tenant string) bool {
 	tn := &Tenancy{}
-	b := h.r.PickFor(tn, Claim{Tenant: tenant}, nil, nil)
+	b := h.r.PickFor(tn, Claim{Tenant: tenant}, nil, nil, 0)
 	if b == nil {
 		if !tn.HeldBack() {
 			h.t.Fatalf("%s: no slot and not held back; the route has %d free", tenant, h.free())
@@ -63,7 +63,7 @@ func (h *fairHarness) wait(tenant string) {
 	tn := &Tenancy{}
 	h.pending++
 	go func() {
-		b, err := h.r.WaitForSlot(nil, nil, Claim{Tenant: tenant, Tokens: 10}, tn, nil, h.shutdown)
+		b, err := h.r.WaitForSlot(nil, nil, 0, Claim{Tenant: tenant, Tokens: 10}, tn, nil, h.shutdown)
 		if b != nil {
 			h.out <- outcome{name: tenant, b: b, err: err, t: tn}
 			return
@@ -322,7 +322,7 @@ func TestReserveWhereTenantsRun(t *testing.T) {
 			var held []*heldSlot
 			take := func(tenant string, b *Backend) {
 				tn := &Tenancy{}
-				if got := r.PickFor(tn, Claim{Tenant: tenant}, Tried{b}, nil); got == nil || got == b {
+				if got := r.PickFor(tn, Claim{Tenant: tenant}, Tried{b}, nil, 0); got == nil || got == b {
 					t.Fatalf("%s's request took %v, want the other backend than %s", tenant, got, b.Name)
 				}
 				held = append(held, &heldSlot{b: r.backends[1-slices.Index(r.backends, b)], t: tn})
@@ -338,7 +338,7 @@ func TestReserveWhereTenantsRun(t *testing.T) {
 			}
 			for range 2 {
 				tn := &Tenancy{}
-				b := r.PickFor(tn, Claim{Tenant: "f"}, nil, nil)
+				b := r.PickFor(tn, Claim{Tenant: "f"}, nil, nil, 0)
 				if b == nil {
 					t.Fatal("f held back with 2 slots free beyond the reserve")
 				}
@@ -349,7 +349,7 @@ func TestReserveWhereTenantsRun(t *testing.T) {
 			if free := on.maxConcurrency - on.InFlight(); free != 4 {
 				t.Errorf("%d slots free on u's backend, want 4", free)
 			}
-			if b := r.PickFor(&Tenancy{}, Claim{Tenant: "f"}, nil, nil); b != nil {
+			if b := r.PickFor(&Tenancy{}, Claim{Tenant: "f"}, nil, nil, 0); b != nil {
 				t.Errorf("f took a slot on %s past the reserve", b.Name)
 			}
 			for _, s := range held {
@@ -377,7 +377,7 @@ func TestPickForPassesHigherBands(t *testing.T) {
 	var held []*heldSlot
 	take := func(c Claim, not *Backend) {
 		tn := &Tenancy{}
-		got := r.PickFor(tn, c, Tried{not}, nil)
+		got := r.PickFor(tn, c, Tried{not}, nil, 0)
 		if got == nil {
 			t.Fatalf("%s got no slot", c.Tenant)
 		}
@@ -395,12 +395,12 @@ func TestPickForPassesHigherBands(t *testing.T) {
 	waited := make(chan outcome, 1)
 	go func() {
 		tn := &Tenancy{}
-		be, err := r.WaitForSlot(nil, nil, low, tn, gone, nil)
+		be, err := r.WaitForSlot(nil, nil, 0, low, tn, gone, nil)
 		waited <- outcome{b: be, err: err, t: tn}
 	}()
 	waitFor(t, "low waiting", 5*time.Second, func() bool { _, w := r.TenantLoad("low"); return w == 1 })
 	tn := &Tenancy{}
-	got := r.PickFor(tn, Claim{Tenant: "high"}, nil, chain)
+	got := r.PickFor(tn, Claim{Tenant: "high"}, nil, chain, 0)
 	if got != a {
 		t.Errorf("the high-priority request went to %v, want a, holding its prompt, past its limit", got)
 	}

@@ -51,7 +51,7 @@ func TestMetricsCountBackendEvents(t *testing.T) {
 	if !a.tryAcquire() {
 		t.Fatal("no slot on a")
 	}
-	if got, err := rt.WaitForSlot(nil, nil, Claim{}, nil, nil, nil); got != nil || err != ErrQueueTimeout {
+	if got, err := rt.WaitForSlot(nil, nil, 0, Claim{}, nil, nil, nil); got != nil || err != ErrQueueTimeout {
 		t.Errorf("WaitForSlot on a full backend = %v, %v; want nil, ErrQueueTimeout", got, err)
 	}
 	a.Release()

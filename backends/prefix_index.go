@@ -62,6 +62,15 @@ func blockEnd(i int) int {
 	return longStart + longBlockBytes*(1<<(i-fineBlocks-coarseBlocks+1)-1)
 }
 
+// BlocksWithin is how many whole blocks the first n bytes of a prompt hold.
+func BlocksWithin(n int) int {
+	i := 0
+	for i < MaxPrefixBlocks && blockEnd(i) <= n {
+		i++
+	}
+	return i
+}
+
 // blockWeight is block i's length in blocks of PrefixBlockBytes, at least
 // one: what it adds to the index's clock, which the server's KV cache is
 // measured against.

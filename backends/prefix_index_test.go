@@ -38,15 +38,6 @@ func shared(x, y []uint64) int {
 	return n
 }
 
-// blocksWithin is how many whole blocks the first n bytes of a prompt hold.
-func blocksWithin(n int) int {
-	k := 0
-	for blockEnd(k) <= n {
-		k++
-	}
-	return k
-}
-
 func TestBlockChain(t *testing.T) {
 	system := strings.Repeat("You are the support assistant of a shop; answer in two sentences. ", 40)
 	otherSystem := strings.Repeat("You translate English into French and nothing else, ever. ", 40)
@@ -64,7 +55,7 @@ func TestBlockChain(t *testing.T) {
 		wantAtMost  int
 	}{
 		{"turn 2 holds all of turn 1's whole blocks", turn1, turn2, len(chain(turn1)), len(chain(turn1))},
-		{"two conversations of one app share the system prompt's blocks", turn1, otherConversation, blocksWithin(systemBytes), blocksWithin(systemBytes) + 1},
+		{"two conversations of one app share the system prompt's blocks", turn1, otherConversation, BlocksWithin(systemBytes), BlocksWithin(systemBytes) + 1},
 		{"different system prompts share nothing", turn1, otherApp, 0, 0},
 		{"the same prompt is the same chain", turn2, turn2, len(chain(turn2)), len(chain(turn2))},
 	}
@@ -134,7 +125,7 @@ func TestBlockChainChangedByte(t *testing.T) {
 			if len(got) != len(want) {
 				t.Fatalf("%d hashes, want %d", len(got), len(want))
 			}
-			k := blocksWithin(pos)
+			k := BlocksWithin(pos)
 			if n := shared(got, want); n != min(k, len(want)) {
 				t.Errorf("%d leading hashes unchanged, want %d", n, min(k, len(want)))
 			}
@@ -179,8 +170,8 @@ func TestBlockChainParts(t *testing.T) {
 		if shared(ab, ba) != 0 {
 			t.Errorf("swapped parts share %d blocks", shared(ab, ba))
 		}
-		if n := shared(ab, chain(a)); n != blocksWithin(len(a)) {
-			t.Errorf("the first part's own blocks: %d shared, want %d", n, blocksWithin(len(a)))
+		if n := shared(ab, chain(a)); n != BlocksWithin(len(a)) {
+			t.Errorf("the first part's own blocks: %d shared, want %d", n, BlocksWithin(len(a)))
 		}
 	})
 	t.Run("none", func(t *testing.T) {

@@ -62,8 +62,8 @@ type Claim struct {
 
 // WaitForSlot waits, up to the model's queue wait, for a slot on a healthy
 // backend of the route not in tried, and returns that backend with the
-// slot taken (as Pick does; the caller must Release it). blocks is the
-// request's block chain, as for Pick. Waiting requests are served in the
+// slot taken (as Pick does; the caller must Release it). blocks and
+// opening are the request's prompt, as for Pick. Waiting requests are served in the
 // order of their claims (see above). It returns nil and:
 //   - ErrQueueFull at once when the queue is at its depth and the request
 //     would be served after every request in it;
@@ -81,9 +81,9 @@ type Claim struct {
 // (see fairshare.go).
 //
 // tried and blocks are copied, not kept.
-func (r *Route) WaitForSlot(tried Tried, blocks []uint64, c Claim, t *Tenancy, gone, shutdown <-chan struct{}) (*Backend, error) {
+func (r *Route) WaitForSlot(tried Tried, blocks []uint64, opening int, c Claim, t *Tenancy, gone, shutdown <-chan struct{}) (*Backend, error) {
 	defer r.observeQueueWait(time.Now())
-	w := &waiter{claim: c, tried: slices.Clone(tried), done: make(chan struct{}), counted: t != nil && r.CountsTenants()}
+	w := &waiter{claim: c, tried: slices.Clone(tried), done: make(chan struct{}), counted: t != nil && r.CountsTenants(), opening: opening}
 	if len(blocks) > 0 {
 		w.blocks = slices.Clone(blocks)
 	}
@@ -136,6 +136,8 @@ type waiter struct {
 	claim  Claim
 	tried  Tried
 	blocks []uint64
+	// opening is Pick's, for the request's prompt.
+	opening int
 	// seq is the order it joined in; tag its fair-queueing finish tag,
 	// and cost the tokens the tag charged.
 	seq  uint64
@@ -322,7 +324,7 @@ func (r *Route) serveLocked() {
 		if w == nil {
 			return
 		}
-		b, held := r.pickKeeping(w.load, 0, w.tried, w.blocks)
+		b, held := r.pickKeeping(w.load, 0, w.tried, w.blocks, w.opening)
 		if held {
 			// The free slots are the reserve, kept from this tenant's
 			// requests for this round.

@@ -18,7 +18,7 @@ func TestWaitForSlot(t *testing.T) {
 		r := newTestRoute(config.Queue{Depth: 2, Wait: time.Minute}, a)
 		a.inflight.Add(1)
 		got := make(chan outcome, 1)
-		go func() { b, err := r.WaitForSlot(nil, nil, Claim{}, nil, nil, nil); got <- outcome{b: b, err: err} }()
+		go func() { b, err := r.WaitForSlot(nil, nil, 0, Claim{}, nil, nil, nil); got <- outcome{b: b, err: err} }()
 		waitFor(t, "a queued request", 5*time.Second, func() bool { return r.queued.Load() == 1 })
 		a.Release()
 		select {
@@ -47,12 +47,12 @@ func TestWaitForSlot(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				b, err := r.WaitForSlot(nil, nil, Claim{}, nil, nil, nil)
+				b, err := r.WaitForSlot(nil, nil, 0, Claim{}, nil, nil, nil)
 				results <- outcome{b: b, err: err}
 			}()
 		}
 		waitFor(t, "two queued requests", 5*time.Second, func() bool { return r.queued.Load() == 2 })
-		if b, err := r.WaitForSlot(nil, nil, Claim{}, nil, nil, nil); b != nil || err != ErrQueueFull {
+		if b, err := r.WaitForSlot(nil, nil, 0, Claim{}, nil, nil, nil); b != nil || err != ErrQueueFull {
 			t.Errorf("a third request past depth 2: %v, %v; want nil, ErrQueueFull", b, err)
 		}
 		a.Release()
@@ -66,7 +66,7 @@ func TestWaitForSlot(t *testing.T) {
 		a := newTestBackend("a", 1, 1)
 		r := newTestRoute(config.Queue{Depth: 2, Wait: 30 * time.Millisecond}, a)
 		a.inflight.Add(1)
-		if b, err := r.WaitForSlot(nil, nil, Claim{}, nil, nil, nil); b != nil || err != ErrQueueTimeout {
+		if b, err := r.WaitForSlot(nil, nil, 0, Claim{}, nil, nil, nil); b != nil || err != ErrQueueTimeout {
 			t.Fatalf("WaitForSlot with the only backend still full = %v, %v; want nil, ErrQueueTimeout", b, err)
 		}
 		if r.queued.Load() != 0 || len(r.waitq.bands) != 0 {
@@ -81,7 +81,7 @@ func TestWaitForSlot(t *testing.T) {
 		// b is tried already: its slot freeing up does not help this request.
 		done := make(chan outcome, 1)
 		go func() {
-			got, err := r.WaitForSlot(Tried{b}, nil, Claim{}, nil, nil, nil)
+			got, err := r.WaitForSlot(Tried{b}, nil, 0, Claim{}, nil, nil, nil)
 			done <- outcome{b: got, err: err}
 		}()
 		waitFor(t, "a queued request", 5*time.Second, func() bool { return r.queued.Load() == 1 })
@@ -98,7 +98,10 @@ func TestWaitForSlot(t *testing.T) {
 		r := newTestRoute(config.Queue{Depth: 2, Wait: time.Hour}, a)
 		a.inflight.Add(1)
 		done := make(chan outcome, 1)
-		go func() { got, err := r.WaitForSlot(nil, nil, Claim{}, nil, nil, nil); done <- outcome{b: got, err: err} }()
+		go func() {
+			got, err := r.WaitForSlot(nil, nil, 0, Claim{}, nil, nil, nil)
+			done <- outcome{b: got, err: err}
+		}()
 		waitFor(t, "a queued request", 5*time.Second, func() bool { return r.queued.Load() == 1 })
 		eject(a)
 		a.Release()
@@ -118,7 +121,7 @@ func TestWaitForSlot(t *testing.T) {
 		a.inflight.Add(1)
 		done := make(chan outcome, 1)
 		go func() {
-			got, err := r2.WaitForSlot(nil, nil, Claim{}, nil, nil, nil)
+			got, err := r2.WaitForSlot(nil, nil, 0, Claim{}, nil, nil, nil)
 			done <- outcome{b: got, err: err}
 		}()
 		waitFor(t, "a queued request", 5*time.Second, func() bool { return r2.queued.Load() == 1 })
@@ -150,7 +153,7 @@ func TestWaitEndsWithItsRequest(t *testing.T) {
 			h.wg.Add(1)
 			go func() {
 				defer h.wg.Done()
-				b, err := h.r.WaitForSlot(nil, nil, Claim{}, nil, gone, shutdown)
+				b, err := h.r.WaitForSlot(nil, nil, 0, Claim{}, nil, gone, shutdown)
 				left <- outcome{b: b, err: err}
 			}()
 			waitFor(t, "a queued request", 5*time.Second, func() bool { return h.r.queued.Load() == 1 })
@@ -343,7 +346,7 @@ func TestQueueSheds(t *testing.T) {
 				h.join(strconv.Itoa(i), c)
 			}
 			if tt.wantShed < 0 {
-				if b, err := h.r.WaitForSlot(nil, nil, tt.newcomer, nil, nil, nil); b != nil || err != ErrQueueFull {
+				if b, err := h.r.WaitForSlot(nil, nil, 0, tt.newcomer, nil, nil, nil); b != nil || err != ErrQueueFull {
 					t.Fatalf("the newcomer got %v, %v; want nil, ErrQueueFull", b, err)
 				}
 				if q := h.r.queued.Load(); q != int64(len(tt.queued)) {
@@ -354,7 +357,7 @@ func TestQueueSheds(t *testing.T) {
 			h.wg.Add(1)
 			go func() {
 				defer h.wg.Done()
-				b, err := h.r.WaitForSlot(nil, nil, tt.newcomer, nil, nil, h.shutdown)
+				b, err := h.r.WaitForSlot(nil, nil, 0, tt.newcomer, nil, nil, h.shutdown)
 				h.out <- outcome{name: "newcomer", b: b, err: err}
 			}()
 			select {
@@ -410,7 +413,7 @@ func TestReleaseWithoutWaiters(t *testing.T) {
 	h.b.Release() // the slot held from the start goes to x
 	o := <-h.out
 	o.b.Release()
-	if n := testing.AllocsPerRun(200, func() { h.r.Pick(nil, nil).Release() }); n != 0 {
+	if n := testing.AllocsPerRun(200, func() { h.r.Pick(nil, nil, 0).Release() }); n != 0 {
 		t.Errorf("Pick and Release with no request queued allocate %v times", n)
 	}
 	if len(h.r.waitq.bands) != 0 {
@@ -459,7 +462,7 @@ func (h *queueHarness) join(name string, c Claim) {
 	h.wg.Add(1)
 	go func() {
 		defer h.wg.Done()
-		b, err := h.r.WaitForSlot(nil, nil, c, nil, nil, h.shutdown)
+		b, err := h.r.WaitForSlot(nil, nil, 0, c, nil, nil, h.shutdown)
 		h.out <- outcome{name: name, b: b, err: err}
 	}()
 	waitFor(h.t, name+" queued", 5*time.Second, func() bool {
@@ -531,7 +534,7 @@ func TestQueuePassesHigherBands(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					_, _ = r.WaitForSlot(nil, nil, Claim{Priority: p, Tenant: "t"}, nil, gone, nil)
+					_, _ = r.WaitForSlot(nil, nil, 0, Claim{Priority: p, Tenant: "t"}, nil, gone, nil)
 				}()
 				waitFor(t, "a queued request", 5*time.Second, func() bool { return r.queued.Load() == int64(i+1) })
 			}
@@ -539,7 +542,7 @@ func TestQueuePassesHigherBands(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				be, err := r.WaitForSlot(nil, chain, Claim{Priority: tt.priority, Tenant: "u"}, nil, gone, nil)
+				be, err := r.WaitForSlot(nil, chain, 0, Claim{Priority: tt.priority, Tenant: "u"}, nil, gone, nil)
 				got <- outcome{b: be, err: err}
 			}()
 			if tt.want == "" {

@@ -85,7 +85,7 @@ func TestRegistryReleaseServesQueues(t *testing.T) {
 		priority int64
 	}{{"low", 4}, {"high", -4}} {
 		go func() {
-			b, err := ranked.WaitForSlot(nil, nil, Claim{Priority: c.priority}, nil, nil, nil)
+			b, err := ranked.WaitForSlot(nil, nil, 0, Claim{Priority: c.priority}, nil, nil, nil)
 			out <- outcome{name: c.name, b: b, err: err}
 		}()
 		want := int64(1)

@@ -10,7 +10,7 @@ import (
 
 // signals are the scheduler's signals a route uses (models[].routing).
 type signals struct {
-	prefix, queue, kv, lora bool
+	prefix, queue, kv, lora, spread bool
 	// queueCostTokens is routing.queue_cost_tokens: the cached prefix, in
 	// tokens, that pays for each request ahead on a queueing backend.
 	queueCostTokens int64
@@ -22,6 +22,7 @@ func signalsOf(m *config.Model) signals {
 		queue:           m.Routing.Queue.On(),
 		kv:              m.Routing.KV.On(),
 		lora:            m.Routing.LoRA.On(),
+		spread:          m.Routing.Spread.On(),
 		queueCostTokens: int64(max(m.Routing.QueueCostTokens, 1)),
 	}
 }
@@ -136,14 +137,24 @@ func (a *assessment) score(queueCostTokens int64) float64 {
 }
 
 // schedule chooses among the route's usable backends for a request whose
-// prompt is the block chain blocks (nil without the prefix signal).
+// prompt is the block chain blocks (nil without the prefix signal). For a
+// request that opens a conversation, opening is how many leading blocks
+// are its instructions (system and developer messages), which the app's
+// other conversations share; zero for any other request.
 //
 // The rule: a backend where the request would queue is never chosen over
 // one with a free sequence slot, unless the prefix it holds beyond the
 // free one's pays for the wait: more than routing.queue_cost_tokens tokens
-// per request ahead of it. Among backends with free slots the score decides
-// (prefix held, slots and KV cache in use, LoRA adapter loaded), and among
-// queueing ones the least wait net of its prefix.
+// per request ahead of it. Among backends with free slots:
+//   - a request continuing a conversation (a backend holds more of its
+//     prompt than an opening's instructions and the block after them)
+//     goes to one holding the most of it, so a conversation stays on its
+//     server while that has a free slot;
+//   - a request opening one may be spread (spreadTarget) to a backend
+//     without its instructions;
+//   - otherwise the score decides (prefix held, slots and KV cache in use,
+//     LoRA adapter loaded), and among queueing backends the least wait net
+//     of its prefix.
 //
 // The best score does not win outright: every free backend that holds as
 // much of the prompt as the best one and would score as well with
@@ -151,25 +162,31 @@ func (a *assessment) score(queueCostTokens int64) float64 {
 // So backends that differ by a request or two share the traffic in
 // proportion to their weights (at idle, exactly), rather than each request
 // piling onto whichever looked least loaded, which also keeps gateway
-// replicas from herding onto one backend. The tolerance is for load only:
-// a backend holding less of the prompt is not drawn, or a conversation
-// would drift off the server holding its turns whenever they are a small
-// part of its prompt beside a shared system prompt.
-func (r *Route) schedule(tried Tried, blocks []uint64) *Backend {
+// replicas from herding onto one backend.
+func (r *Route) schedule(tried Tried, blocks []uint64, opening int) *Backend {
 	if !r.signals.prefix {
-		blocks = nil
+		blocks, opening = nil, 0
 	}
-	// Each usable backend is assessed once, and both passes read that one
+	// Each usable backend is assessed once, and every pass reads that one
 	// assessment: the draw then sees the loads the best score was taken
 	// from, and the index is searched once per backend. A route of more
-	// backends than the stack keeps has them assessed again for the draw
+	// backends than the stack keeps has them assessed again for each pass
 	// rather than allocate.
 	var kept [scheduleBackendsOnStack]assessment
 	keep := len(r.backends) <= len(kept)
-	var queued, best *Backend
-	bestScore := math.Inf(-1)
-	var bestHeld int
-	var bestTokens, queuedTokens, queuedAhead, queuedCost int64
+	assessed := func(i int) assessment {
+		if keep {
+			return kept[i]
+		}
+		var a assessment
+		if b := r.backends[i]; usable(b, tried) {
+			a = r.assess(b, blocks)
+			a.usable = true
+		}
+		return a
+	}
+	// The most of the prompt any backend holds, and any free one.
+	maxHeld, freeHeld := 0, 0
 	for i, b := range r.backends {
 		if !usable(b, tried) {
 			continue // kept[i] stays unusable
@@ -179,11 +196,36 @@ func (r *Route) schedule(tried Tried, blocks []uint64) *Backend {
 		if keep {
 			kept[i] = a
 		}
+		maxHeld = max(maxHeld, a.held)
+		if a.ahead == 0 {
+			freeHeld = max(freeHeld, a.held)
+		}
+	}
+	// The block after the instructions holds the start of the next
+	// message, which every conversation of an app may share.
+	continuing := maxHeld > opening+1
+	if !continuing && opening > 0 && r.signals.spread {
+		if b := r.spreadTarget(assessed, opening); b != nil {
+			return b
+		}
+	}
+	var queued, best *Backend
+	bestScore := math.Inf(-1)
+	var bestHeld int
+	var bestTokens, queuedTokens, queuedAhead, queuedCost int64
+	for i, b := range r.backends {
+		a := assessed(i)
+		if !a.usable {
+			continue
+		}
 		if a.ahead > 0 {
 			cost := a.ahead*r.signals.queueCostTokens - a.tokens
 			if queued == nil || cost < queuedCost {
 				queued, queuedCost, queuedAhead, queuedTokens = b, cost, a.ahead, a.tokens
 			}
+			continue
+		}
+		if continuing && a.held < freeHeld {
 			continue
 		}
 		if s := a.score(r.signals.queueCostTokens); s > bestScore {
@@ -194,18 +236,14 @@ func (r *Route) schedule(tried Tried, blocks []uint64) *Backend {
 		return queued
 	}
 	// The draw among the candidates (weighted reservoir sampling); best is
-	// always one, but when the loads moved before a second assessment.
+	// always one, but when the loads moved before a second assessment. The
+	// tolerance is for load only: a backend holding less of the prompt is
+	// not drawn, or a conversation would drift off the server holding its
+	// turns whenever they are a small part of its prompt.
 	free, freeTokens := best, bestTokens
 	var drawn int64
 	for i, b := range r.backends {
-		var a assessment
-		switch {
-		case keep:
-			a = kept[i]
-		case usable(b, tried):
-			a = r.assess(b, blocks)
-			a.usable = true
-		}
+		a := assessed(i)
 		if !a.usable || a.ahead > 0 || a.held < bestHeld ||
 			a.score(r.signals.queueCostTokens)+weightRunning*candidateSlots*a.slot < bestScore-scoreTie {
 			continue
@@ -219,6 +257,45 @@ func (r *Route) schedule(tried Tried, blocks []uint64) *Backend {
 		return queued
 	}
 	return free
+}
+
+// spreadKVLimit is the share of its KV cache in use past which a backend
+// is not sent instructions it does not hold: a cache that full would make
+// room for them by evicting what its running conversations will read.
+const spreadKVLimit = 0.5
+
+// spreadTarget is where a request opening a conversation goes to spread
+// its instructions (the first opening blocks of its prompt) to a server
+// without them: the least busy free backend not holding them with its KV
+// cache under spreadKVLimit, when it is no busier than the least busy free
+// backend holding them by more than one request (or none is free). Nil
+// otherwise, and the score decides.
+//
+// Holding an app's instructions, a server saves each of its conversations
+// a cold prefill, so the score alone keeps an app on the servers that
+// first ran it, and spreads it only once those are full: then every
+// choice is a cold prefill on a busy server or a wait in a full one's
+// queue. Spreading while a server without them is as free costs one cold
+// prefill per server early, after which the app's new conversations are
+// balanced by load across the fleet, and a turn whose server is full moves
+// to one holding its instructions, paying only for its own messages.
+func (r *Route) spreadTarget(assessed func(int) assessment, opening int) *Backend {
+	var target *Backend
+	targetShare, targetSlot, holderShare := math.Inf(1), 0.0, math.Inf(1)
+	for i, b := range r.backends {
+		a := assessed(i)
+		switch {
+		case !a.usable || a.ahead > 0:
+		case a.held >= opening:
+			holderShare = min(holderShare, a.runShare)
+		case a.kvUsage < spreadKVLimit && a.runShare < targetShare:
+			target, targetShare, targetSlot = b, a.runShare, a.slot
+		}
+	}
+	if target == nil || targetShare > holderShare+targetSlot+scoreTie {
+		return nil
+	}
+	return target
 }
 
 // scheduleBackendsOnStack is how many backends' assessments schedule keeps

@@ -80,7 +80,7 @@ func TestScheduleQueueRule(t *testing.T) {
 			// Eight running of eight: a new request waits behind the queue.
 			reading(queued, 8, tt.waiting, 8, 0.5)
 			reading(free, 3, 0, 8, 0.5)
-			got := r.schedule(nil, c)
+			got := r.schedule(nil, c, 0)
 			if got == nil || got.Name != tt.want {
 				t.Fatalf("chose %v, want %s", got, tt.want)
 			}
@@ -126,12 +126,22 @@ func TestScheduleSignals(t *testing.T) {
 			want: "a",
 		},
 		{
-			name: "prefix: the system prompt's holder once the turns' holder is much busier",
+			name: "prefix: the turns' holder while it has a free slot, however busy",
 			setup: func(a, b *Backend, c []uint64) {
 				a.index.insert(c)
 				b.index.insert(c[:testBlocks-6])
-				reading(a, 7, 0, 8, 0.2)
+				reading(a, 7, 0, 8, 0.9)
 				reading(b, 1, 0, 8, 0.2)
+			},
+			want: "a",
+		},
+		{
+			name: "prefix: the system prompt's holder once the turns' holder is full",
+			setup: func(a, b *Backend, c []uint64) {
+				a.index.insert(c)
+				b.index.insert(c[:testBlocks-6])
+				reading(a, 8, 0, 8, 0.2)
+				reading(b, 7, 0, 8, 0.2)
 			},
 			want: "b",
 		},
@@ -229,6 +239,57 @@ func TestScheduleSignals(t *testing.T) {
 	}
 }
 
+// TestScheduleSpread checks where a request starting a conversation goes: to a backend without
+// its instructions when that one is as free as the best holding them or one request busier, so
+// that an app's instructions reach every server; to a holder otherwise, or when spread is off.
+func TestScheduleSpread(t *testing.T) {
+	const opening = testBlocks - 20 // the instructions' whole blocks
+	tests := []struct {
+		name    string
+		routing config.Routing
+		// running and kv are the holder's, then the other backend's; held the blocks the
+		// holder holds (opening when zero).
+		running [2]int64
+		kv      float64 // the other backend's KV cache in use
+		held    int
+		want    string
+	}{
+		{name: "as free: the other", running: [2]int64{3, 3}, want: "other"},
+		{name: "one request busier: the other", running: [2]int64{3, 4}, want: "other"},
+		{name: "two requests busier: the holder", running: [2]int64{3, 5}, want: "holder"},
+		{name: "the holder full: the other, though much busier", running: [2]int64{8, 7}, want: "other"},
+		{name: "the other's KV cache half in use: the holder", running: [2]int64{3, 2}, kv: 0.5, want: "holder"},
+		{name: "spread off: the holder", routing: config.Routing{Spread: config.SignalOff}, running: [2]int64{3, 2}, want: "holder"},
+		{name: "the block after the instructions opening too: still starting", running: [2]int64{3, 3}, held: opening + 1, want: "other"},
+		{name: "a conversation's turns held: continuing, the holder", running: [2]int64{3, 0}, held: opening + 2, want: "holder"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			holder, other := newTestBackend("holder", 1, 0), newTestBackend("other", 1, 0)
+			r := newTestRoute(config.Queue{}, holder, other)
+			tt.routing.QueueCostTokens = testQueueCostTokens
+			r.signals = signalsOf(&config.Model{Routing: tt.routing})
+			holder.index, other.index = new(prefixIndex), new(prefixIndex)
+			c := testChain(testBlocks)
+			held := tt.held
+			if held == 0 {
+				held = opening
+			}
+			holder.index.insert(c[:held])
+			reading(holder, tt.running[0], 0, 8, 0.2)
+			reading(other, tt.running[1], 0, 8, tt.kv)
+			for range 50 {
+				if got := r.schedule(nil, c, opening); got == nil || got.Name != tt.want {
+					t.Fatalf("chose %v, want %s", got, tt.want)
+				}
+			}
+			if n := testing.AllocsPerRun(50, func() { r.schedule(nil, c, opening) }); n != 0 {
+				t.Errorf("schedule allocated %v times", n)
+			}
+		})
+	}
+}
+
 // TestPickRecordsBlocks checks that Pick records a request's blocks on the backend it chose, so
 // the conversation's next turn follows them, and that Pick does not allocate.
 func TestPickRecordsBlocks(t *testing.T) {
@@ -238,16 +299,16 @@ func TestPickRecordsBlocks(t *testing.T) {
 		b.index = new(prefixIndex)
 	}
 	c := testChain(testBlocks)
-	first := r.Pick(nil, c[:40])
+	first := r.Pick(nil, c[:40], 0)
 	first.Release()
 	for range 20 {
-		b := r.Pick(nil, c)
+		b := r.Pick(nil, c, 0)
 		if b != first {
 			t.Fatalf("turn 2 went to %s, not to %s which holds turn 1", b.Name, first.Name)
 		}
 		b.Release()
 	}
-	if n := testing.AllocsPerRun(200, func() { r.Pick(nil, c).Release() }); n != 0 {
+	if n := testing.AllocsPerRun(200, func() { r.Pick(nil, c, 0).Release() }); n != 0 {
 		t.Errorf("Pick with a block chain allocates %v times", n)
 	}
 }
@@ -261,10 +322,10 @@ func TestRegistryRoutingSignals(t *testing.T) {
 		wantBlocks  bool
 		wantSignals signals
 	}{
-		{"default: every signal", config.Model{}, true, signals{true, true, true, true, 2048}},
-		{"affinity: prefix", config.Model{Affinity: "prefix"}, true, signals{true, true, true, true, 2048}},
-		{"every signal off", config.Model{Routing: config.Routing{Prefix: "off", Queue: "off", KV: "off", LoRA: "off", QueueCostTokens: 100}},
-			false, signals{false, false, false, false, 100}},
+		{"default: every signal", config.Model{}, true, signals{true, true, true, true, true, 2048}},
+		{"affinity: prefix", config.Model{Affinity: "prefix"}, true, signals{true, true, true, true, true, 2048}},
+		{"every signal off", config.Model{Routing: config.Routing{Prefix: "off", Queue: "off", KV: "off", LoRA: "off", Spread: "off", QueueCostTokens: 100}},
+			false, signals{false, false, false, false, false, 100}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -320,13 +381,13 @@ func TestScheduleSkipsUnusable(t *testing.T) {
 			}
 			chosen := map[string]int{}
 			for range 400 {
-				b := r.schedule(Tried{tried}, c)
+				b := r.schedule(Tried{tried}, c, 0)
 				if b == nil {
 					t.Fatal("chose none")
 				}
 				chosen[b.Name]++
 			}
-			if n := testing.AllocsPerRun(50, func() { r.schedule(Tried{tried}, c) }); n != 0 {
+			if n := testing.AllocsPerRun(50, func() { r.schedule(Tried{tried}, c, 0) }); n != 0 {
 				t.Errorf("schedule allocates %v times", n)
 			}
 			if chosen[tried.Name] > 0 || chosen[ejected.Name] > 0 {

@@ -21,15 +21,17 @@ func (t Tried) Has(b *Backend) bool {
 // Full then tells whether waiting could help.
 //
 // blocks is the request's prompt as a block hash chain (AppendBlockChain),
-// or nil. Among several backends the scheduler scores each on the signals
-// the model uses (schedule, docs/scheduler.md); the chosen backend's index
-// then records the blocks as sent to it. Pick reads atomics only and does
+// or nil; opening, for a request that opens a conversation, how many of
+// its leading blocks are its instructions (zero otherwise). Among several
+// backends the scheduler scores each on the signals the model uses
+// (schedule, docs/scheduler.md); the chosen backend's index then records
+// the blocks as sent to it. Pick reads atomics only and does
 // not allocate.
-func (r *Route) Pick(tried Tried, blocks []uint64) *Backend {
+func (r *Route) Pick(tried Tried, blocks []uint64, opening int) *Backend {
 	// The choice and the slot are two steps; when another request took the
 	// last slot in between, choose again.
 	for range 4 {
-		b := r.choose(tried, blocks)
+		b := r.choose(tried, blocks, opening)
 		if b == nil {
 			return nil
 		}
@@ -49,7 +51,7 @@ func (r *Route) Pick(tried Tried, blocks []uint64) *Backend {
 // not compute it.
 func (r *Route) WantsBlocks() bool { return r.signals.prefix && len(r.backends) > 1 }
 
-func (r *Route) choose(tried Tried, blocks []uint64) *Backend {
+func (r *Route) choose(tried Tried, blocks []uint64, opening int) *Backend {
 	switch len(r.backends) {
 	case 0:
 		return nil
@@ -59,7 +61,7 @@ func (r *Route) choose(tried Tried, blocks []uint64) *Backend {
 		}
 		return nil
 	}
-	return r.schedule(tried, blocks)
+	return r.schedule(tried, blocks, opening)
 }
 
 // PickEjected is Pick's last resort: the least loaded backend that was

@@ -14,7 +14,7 @@ func pickCounts(r *Route, n int, tried Tried, blocks []uint64) map[string]int {
 	counts := make(map[string]int)
 	for range n {
 		name := ""
-		if b := r.Pick(tried, blocks); b != nil {
+		if b := r.Pick(tried, blocks, 0); b != nil {
 			name = b.Name
 			b.Release()
 		}
@@ -116,24 +116,24 @@ func TestPickSingleBackend(t *testing.T) {
 	a := newTestBackend("a", 1, 1)
 	r := newTestRoute(config.Queue{}, a)
 	for _, blocks := range [][]uint64{nil, {42, 43}} {
-		if r.Pick(nil, blocks) != a {
+		if r.Pick(nil, blocks, 0) != a {
 			t.Fatal("the only backend was not picked")
 		}
 		a.Release()
 	}
-	if r.Pick(Tried{a}, nil) != nil {
+	if r.Pick(Tried{a}, nil, 0) != nil {
 		t.Error("a tried backend was picked")
 	}
 	a.inflight.Add(1)
-	if r.Pick(nil, nil) != nil || !r.Full(nil) {
+	if r.Pick(nil, nil, 0) != nil || !r.Full(nil) {
 		t.Error("a full backend was picked, or the route is not full")
 	}
 	a.Release()
 	eject(a)
-	if r.Pick(nil, nil) != nil || r.PickEjected(nil) != a {
+	if r.Pick(nil, nil, 0) != nil || r.PickEjected(nil) != a {
 		t.Error("an ejected backend was picked, or not offered as the last resort")
 	}
-	if r := newTestRoute(config.Queue{}); r.Pick(nil, nil) != nil || r.PickEjected(nil) != nil || r.Full(nil) {
+	if r := newTestRoute(config.Queue{}); r.Pick(nil, nil, 0) != nil || r.PickEjected(nil) != nil || r.Full(nil) {
 		t.Error("an empty route picked something or is full")
 	}
 }

@@ -66,7 +66,7 @@ func ReloadableSettings() []string {
 		"models[].pricing.prompt_per_mtok", "models[].pricing.completion_per_mtok",
 		"models[].pricing.cached_prompt_per_mtok", "models[].pricing.cache_write_per_mtok",
 		"models[].fallbacks", "models[].fallback_keeps_model", "models[].affinity",
-		"models[].routing.prefix", "models[].routing.queue", "models[].routing.kv", "models[].routing.lora",
+		"models[].routing.prefix", "models[].routing.queue", "models[].routing.kv", "models[].routing.lora", "models[].routing.spread",
 		"models[].routing.queue_cost_tokens",
 		"models[].queue.depth", "models[].queue.wait", "models[].queue.reserve", "models[].endpoints",
 		"models[].messages", "models[].max_output_tokens", "models[].reasoning",

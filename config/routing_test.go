@@ -27,8 +27,8 @@ func TestLoadRouting(t *testing.T) {
 		},
 		{
 			name:        "every signal off",
-			model:       "    routing: {prefix: off, queue: off, kv: off, lora: off, queue_cost_tokens: 512}\n",
-			wantRouting: Routing{Prefix: SignalOff, Queue: SignalOff, KV: SignalOff, LoRA: SignalOff, QueueCostTokens: 512},
+			model:       "    routing: {prefix: off, queue: off, kv: off, lora: off, spread: off, queue_cost_tokens: 512}\n",
+			wantRouting: Routing{Prefix: SignalOff, Queue: SignalOff, KV: SignalOff, LoRA: SignalOff, Spread: SignalOff, QueueCostTokens: 512},
 			wantMetrics: BackendMetrics{Path: "/metrics", Interval: 250 * time.Millisecond, Timeout: time.Second, StaleAfter: time.Second},
 		},
 		{
@@ -89,6 +89,7 @@ func TestValidateRouting(t *testing.T) {
 		msg   string
 	}{
 		{"unknown signal value", "    routing: {kv: maybe}\n", "models[0].routing.kv", `want on or off, got "maybe"`},
+		{"unknown spread value", "    routing: {spread: always}\n", "models[0].routing.spread", `want on or off, got "always"`},
 		{"negative queue cost", "    routing: {queue_cost_tokens: -1}\n", "models[0].routing.queue_cost_tokens", "must be positive"},
 		{"affinity prefix with the prefix signal off", "    affinity: prefix\n    routing: {prefix: off}\n", "models[0].affinity", "routing.prefix: off"},
 		{"metrics path without a slash", "backends_metrics", "backends[0].metrics.path", `want a path starting with /, or off, got "metrics"`},

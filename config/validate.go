@@ -321,7 +321,7 @@ func (v *validator) routing(path string, r Routing) {
 	for _, s := range []struct {
 		name string
 		sig  Signal
-	}{{"prefix", r.Prefix}, {"queue", r.Queue}, {"kv", r.KV}, {"lora", r.LoRA}} {
+	}{{"prefix", r.Prefix}, {"queue", r.Queue}, {"kv", r.KV}, {"lora", r.LoRA}, {"spread", r.Spread}} {
 		if s.sig != "" && s.sig != SignalOn && s.sig != SignalOff {
 			v.addf(path+"."+s.name, "want on or off, got %q", s.sig)
 		}

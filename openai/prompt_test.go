@@ -77,3 +77,49 @@ func TestRequestPrompt(t *testing.T) {
 func limited(f func([]byte, *Request, BodyLimits) *ValidationError) func([]byte, *Request) *ValidationError {
 	return func(body []byte, req *Request) *ValidationError { return f(body, req, BodyLimits{}) }
 }
+
+// TestRequestInstructions checks where chat validation finds the end of
+// the leading system and developer messages, the instructions an app's
+// conversations share, wherever messages stand in the body.
+func TestRequestInstructions(t *testing.T) {
+	const (
+		sys  = `{"role":"system","content":"be brief"}`
+		dev  = `{"role":"developer","content":"use SI units"}`
+		user = `{"role":"user","content":"hi"}`
+		asst = `{"role":"assistant","content":"hello"}`
+	)
+	tests := []struct {
+		name     string
+		messages string
+		want     string // the messages array up to the instructions' end; "" for none
+		count    int    // the instructions' messages
+	}{
+		{"a system message first", `[` + sys + `,` + user + `]`, `[` + sys, 1},
+		{"system then developer", `[` + sys + `, ` + dev + `,` + user + `]`, `[` + sys + `, ` + dev, 2},
+		{"a developer message alone first", `[` + dev + `,` + user + `,` + asst + `]`, `[` + dev, 1},
+		{"only instructions", `[` + sys + `]`, `[` + sys, 1},
+		{"a user message first", `[` + user + `,` + sys + `]`, "", 0},
+		{"a system message after the first turn is not leading", `[` + sys + `,` + user + `,` + sys + `]`, `[` + sys, 1},
+		{"a role with an escape", `[{"role":"syst\u0065m","content":"x"},` + user + `]`, `[{"role":"syst\u0065m","content":"x"}`, 1},
+	}
+	for _, tt := range tests {
+		for _, body := range []string{
+			`{"messages":` + tt.messages + `,"model":"m"}`,
+			`{"model":"m","metadata":{"messages":[` + sys + `]},"messages":` + tt.messages + `}`,
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				var req Request
+				if err := ValidateChat([]byte(body), &req); err != nil {
+					t.Fatalf("validate: %v", err)
+				}
+				got := ""
+				if req.InstructionsEnd > 0 {
+					got = body[req.PromptStart:req.InstructionsEnd]
+				}
+				if got != tt.want || req.Instructions != tt.count {
+					t.Errorf("instructions = %d messages, %q; want %d, %q", req.Instructions, got, tt.count, tt.want)
+				}
+			})
+		}
+	}
+}

@@ -54,6 +54,10 @@ type Request struct {
 	// set where its request is carried in this shape. Both 0 for OpenAI's bodies, whose
 	// system prompt is a message.
 	SystemStart, SystemEnd int
+	// Instructions is how many of chat's messages lead as system or developer messages,
+	// the instructions the conversations of one app share, and InstructionsEnd the offset
+	// in the body where they end. Both 0 when the first message is neither.
+	Instructions, InstructionsEnd int
 	// ToolChoice is what tool_choice asks for; ToolChoiceName is the function a named
 	// choice names (a capped slice of the body, or unescaped storage when it has escapes).
 	// The model-dependent rule (tool calling is configured per model) is the handler's.
@@ -897,13 +901,18 @@ func (v *validator) messages(parent *iter, start int) *ValidationError {
 	}
 	it := parent.enter(start)
 	i := 0
+	leading := true // every message so far is an instruction
 	for {
 		_, m, ok := it.member()
 		if !ok {
 			break
 		}
-		if err := v.message(i, &it, m); err != nil {
+		instructs, err := v.message(i, &it, m)
+		if err != nil {
 			return err
+		}
+		if leading = leading && instructs; leading {
+			v.req.Instructions, v.req.InstructionsEnd = i+1, it.i
 		}
 		i++
 	}
@@ -920,9 +929,9 @@ func (v *validator) messages(parent *iter, start int) *ValidationError {
 // backend's JSON parser, the last copy of a repeated key is the one that counts, so values
 // are collected first and checked afterwards; only content parts are checked as they come,
 // in the same pass that finds their end.
-func (v *validator) message(i int, parent *iter, start int) *ValidationError {
+func (v *validator) message(i int, parent *iter, start int) (instructs bool, _ *ValidationError) {
 	if v.s[start] != '{' {
-		return &ValidationError{Param: fmt.Sprintf("messages[%d]", i), Message: fmt.Sprintf(
+		return false, &ValidationError{Param: fmt.Sprintf("messages[%d]", i), Message: fmt.Sprintf(
 			"messages[%d] must be a message object with a role and content, got %s.", i, describe(parent.finish(start)))}
 	}
 	var role, content, name, toolCalls, toolCallID value
@@ -937,7 +946,7 @@ func (v *validator) message(i int, parent *iter, start int) *ValidationError {
 		if key == "content" && v.s[xs] == '[' {
 			n, err := v.contentParts(i, &it, xs)
 			if err != nil {
-				return err
+				return false, err
 			}
 			content, contentBytes = it.last(xs), n
 			continue
@@ -960,11 +969,11 @@ func (v *validator) message(i int, parent *iter, start int) *ValidationError {
 	}
 	parent.leave(&it)
 	if !role.exists() {
-		return &ValidationError{Param: fmt.Sprintf("messages[%d].role", i), Message: fmt.Sprintf(
+		return false, &ValidationError{Param: fmt.Sprintf("messages[%d].role", i), Message: fmt.Sprintf(
 			`messages[%d].role is required: a string such as "system", "user" or "assistant".`, i)}
 	}
 	if !role.isString() {
-		return &ValidationError{Param: fmt.Sprintf("messages[%d].role", i), Message: fmt.Sprintf(
+		return false, &ValidationError{Param: fmt.Sprintf("messages[%d].role", i), Message: fmt.Sprintf(
 			"messages[%d].role must be a string, got %s.", i, describe(role))}
 	}
 	switch {
@@ -973,31 +982,32 @@ func (v *validator) message(i int, parent *iter, start int) *ValidationError {
 	case (!content.exists() || content.isNull()) && (toolCalls.exists() && !toolCalls.isNull() || functionCall) && unquote(role.raw) == "assistant":
 		// An assistant message that calls tools may leave its content out.
 	case !content.exists():
-		return &ValidationError{Param: fmt.Sprintf("messages[%d].content", i), Message: fmt.Sprintf(
+		return false, &ValidationError{Param: fmt.Sprintf("messages[%d].content", i), Message: fmt.Sprintf(
 			"messages[%d].content is required; only an assistant message with tool_calls or function_call may leave it out.", i)}
 	case content.isNull():
-		return &ValidationError{Param: fmt.Sprintf("messages[%d].content", i), Message: fmt.Sprintf(
+		return false, &ValidationError{Param: fmt.Sprintf("messages[%d].content", i), Message: fmt.Sprintf(
 			"messages[%d].content must be a string or an array of content parts; only an assistant message with tool_calls or function_call may leave it null, got null.", i)}
 	default:
-		return &ValidationError{Param: fmt.Sprintf("messages[%d].content", i), Message: fmt.Sprintf(
+		return false, &ValidationError{Param: fmt.Sprintf("messages[%d].content", i), Message: fmt.Sprintf(
 			"messages[%d].content must be a string or an array of content parts, got %s.", i, describe(content))}
 	}
 	if name.exists() && !name.isString() {
-		return &ValidationError{Param: fmt.Sprintf("messages[%d].name", i), Message: fmt.Sprintf(
+		return false, &ValidationError{Param: fmt.Sprintf("messages[%d].name", i), Message: fmt.Sprintf(
 			"messages[%d].name must be a string, got %s.", i, describe(name))}
 	}
 	if toolCalls.exists() {
 		if err := v.toolCalls(i, toolCalls); err != nil {
-			return err
+			return false, err
 		}
 	}
 	// tool_call_id may be left out or null on any role, a tool message's too: vLLM
 	// takes a message its OpenAI types refuse as a custom message whose
 	// tool_call_id is optional, and the chat template decides what it needs.
 	if toolCallID.exists() && !toolCallID.isString() && !toolCallID.isNull() {
-		return typeError(fmt.Sprintf("messages[%d].tool_call_id", i), "a string or null", toolCallID)
+		return false, typeError(fmt.Sprintf("messages[%d].tool_call_id", i), "a string or null", toolCallID)
 	}
-	return nil
+	r := unquote(role.raw)
+	return r == "system" || r == "developer", nil
 }
 
 // contentParts checks the array of content parts of messages[i] that starts at start,

@@ -358,7 +358,7 @@ func TestValidateChatFillsRequest(t *testing.T) {
 		{"long escaped model", withFields(`"model":"` + strings.Repeat(`a\/`, 40) + `"`), Request{Model: []byte(strings.Repeat("a/", 40)), N: 1, Messages: 1, PromptBytes: 2}},
 		{"prompt bytes count strings and text parts as sent", withMessages(
 			`{"role":"system","content":"abc"},{"role":"user","content":[{"type":"text","text":"de"},{"type":"image_url","image_url":{"url":"u"}},{"type":"text","text":"f\ng"}]},{"role":"assistant","tool_calls":[]}`),
-			Request{Model: []byte("m"), N: 1, Messages: 3, PromptBytes: 3 + 2 + 4}},
+			Request{Model: []byte("m"), N: 1, Messages: 3, Instructions: 1, PromptBytes: 3 + 2 + 4}},
 		{"repeated content counts the last copy", withMessages(`{"role":"user","content":"abcdef","content":"ab"}`),
 			Request{Model: []byte("m"), N: 1, Messages: 1, PromptBytes: 2}},
 	}
@@ -377,7 +377,7 @@ func TestValidateChatFillsRequest(t *testing.T) {
 			got, want := req, tc.want
 			got.Model, want.Model = nil, nil
 			got.ModelStart, got.ModelEnd, got.StreamOptionsStart, got.StreamOptionsEnd = 0, 0, 0, 0
-			got.PromptStart, got.PromptEnd = 0, 0
+			got.PromptStart, got.PromptEnd, got.InstructionsEnd = 0, 0, 0
 			got.modelBuf = [64]byte{}
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("got  %+v\nwant %+v", got, want)

@@ -83,6 +83,52 @@ func TestPromptMessagesAnywhere(t *testing.T) {
 	}
 }
 
+// TestPromptChainInstructions checks that forward counts the instructions
+// of a request opening a conversation (its leading system and developer
+// messages, or a system prompt kept apart, then one message) in whole
+// blocks, wherever messages stand in the body, and none for a later turn.
+func TestPromptChainInstructions(t *testing.T) {
+	system := `{"role":"system","content":"` + strings.Repeat("Answer as the shop's assistant. ", 100) + `"}`
+	developer := `{"role":"developer","content":"Use metric units."}`
+	user := `{"role":"user","content":"Where is my order?"}`
+	tests := []struct {
+		name, messages, instructions string
+	}{
+		{"a system prompt", "[" + system + "," + user + "]", "[" + system},
+		{"system and developer messages", "[" + system + "," + developer + "," + user + "]", "[" + system + "," + developer},
+		{"a user message first", "[" + user + "," + system + "]", ""},
+		{"a later turn", "[" + system + "," + user + `,{"role":"assistant","content":"Tomorrow."},` + user + "]", ""},
+	}
+	for _, tt := range tests {
+		for place, body := range affinityBodies(tt.messages) {
+			t.Run(tt.name+"/"+place, func(t *testing.T) {
+				var req openai.Request
+				if err := openai.ValidateChat([]byte(body), &req); err != nil {
+					t.Fatal(err)
+				}
+				var arr [backends.MaxPrefixBlocks]uint64
+				chain, opening, n := promptChain(arr[:0], &req, []byte(body))
+				if n != len(tt.messages) || !slices.Equal(chain, chainOf([]byte(tt.messages))) {
+					t.Fatalf("chain of %d bytes, want the messages' %d", n, len(tt.messages))
+				}
+				if want := backends.BlocksWithin(len(tt.instructions)); opening != want {
+					t.Errorf("instructions: %d blocks, want %d", opening, want)
+				}
+			})
+		}
+	}
+	t.Run("a system prompt kept apart", func(t *testing.T) {
+		body := []byte(`{"system":"` + strings.Repeat("Be brief. ", 300) + `","messages":[` + user + `]}`)
+		sysEnd := bytes.Index(body, []byte(`,"messages"`))
+		req := openai.Request{Messages: 1, SystemStart: len(`{"system":`), SystemEnd: sysEnd, PromptStart: sysEnd + len(`,"messages":`), PromptEnd: len(body) - 1}
+		var arr [backends.MaxPrefixBlocks]uint64
+		_, opening, _ := promptChain(arr[:0], &req, body)
+		if want := backends.BlocksWithin(req.SystemEnd - req.SystemStart); opening != want || want == 0 {
+			t.Errorf("instructions: %d blocks, want %d", opening, want)
+		}
+	})
+}
+
 // chainOf is the block chain the scheduler keys a prompt on.
 func chainOf(prompt []byte) []uint64 {
 	var arr [backends.MaxPrefixBlocks]uint64
@@ -146,7 +192,23 @@ func FuzzPromptMessages(f *testing.F) {
 		if chain, alone := chainOf(got), chainOf([]byte(messages)); !slices.Equal(chain, alone) {
 			t.Fatalf("chain %x differs from the chain %x of the messages alone", chain, alone)
 		}
+		if opening, alone := openingOf(t, string(body)), openingOf(t, `{"messages":`+messages+`}`); opening != alone {
+			t.Fatalf("%d blocks of instructions, %d in the messages alone", opening, alone)
+		}
 	})
+}
+
+// openingOf is the instructions' blocks promptChain finds in a chat body
+// that validation accepts.
+func openingOf(t *testing.T, body string) int {
+	t.Helper()
+	var req openai.Request
+	if err := openai.ValidateChat([]byte(body), &req); err != nil {
+		t.Fatalf("validate: %v", err)
+	}
+	var arr [backends.MaxPrefixBlocks]uint64
+	_, opening, _ := promptChain(arr[:0], &req, []byte(body))
+	return opening
 }
 
 // refused reports whether validation refuses the chat body.

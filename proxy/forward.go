@@ -20,6 +20,24 @@ import (
 // configuration says, so the tried set stays on the stack.
 const maxAttempts = 8
 
+// promptChain appends to dst the block chain of the prompt of req, the
+// request validated from body, and how many bytes it was cut from. For a
+// request that opens a conversation (one message after its instructions:
+// the Messages API's system prompt, chat's leading system and developer
+// messages), opening is how many leading blocks are those instructions,
+// which the app's other conversations share; zero for any other request.
+func promptChain(dst []uint64, req *openai.Request, body []byte) (chain []uint64, opening, promptBytes int) {
+	system, prompt := req.Prompt(body)
+	if req.Messages-req.Instructions == 1 {
+		instructions := len(system)
+		if req.InstructionsEnd > req.PromptStart {
+			instructions += req.InstructionsEnd - req.PromptStart
+		}
+		opening = backends.BlocksWithin(instructions)
+	}
+	return backends.AppendBlockChain(dst, system, prompt), opening, len(system) + len(prompt)
+}
+
 // forward sends the request to a backend of the model, or of its
 // fallbacks, and answers the client. A failure before any byte reached the
 // client — a connection failure, a timeout before the first response byte,
@@ -32,11 +50,9 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *exchange, body 
 	retries := st.cfg.Retries
 	s.retryBudget.Request()
 	var blockArr [backends.MaxPrefixBlocks]uint64
-	blocks := blockArr[:0]
+	blocks, opening := blockArr[:0], 0
 	if c.route.WantsBlocks() {
-		system, prompt := c.req.Prompt(body)
-		c.promptBytes = len(system) + len(prompt)
-		blocks = backends.AppendBlockChain(blocks, system, prompt)
+		blocks, opening, c.promptBytes = promptChain(blocks, c.req, body)
 	}
 	c.watch = s.clients.watch(ctx, c.rec.Started)
 	defer c.watch.stop()
@@ -73,7 +89,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *exchange, body 
 			if route.CountsTenants() && claim.Tenant == "" {
 				claim = s.claim(st, c)
 			}
-			b = route.PickFor(&c.tenancy, claim, tried, blocks)
+			b = route.PickFor(&c.tenancy, claim, tried, blocks, opening)
 		}
 		if b == nil {
 			if route.Full(tried) || c.tenancy.HeldBack() {
@@ -81,7 +97,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *state, c *exchange, body 
 					claim = s.claim(st, c)
 				}
 				var err error
-				if b, err = route.WaitForSlot(tried, blocks, claim, &c.tenancy, c.watch.gone, ctx.Done()); b == nil && err == nil {
+				if b, err = route.WaitForSlot(tried, blocks, opening, claim, &c.tenancy, c.watch.gone, ctx.Done()); b == nil && err == nil {
 					continue // nothing healthy is left to wait for: pick again
 				}
 				if b == nil && (c.watch.left() || isClosed(ctx.Done())) {

@@ -774,42 +774,57 @@ func TestBackendLearnsBytesPerToken(t *testing.T) {
 
 // TestMessagesSystemPromptAffinity checks that the Messages API's system
 // prompt, which its body keeps apart from the messages, leads the prompt
-// the scheduler places by: the conversations of an app that share a long
-// system prompt all go to the backend holding it, although their first
-// messages differ, where the messages alone would be drawn at random
-// among idle backends. A later turn stays with its conversation.
+// the scheduler places by. With spread off, the conversations of an app
+// that share a long system prompt all go to the backend holding it,
+// although their first messages differ, where the messages alone would be
+// drawn at random among idle backends. With spread on (the default), an
+// idle fleet's backends each receive the app's system prompt, as its
+// conversations open. Either way a later turn stays with its conversation,
+// whose first question only its server holds.
 func TestMessagesSystemPromptAffinity(t *testing.T) {
-	nodes := newNodes(t, simulated.Options{}, "v1", "v2", "v3")
-	h := newHarness(t, harnessOptions{
-		backends: sameSpecs("messages: translate", nodes...),
-		models:   "  - name: m\n    backends: [v1, v2, v3]\n",
-	})
-	const apps, conversations = 2, 6
-	sent := 0
-	post := func(system string, msgs ...string) accounting.Record {
-		t.Helper()
-		var turns []string
-		for i, m := range msgs {
-			turns = append(turns, fmt.Sprintf(`{"role":%q,"content":%q}`, []string{"user", "assistant"}[i%2], m))
-		}
-		body := fmt.Sprintf(`{"model":"m","max_tokens":2,"system":%q,"messages":[%s]}`, system, strings.Join(turns, ","))
-		if r := h.messages("", body); r.status != http.StatusOK || !strings.Contains(string(r.body), `"type":"message"`) {
-			t.Fatalf("status %d: %s", r.status, r.body)
-		}
-		sent++
-		return h.recorder.wait(t, sent)
-	}
-	for app := range apps {
-		system := fmt.Sprintf("You are the assistant of app %d. ", app) + strings.Repeat("Answer in one short sentence, politely. ", 80)
-		first := post(system, fmt.Sprintf("App %d, conversation 0: what is a prime?", app)).Backend
-		for conv := 1; conv < conversations; conv++ {
-			question := fmt.Sprintf("App %d, conversation %d: name a colour.", app, conv)
-			if b := post(system, question).Backend; b != first {
-				t.Errorf("app %d: conversation %d went to %s, its system prompt is on %s", app, conv, b, first)
+	for _, spread := range []string{"off", "on"} {
+		t.Run("spread "+spread, func(t *testing.T) {
+			nodes := newNodes(t, simulated.Options{}, "v1", "v2", "v3")
+			h := newHarness(t, harnessOptions{
+				backends: sameSpecs("messages: translate", nodes...),
+				models:   "  - name: m\n    backends: [v1, v2, v3]\n    routing: {spread: " + spread + "}\n",
+			})
+			const apps, conversations = 2, 6
+			sent := 0
+			post := func(system string, msgs ...string) accounting.Record {
+				t.Helper()
+				var turns []string
+				for i, m := range msgs {
+					turns = append(turns, fmt.Sprintf(`{"role":%q,"content":%q}`, []string{"user", "assistant"}[i%2], m))
+				}
+				body := fmt.Sprintf(`{"model":"m","max_tokens":2,"system":%q,"messages":[%s]}`, system, strings.Join(turns, ","))
+				if r := h.messages("", body); r.status != http.StatusOK || !strings.Contains(string(r.body), `"type":"message"`) {
+					t.Fatalf("status %d: %s", r.status, r.body)
+				}
+				sent++
+				return h.recorder.wait(t, sent)
 			}
-			if b := post(system, question, "Blue.", "Another one.").Backend; b != first {
-				t.Errorf("app %d: conversation %d's second turn went to %s, its first to %s", app, conv, b, first)
+			for app := range apps {
+				system := fmt.Sprintf("You are the assistant of app %d. ", app) + strings.Repeat("Answer in one short sentence, politely. ", 80)
+				first := post(system, fmt.Sprintf("App %d, conversation 0: what is a prime?", app)).Backend
+				reached := map[string]bool{first: true}
+				for conv := 1; conv < conversations; conv++ {
+					// A question of a few blocks, which the conversation's server
+					// alone holds once it has answered it.
+					question := fmt.Sprintf("App %d, conversation %d: name a colour.", app, conv) + strings.Repeat(" One that suits a kitchen.", 30)
+					opened := post(system, question).Backend
+					reached[opened] = true
+					if spread == "off" && opened != first {
+						t.Errorf("app %d: conversation %d went to %s, its system prompt is on %s", app, conv, opened, first)
+					}
+					if b := post(system, question, "Blue.", "Another one.").Backend; b != opened {
+						t.Errorf("app %d: conversation %d's second turn went to %s, its first to %s", app, conv, b, opened)
+					}
+				}
+				if spread == "on" && len(reached) != len(nodes) {
+					t.Errorf("app %d: its conversations opened on %d backends of %d", app, len(reached), len(nodes))
+				}
 			}
-		}
+		})
 	}
 }
