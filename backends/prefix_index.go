@@ -221,8 +221,17 @@ type prefixIndex struct {
 	// counts, in bptScale units; zero until a reply was observed, and then
 	// defaultBytesPerToken stands for it.
 	bytesPerToken atomic.Int64
-	slots         [indexEntries]atomic.Uint64
+	// reuse is how old, on the clock, the blocks a request found again
+	// were at most, of late: a maximum that decays by 1/reuseDecay at each
+	// insert. It is the reuse distance the server's cache must keep to
+	// serve the prompts in use (see roomFor).
+	reuse atomic.Uint64
+	slots [indexEntries]atomic.Uint64
 }
+
+// reuseDecay sets how fast reuse forgets a long reuse distance: by a
+// 1/reuseDecay share at each insert.
+const reuseDecay = 64
 
 // bpt is the prompt bytes per token, in bptScale units.
 func (x *prefixIndex) bpt() int64 {
@@ -320,6 +329,7 @@ func (x *prefixIndex) held(chain []uint64) int {
 // refreshed where present, or takes the place of the least recently sent
 // block of its set.
 func (x *prefixIndex) insert(chain []uint64) {
+	var reused uint64 // the oldest block found again
 	for i, h := range chain {
 		base, tag := indexSlot(h)
 		now := x.clock.Load()
@@ -329,6 +339,7 @@ func (x *prefixIndex) insert(chain []uint64) {
 			e := x.slots[base+w].Load()
 			if e>>tickBits == tag {
 				x.slots[base+w].Store(tag<<tickBits | now&tickMask)
+				reused = max(reused, (now-e)&tickMask)
 				found = true
 				break
 			}
@@ -345,4 +356,19 @@ func (x *prefixIndex) insert(chain []uint64) {
 			x.slots[oldest].Store(tag<<tickBits | t&tickMask)
 		}
 	}
+	// Racing inserts may lose an update, which only blurs the maximum.
+	r := x.reuse.Load()
+	x.reuse.Store(max(r-r/reuseDecay, reused))
+}
+
+// roomFor reports whether the server's cache can take a prompt's first k
+// blocks without evicting what the prompts in use read again: the reuse
+// distance seen of late and those blocks fit in the cache. False when the
+// cache's size is not known.
+func (x *prefixIndex) roomFor(k int) bool {
+	limit := x.limit()
+	if limit == 0 || k == 0 {
+		return limit > 0
+	}
+	return x.reuse.Load()+uint64(blockEnd(k-1)/PrefixBlockBytes) < limit
 }

@@ -349,3 +349,48 @@ func TestLongBlocks(t *testing.T) {
 		}
 	}
 }
+
+// TestPrefixIndexReuse checks that the index learns how far back the
+// prompts it is sent again reach (the reuse distance), that it forgets a
+// long one as inserts go by, and that roomFor weighs it against the
+// cache's size.
+func TestPrefixIndexReuse(t *testing.T) {
+	x := new(prefixIndex)
+	if x.roomFor(1) {
+		t.Error("roomFor with the cache's size unknown")
+	}
+	x.kvTokens.Store(1000 * PrefixBlockBytes / defaultBytesPerToken) // 1,000 blocks of PrefixBlockBytes
+	prompt := make([]uint64, fineBlocks+10)
+	for i := range prompt {
+		prompt[i] = mix(uint64(900 + i))
+	}
+	x.insert(prompt)
+	var others uint64
+	for n := range 20 { // 20 other prompts of 10 coarse blocks each, after the first's fine ones
+		other := make([]uint64, fineBlocks+10)
+		for i := range other {
+			other[i] = mix(uint64(5000 + 100*n + i))
+		}
+		before := x.clock.Load()
+		x.insert(other)
+		others += x.clock.Load() - before
+	}
+	x.insert(prompt)
+	// The first block's age also counts the prompt's own later blocks, one unit each.
+	if got, own := x.reuse.Load(), uint64(len(prompt)); got < others || got > others+own {
+		t.Fatalf("reuse = %d after %d units inserted in between", got, others)
+	}
+	if !x.roomFor(fineBlocks + 10) {
+		t.Errorf("no room for a prompt of %d units beside a reuse distance of %d in 1,000", blockEnd(fineBlocks+9)/PrefixBlockBytes, x.reuse.Load())
+	}
+	x.reuse.Store(990)
+	if x.roomFor(fineBlocks + 10) {
+		t.Error("room beside a reuse distance of 990 in 1,000")
+	}
+	for range 400 {
+		x.insert(prompt) // found again at once: the long distance decays
+	}
+	if got := x.reuse.Load(); got > 990/10 {
+		t.Errorf("reuse = %d after 400 immediate reuses, want it forgotten", got)
+	}
+}

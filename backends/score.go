@@ -22,7 +22,7 @@ func signalsOf(m *config.Model) signals {
 		queue:           m.Routing.Queue.On(),
 		kv:              m.Routing.KV.On(),
 		lora:            m.Routing.LoRA.On(),
-		spread:          m.Routing.Spread.On(),
+		spread:          m.Routing.Spread == config.SignalOn,
 		queueCostTokens: int64(max(m.Routing.QueueCostTokens, 1)),
 	}
 }
@@ -288,7 +288,7 @@ func (r *Route) spreadTarget(assessed func(int) assessment, opening int) *Backen
 		case !a.usable || a.ahead > 0:
 		case a.held >= opening:
 			holderShare = min(holderShare, a.runShare)
-		case a.kvUsage < spreadKVLimit && a.runShare < targetShare:
+		case a.kvUsage < spreadKVLimit && a.runShare < targetShare && b.index != nil && b.index.roomFor(opening):
 			target, targetShare, targetSlot = b, a.runShare, a.slot
 		}
 	}

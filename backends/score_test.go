@@ -239,11 +239,14 @@ func TestScheduleSignals(t *testing.T) {
 	}
 }
 
-// TestScheduleSpread checks where a request starting a conversation goes: to a backend without
-// its instructions when that one is as free as the best holding them or one request busier, so
-// that an app's instructions reach every server; to a holder otherwise, or when spread is off.
+// TestScheduleSpread checks where a request opening a conversation goes: to a backend without
+// its instructions when that one is as free as the best holding them or one request busier, and
+// its cache has room for them beside the prompts it serves, so that an app's instructions reach
+// every server; to a holder otherwise, or when spread is off.
 func TestScheduleSpread(t *testing.T) {
 	const opening = testBlocks - 20 // the instructions' whole blocks
+	const testCacheUnits = 1000
+	on := config.Routing{Spread: config.SignalOn}
 	tests := []struct {
 		name    string
 		routing config.Routing
@@ -252,16 +255,24 @@ func TestScheduleSpread(t *testing.T) {
 		running [2]int64
 		kv      float64 // the other backend's KV cache in use
 		held    int
-		want    string
+		// reuse is the other's reuse distance, in units of PrefixBlockBytes; cacheUnknown
+		// says its server's KV cache size is not known.
+		reuse        uint64
+		cacheUnknown bool
+		want         string
 	}{
-		{name: "as free: the other", running: [2]int64{3, 3}, want: "other"},
-		{name: "one request busier: the other", running: [2]int64{3, 4}, want: "other"},
-		{name: "two requests busier: the holder", running: [2]int64{3, 5}, want: "holder"},
-		{name: "the holder full: the other, though much busier", running: [2]int64{8, 7}, want: "other"},
-		{name: "the other's KV cache half in use: the holder", running: [2]int64{3, 2}, kv: 0.5, want: "holder"},
+		{name: "as free: the other", routing: on, running: [2]int64{3, 3}, want: "other"},
+		{name: "one request busier: the other", routing: on, running: [2]int64{3, 4}, want: "other"},
+		{name: "two requests busier: the holder", routing: on, running: [2]int64{3, 5}, want: "holder"},
+		{name: "the holder full: the other, though much busier", routing: on, running: [2]int64{8, 7}, want: "other"},
+		{name: "the other's KV cache half in use: the holder", routing: on, running: [2]int64{3, 2}, kv: 0.5, want: "holder"},
 		{name: "spread off: the holder", routing: config.Routing{Spread: config.SignalOff}, running: [2]int64{3, 2}, want: "holder"},
-		{name: "the block after the instructions opening too: still starting", running: [2]int64{3, 3}, held: opening + 1, want: "other"},
-		{name: "a conversation's turns held: continuing, the holder", running: [2]int64{3, 0}, held: opening + 2, want: "holder"},
+		{name: "spread left out, off: the holder", routing: config.Routing{Spread: ""}, running: [2]int64{3, 2}, want: "holder"},
+		{name: "the block after the instructions shared too: still starting", routing: on, running: [2]int64{3, 3}, held: opening + 1, want: "other"},
+		{name: "a conversation's turns held: continuing, the holder", routing: on, running: [2]int64{3, 0}, held: opening + 2, want: "holder"},
+		{name: "the other's cache with room for them beside what it reuses: the other", routing: on, running: [2]int64{3, 3}, reuse: testCacheUnits / 2, want: "other"},
+		{name: "the other's cache without room for them: the holder", routing: on, running: [2]int64{3, 2}, reuse: testCacheUnits - 40, want: "holder"},
+		{name: "the other's cache size unknown: the holder", routing: on, running: [2]int64{3, 2}, cacheUnknown: true, want: "holder"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -276,6 +287,11 @@ func TestScheduleSpread(t *testing.T) {
 				held = opening
 			}
 			holder.index.insert(c[:held])
+			if !tt.cacheUnknown {
+				// A cache of testCacheUnits blocks of PrefixBlockBytes, at the default bytes a token.
+				other.index.kvTokens.Store(testCacheUnits * PrefixBlockBytes / defaultBytesPerToken)
+			}
+			other.index.reuse.Store(tt.reuse)
 			reading(holder, tt.running[0], 0, 8, 0.2)
 			reading(other, tt.running[1], 0, 8, tt.kv)
 			for range 50 {
@@ -322,8 +338,9 @@ func TestRegistryRoutingSignals(t *testing.T) {
 		wantBlocks  bool
 		wantSignals signals
 	}{
-		{"default: every signal", config.Model{}, true, signals{true, true, true, true, true, 2048}},
-		{"affinity: prefix", config.Model{Affinity: "prefix"}, true, signals{true, true, true, true, true, 2048}},
+		{"default: every signal but spread", config.Model{}, true, signals{true, true, true, true, false, 2048}},
+		{"affinity: prefix", config.Model{Affinity: "prefix"}, true, signals{true, true, true, true, false, 2048}},
+		{"spread on", config.Model{Routing: config.Routing{Spread: "on"}}, true, signals{true, true, true, true, true, 2048}},
 		{"every signal off", config.Model{Routing: config.Routing{Prefix: "off", Queue: "off", KV: "off", LoRA: "off", Spread: "off", QueueCostTokens: 100}},
 			false, signals{false, false, false, false, false, 100}},
 	}

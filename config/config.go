@@ -436,17 +436,20 @@ type Routing struct {
 	// backends that have it loaded (vllm:lora_requests_info), then those
 	// with room to load it. Zero means on.
 	LoRA Signal `yaml:"lora"`
-	// Spread sends a request that starts a conversation (no backend holds
-	// more of its prompt than its leading system or developer messages)
-	// to the least busy backend without those instructions, when that
-	// backend is no busier than the least busy one holding them by more
-	// than a request, and its KV cache is less than half in use: an app's
-	// instructions reach every server early, at the price of one cold
-	// prefill per server, so that its conversations can be balanced by
-	// load and a turn whose server is full moves to one holding them.
-	// Off, such a request goes where the score says, which keeps each
-	// app's conversations on the servers already holding its
-	// instructions. Needs the prefix signal. Zero means on.
+	// Spread sends a request that opens a conversation (its leading
+	// system or developer messages, then one message) to the least busy
+	// backend without those instructions, when that backend is no busier
+	// than the least busy one holding them by more than a request, its KV
+	// cache is less than half in use, and its prefix cache has room for
+	// them beside the prompts it serves: an app's instructions reach every
+	// server early, at the price of one cold prefill per server, so that
+	// its conversations can be balanced by load and a turn whose server is
+	// full moves to one holding them. It suits a fleet whose servers can
+	// each cache every app's instructions; with more apps than that, the
+	// copies evict what other conversations read. Off, such a request goes
+	// where the score says, which keeps each app's conversations on the
+	// servers already holding its instructions. Needs the prefix signal.
+	// Zero means off.
 	Spread Signal `yaml:"spread"`
 	// QueueCostTokens is how many prompt tokens of cached prefix, beyond
 	// what the best backend with free capacity holds, pay for each request

@@ -215,7 +215,8 @@ type fleetConfig struct {
 
 // yaml renders the gateway's config: the servers twice, as the conversations' backends (no
 // cap: the scheduler places, the servers queue) and as the scenarios' (capped at the servers'
-// running limit, so that the gateway holds the queue, by priority and tenant).
+// running limit, so that the gateway holds the queue, by priority and tenant). Both spread
+// their apps' instructions: each server's cache holds every app's.
 func (c fleetConfig) yaml() string {
 	var b, sims, fair strings.Builder
 	for i, a := range c.servers {
@@ -237,9 +238,10 @@ auth:
 server: {max_connections: 100000, shutdown_timeout: 10s}
 backends:
 %smodels:
-  - {name: %s, backends: [%s]}
+  - {name: %s, backends: [%s], routing: {spread: on}}
   - name: %s
     backends: [%s]
+    routing: {spread: on}
     priority_scheduling: true
     queue: {depth: 4096, wait: 30s, reserve: %d}
 store: {driver: sqlite, path: %q}
