@@ -359,6 +359,16 @@ func (b *Backend) PromptBytesPerToken() float64 {
 	return float64(b.index.bpt()) / bptScale
 }
 
+// PrefixCacheTokens is the size in tokens of the backend's prefix cache,
+// as its server's metrics last reported it (vllm:cache_config_info); zero
+// when unknown, or for a backend without an index.
+func (b *Backend) PrefixCacheTokens() int64 {
+	if b.index == nil {
+		return 0
+	}
+	return b.index.kvTokens.Load()
+}
+
 // Healthy reports whether the backend takes traffic: its last probe
 // succeeded and it is not ejected.
 func (b *Backend) Healthy() bool { return b.health.usable() }

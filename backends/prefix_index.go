@@ -370,5 +370,9 @@ func (x *prefixIndex) roomFor(k int) bool {
 	if limit == 0 || k == 0 {
 		return limit > 0
 	}
-	return x.reuse.Load()+uint64(blockEnd(k-1)/PrefixBlockBytes) < limit
+	var weight uint64 // what the blocks add to the clock, once inserted
+	for i := range k {
+		weight += blockWeight(i)
+	}
+	return x.reuse.Load()+weight < limit
 }

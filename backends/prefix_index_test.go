@@ -381,7 +381,7 @@ func TestPrefixIndexReuse(t *testing.T) {
 		t.Fatalf("reuse = %d after %d units inserted in between", got, others)
 	}
 	if !x.roomFor(fineBlocks + 10) {
-		t.Errorf("no room for a prompt of %d units beside a reuse distance of %d in 1,000", blockEnd(fineBlocks+9)/PrefixBlockBytes, x.reuse.Load())
+		t.Errorf("no room for a prompt of %d blocks beside a reuse distance of %d in 1,000", fineBlocks+10, x.reuse.Load())
 	}
 	x.reuse.Store(990)
 	if x.roomFor(fineBlocks + 10) {

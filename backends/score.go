@@ -266,8 +266,9 @@ const spreadKVLimit = 0.5
 
 // spreadTarget is where a request opening a conversation goes to spread
 // its instructions (the first opening blocks of its prompt) to a server
-// without them: the least busy free backend not holding them with its KV
-// cache under spreadKVLimit, when it is no busier than the least busy free
+// without them: the least busy free backend not holding them whose KV
+// cache is under spreadKVLimit and whose prefix cache has room for them
+// (prefixIndex.roomFor), when it is no busier than the least busy free
 // backend holding them by more than one request (or none is free). Nil
 // otherwise, and the score decides.
 //
@@ -299,7 +300,7 @@ func (r *Route) spreadTarget(assessed func(int) assessment, opening int) *Backen
 }
 
 // scheduleBackendsOnStack is how many backends' assessments schedule keeps
-// on the stack; a route with more has them assessed again for the draw.
+// on the stack; a route with more has them assessed again for each pass.
 const scheduleBackendsOnStack = 16
 
 // startPolling gives every backend of a model with several backends what

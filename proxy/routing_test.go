@@ -784,11 +784,26 @@ func TestBackendLearnsBytesPerToken(t *testing.T) {
 func TestMessagesSystemPromptAffinity(t *testing.T) {
 	for _, spread := range []string{"off", "on"} {
 		t.Run("spread "+spread, func(t *testing.T) {
-			nodes := newNodes(t, simulated.Options{}, "v1", "v2", "v3")
+			// Spreading needs each server's cache size, from its metrics.
+			nodes := newNodes(t, simulated.Options{Engine: simulated.Engine{KVCacheBlocks: 4096}}, "v1", "v2", "v3")
 			h := newHarness(t, harnessOptions{
-				backends: sameSpecs("messages: translate", nodes...),
+				backends: sameSpecs("messages: translate\nmetrics: {interval: 10ms}", nodes...),
 				models:   "  - name: m\n    backends: [v1, v2, v3]\n    routing: {spread: " + spread + "}\n",
 			})
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				known := 0
+				for _, b := range h.reg.Backends() {
+					if b.PrefixCacheTokens() > 0 {
+						known++
+					}
+				}
+				if known == len(nodes) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%d of %d backends' cache sizes read from their metrics", known, len(nodes))
+				}
+			}
 			const apps, conversations = 2, 6
 			sent := 0
 			post := func(system string, msgs ...string) accounting.Record {
