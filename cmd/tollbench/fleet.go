@@ -95,7 +95,7 @@ func runFleet(ctx context.Context, o options, args []string, stdout, stderr io.W
 		key: "sk-tollbench-" + strconv.FormatInt(time.Now().UnixNano(), 36)}
 	service := (&fleetWorkload{minWords: 20, maxWords: 80, minReply: 16, maxReply: 48}).meanService(f.eng)
 	think := thinkForBusy(fleetConversations, fleetServers*f.eng.maxNumSeqs, fleetBusy, service)
-	f.work = newFleetWorkload(uint64(o.seed), fleetShape{apps: fleetApps, promptWords: fleetPromptWords, think: think})
+	f.work = newFleetWorkload(uint64(o.seed), fleetShape{apps: o.fleetApps, promptWords: fleetPromptWords, think: think})
 	nofile, _, _ := raiseNoFile(8192)
 	f.rep = &fleetReport{
 		Date: time.Now().UTC().Format(time.RFC3339), Command: strings.Join(append([]string{"tollbench"}, args...), " "),
@@ -104,9 +104,9 @@ func runFleet(ctx context.Context, o options, args []string, stdout, stderr io.W
 			"prefix cache of %d blocks of %d tokens, priority preemption); %d conversations over %d apps with %d-word system prompts, think time %s (about %.0f %% of the slots busy), seed %d; "+
 			"phases of %s (the first fifth unmeasured), %d round(s) of tollgate/round-robin/oracle%s",
 			fleetServers, f.eng.maxNumSeqs, f.eng.ttft, f.eng.prefillPerToken, f.eng.itl, f.eng.loadFactor, f.eng.kvBlocks, fleetBlockSize,
-			fleetConversations, fleetApps, fleetPromptWords, think.Round(time.Millisecond), fleetBusy*100, o.seed, o.fleetPhase, o.rounds, gatewayWarmth(o.fleetColdGateway)),
+			fleetConversations, o.fleetApps, fleetPromptWords, think.Round(time.Millisecond), fleetBusy*100, o.seed, o.fleetPhase, o.rounds, gatewayWarmth(o.fleetColdGateway)),
 		Settings: map[string]string{"phase": o.fleetPhase.String(), "rounds": strconv.Itoa(o.rounds), "seed": strconv.FormatInt(o.seed, 10),
-			"cold_gateway": strconv.FormatBool(o.fleetColdGateway)},
+			"cold_gateway": strconv.FormatBool(o.fleetColdGateway), "apps": strconv.Itoa(o.fleetApps), "spread": strconv.FormatBool(!o.fleetNoSpread)},
 	}
 	if o.fleetLog != "" {
 		if f.flog, err = newFleetLog(o.fleetLog); err != nil {
@@ -173,7 +173,7 @@ func (f *fleetBench) setup(ctx context.Context) error {
 	}
 	configPath := filepath.Join(f.dir, "tollgate.yaml")
 	cfg := fleetConfig{key: f.key, logLevel: f.o.logLevel, store: filepath.Join(f.dir, "tollgate.db"), servers: f.addrs, maxNumSeqs: f.eng.maxNumSeqs,
-		reserve: f.o.fleetReserve}
+		reserve: f.o.fleetReserve, spread: !f.o.fleetNoSpread}
 	if err := os.WriteFile(configPath, []byte(cfg.yaml()), 0o600); err != nil {
 		return fmt.Errorf("write gateway config: %w", err)
 	}
@@ -211,12 +211,14 @@ type fleetConfig struct {
 	maxNumSeqs           int
 	// reserve is the scenarios' model's queue.reserve (0: the default).
 	reserve int
+	// spread turns routing.spread on for both models.
+	spread bool
 }
 
 // yaml renders the gateway's config: the servers twice, as the conversations' backends (no
 // cap: the scheduler places, the servers queue) and as the scenarios' (capped at the servers'
-// running limit, so that the gateway holds the queue, by priority and tenant). Both spread
-// their apps' instructions: each server's cache holds every app's.
+// running limit, so that the gateway holds the queue, by priority and tenant). With spread,
+// both spread their apps' instructions, as a fleet whose servers can each cache every app's.
 func (c fleetConfig) yaml() string {
 	var b, sims, fair strings.Builder
 	for i, a := range c.servers {
@@ -238,15 +240,23 @@ auth:
 server: {max_connections: 100000, shutdown_timeout: 10s}
 backends:
 %smodels:
-  - {name: %s, backends: [%s], routing: {spread: on}}
+  - {name: %s, backends: [%s], routing: {spread: %s}}
   - name: %s
     backends: [%s]
-    routing: {spread: on}
+    routing: {spread: %s}
     priority_scheduling: true
     queue: {depth: 4096, wait: 30s, reserve: %d}
 store: {driver: sqlite, path: %q}
 usage: {flush_interval: 1s}
-`, c.logLevel, c.key, b.String(), fleetModel, sims.String(), fleetFairModel, fair.String(), c.reserve, c.store)
+`, c.logLevel, c.key, b.String(), fleetModel, sims.String(), onOff(c.spread), fleetFairModel, fair.String(), onOff(c.spread), c.reserve, c.store)
+}
+
+// onOff is a routing signal's setting.
+func onOff(on bool) string {
+	if on {
+		return "on"
+	}
+	return "off"
 }
 
 // measure runs the conversations through each routing in turn, round after round, and then

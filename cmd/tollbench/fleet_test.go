@@ -267,18 +267,25 @@ func TestPriorityRows(t *testing.T) {
 }
 
 func TestFleetConfigLoads(t *testing.T) {
-	y := fleetConfig{key: "sk-tollbench-x", logLevel: "info", store: "/tmp/t.db", servers: []string{"127.0.0.1:1", "127.0.0.1:2"}, maxNumSeqs: 8}.yaml()
-	cfg, err := config.Parse([]byte(y), "fleet.yaml")
-	if err != nil {
-		t.Fatalf("%v\n%s", err, y)
-	}
-	if len(cfg.Models) != 2 || len(cfg.Models[0].Backends) != 2 || !cfg.Models[1].PriorityScheduling {
-		t.Errorf("models %+v", cfg.Models)
-	}
-	for _, b := range cfg.Backends {
-		capped := strings.HasPrefix(b.Name, "fair-")
-		if (b.MaxConcurrency == 8) != capped {
-			t.Errorf("backend %s: max_concurrency %d", b.Name, b.MaxConcurrency)
+	for _, spread := range []bool{true, false} {
+		y := fleetConfig{key: "sk-tollbench-x", logLevel: "info", store: "/tmp/t.db", servers: []string{"127.0.0.1:1", "127.0.0.1:2"}, maxNumSeqs: 8, spread: spread}.yaml()
+		cfg, err := config.Parse([]byte(y), "fleet.yaml")
+		if err != nil {
+			t.Fatalf("%v\n%s", err, y)
+		}
+		if len(cfg.Models) != 2 || len(cfg.Models[0].Backends) != 2 || !cfg.Models[1].PriorityScheduling {
+			t.Errorf("models %+v", cfg.Models)
+		}
+		for _, m := range cfg.Models {
+			if got := m.Routing.Spread == config.SignalOn; got != spread {
+				t.Errorf("model %s: spread %q, want on %v", m.Name, m.Routing.Spread, spread)
+			}
+		}
+		for _, b := range cfg.Backends {
+			capped := strings.HasPrefix(b.Name, "fair-")
+			if (b.MaxConcurrency == 8) != capped {
+				t.Errorf("backend %s: max_concurrency %d", b.Name, b.MaxConcurrency)
+			}
 		}
 	}
 }
@@ -293,7 +300,13 @@ func TestParseOptionsFleetOnly(t *testing.T) {
 	if o, err := parseOptions([]string{"-fleet", "-fleet-cold-gateway"}, io.Discard); err != nil || !o.fleetColdGateway {
 		t.Errorf("-fleet -fleet-cold-gateway: %+v, %v", o, err)
 	}
-	for _, args := range [][]string{{"-fleet", "-only", "soak"}, {"-only", "fairness"}} {
+	if o, err := parseOptions([]string{"-fleet", "-fleet-apps", "32", "-fleet-no-spread"}, io.Discard); err != nil || o.fleetApps != 32 || !o.fleetNoSpread {
+		t.Errorf("-fleet -fleet-apps 32 -fleet-no-spread: %+v, %v", o, err)
+	}
+	if o, err := parseOptions([]string{"-fleet"}, io.Discard); err != nil || o.fleetApps != fleetApps || o.fleetNoSpread {
+		t.Errorf("-fleet: apps %d, no spread %v, %v", o.fleetApps, o.fleetNoSpread, err)
+	}
+	for _, args := range [][]string{{"-fleet", "-only", "soak"}, {"-only", "fairness"}, {"-fleet", "-fleet-apps", "0"}, {"-fleet", "-fleet-apps", "65"}} {
 		if _, err := parseOptions(args, io.Discard); err == nil {
 			t.Errorf("%q accepted", args)
 		}

@@ -90,6 +90,10 @@ type options struct {
 	fleetLog string
 	// fleetReserve is the scenarios' model's queue.reserve; zero leaves the default.
 	fleetReserve int
+	// fleetApps is how many apps, each with its own system prompt, the workload's
+	// conversations share; fleetNoSpread leaves the models' routing.spread off.
+	fleetApps     int
+	fleetNoSpread bool
 	// fleetColdGateway measures tollgate's first conversation phase from a freshly started
 	// gateway; false runs an unmeasured phase through it first.
 	fleetColdGateway bool
@@ -151,6 +155,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.Int64Var(&o.seed, "seed", 1, "seed of the -fleet workload")
 	fs.BoolVar(&o.fleetColdGateway, "fleet-cold-gateway", false, "with -fleet, measure tollgate's first conversation phase from the freshly started gateway, "+
 		"instead of running one unmeasured phase through it first, as a gateway in service has learned its servers' running limits and how long their tokens are")
+	fs.IntVar(&o.fleetApps, "fleet-apps", fleetApps, "the -fleet workload's apps, each with a system prompt of its own; more than the servers' caches can each hold measures a fleet that should not spread them")
+	fs.BoolVar(&o.fleetNoSpread, "fleet-no-spread", false, "leave routing.spread off on the -fleet models, its default, instead of on")
 	fs.IntVar(&o.fleetReserve, "fleet-reserve", 0, "the queue.reserve of the -fleet scenarios' model, in slots; 0 leaves the default, -1 keeps none")
 	fs.StringVar(&o.fleetLog, "fleet-log", "", "write a JSON line per -fleet request (each conversation's turn, each scenario's request) to `file`: its tenant or turn, time to first token, "+
 		"the server it ran on, its time in the gateway and in the server's queue, the batch it joined, its cached tokens, and for a cold one "+
@@ -198,6 +204,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("-instructions-fleet needs -instructions")
 	case o.otel && o.fleet:
 		return o, errors.New("-otel applies to the gateway's own measurements and -instructions, not to -fleet")
+	case o.fleetApps < 1 || o.fleetApps > fleetConversations:
+		return o, fmt.Errorf("-fleet-apps %d: want 1 to %d", o.fleetApps, fleetConversations)
 	case o.fleetPhase < time.Second || o.fleetPhase > 10*time.Minute:
 		return o, fmt.Errorf("-fleet-duration %s: want 1s to 10m", o.fleetPhase)
 	case o.phase <= 0 || o.phase > 10*time.Minute:
