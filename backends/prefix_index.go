@@ -367,8 +367,8 @@ func (x *prefixIndex) insert(chain []uint64) {
 // cache's size is not known.
 func (x *prefixIndex) roomFor(k int) bool {
 	limit := x.limit()
-	if limit == 0 || k == 0 {
-		return limit > 0
+	if limit == 0 {
+		return false
 	}
 	var weight uint64 // what the blocks add to the clock, once inserted
 	for i := range k {
