@@ -21,28 +21,11 @@ import (
 	"github.com/tollgate-dev/tollgate/backends/simulated"
 )
 
-// fleetEngine is the physics of the simulated vLLM servers of -fleet.
-type fleetEngine struct {
-	ttft, prefillPerToken, itl time.Duration
-	loadFactor                 float64
-	maxNumSeqs, kvBlocks       int
-}
-
-// The fleet of issue 35: four vLLM-like servers with prefix caching, per-token prefill, at most
-// 8 running sequences each and a queue beyond. The KV cache holds a server's share of the
-// conversations and the apps' system prompts, not every conversation at once.
-var defaultFleetEngine = fleetEngine{
-	ttft: 5 * time.Millisecond, prefillPerToken: 50 * time.Microsecond, itl: 8 * time.Millisecond,
-	loadFactor: 2, maxNumSeqs: 8, kvBlocks: 1536,
-}
-
 const (
-	fleetServers       = 4
 	fleetConversations = 64
 	fleetApps          = 8
 	fleetPromptWords   = 1500
 	fleetBusy          = 0.6
-	fleetBlockSize     = 16
 	// The scenarios' tenants: fairTenants well-behaved ones and a flooder at floodFactor times
 	// their rate.
 	fairTenants = 3
@@ -91,19 +74,23 @@ func runFleet(ctx context.Context, o options, args []string, stdout, stderr io.W
 		return err
 	}
 	defer func() { err = errors.Join(err, removeDir()) }()
-	f := &fleetBench{o: o, dir: dir, log: stderr, eng: defaultFleetEngine,
+	eng, err := exampleFleet()
+	if err != nil {
+		return err
+	}
+	f := &fleetBench{o: o, dir: dir, log: stderr, eng: eng,
 		key: "sk-tollbench-" + strconv.FormatInt(time.Now().UnixNano(), 36)}
 	service := (&fleetWorkload{minWords: 20, maxWords: 80, minReply: 16, maxReply: 48}).meanService(f.eng)
-	think := thinkForBusy(fleetConversations, fleetServers*f.eng.maxNumSeqs, fleetBusy, service)
+	think := thinkForBusy(fleetConversations, f.eng.servers*f.eng.maxNumSeqs, fleetBusy, service)
 	f.work = newFleetWorkload(uint64(o.seed), fleetShape{apps: o.fleetApps, promptWords: fleetPromptWords, think: think})
 	nofile, _, _ := raiseNoFile(8192)
 	f.rep = &fleetReport{
 		Date: time.Now().UTC().Format(time.RFC3339), Command: strings.Join(append([]string{"tollbench"}, args...), " "),
 		Machine: describeMachine(nofile),
 		Setup: fmt.Sprintf("%d simulated vLLM servers (max_num_seqs %d, prefill %s + %s per uncached token, %s per token ×1 to ×%g with load, "+
-			"prefix cache of %d blocks of %d tokens, priority preemption); %d conversations over %d apps with %d-word system prompts, think time %s (about %.0f %% of the slots busy), seed %d; "+
+			"prefix cache of %d blocks of %d tokens%s); %d conversations over %d apps with %d-word system prompts, think time %s (about %.0f %% of the slots busy), seed %d; "+
 			"phases of %s (the first fifth unmeasured), %d round(s) of tollgate/round-robin/oracle%s",
-			fleetServers, f.eng.maxNumSeqs, f.eng.ttft, f.eng.prefillPerToken, f.eng.itl, f.eng.loadFactor, f.eng.kvBlocks, fleetBlockSize,
+			f.eng.servers, f.eng.maxNumSeqs, f.eng.ttft, f.eng.prefillPerToken, f.eng.itl, f.eng.loadFactor, f.eng.kvBlocks, f.eng.blockSize, map[bool]string{true: ", priority preemption"}[f.eng.priorityPreemption],
 			fleetConversations, o.fleetApps, fleetPromptWords, think.Round(time.Millisecond), fleetBusy*100, o.seed, o.fleetPhase, o.rounds, gatewayWarmth(o.fleetColdGateway)),
 		Settings: map[string]string{"phase": o.fleetPhase.String(), "rounds": strconv.Itoa(o.rounds), "seed": strconv.FormatInt(o.seed, 10),
 			"cold_gateway": strconv.FormatBool(o.fleetColdGateway), "apps": strconv.Itoa(o.fleetApps), "spread": strconv.FormatBool(!o.fleetNoSpread)},
@@ -134,8 +121,8 @@ func runFleet(ctx context.Context, o options, args []string, stdout, stderr io.W
 // setup starts the simulated servers in this process, on loopback TCP, and the gateway in
 // front of them as its own process.
 func (f *fleetBench) setup(ctx context.Context) error {
-	f.inFlight = make([]atomic.Int64, fleetServers)
-	for i := range fleetServers {
+	f.inFlight = make([]atomic.Int64, f.eng.servers)
+	for i := range f.eng.servers {
 		var observe func(simulated.SequenceStat)
 		if f.flog != nil {
 			observe = f.flog.observer(i, &f.servers)
@@ -145,11 +132,11 @@ func (f *fleetBench) setup(ctx context.Context) error {
 			TimeToFirstToken: f.eng.ttft, InterTokenDelay: f.eng.itl,
 			Engine: simulated.Engine{
 				MaxNumSeqs: f.eng.maxNumSeqs, PrefillPerToken: f.eng.prefillPerToken, KVCacheBlocks: f.eng.kvBlocks,
-				BlockSize: fleetBlockSize, LoadFactor: f.eng.loadFactor,
-				// The scenarios' model has priority_scheduling on: its servers run vLLM's
-				// priority policy, which preempts. The conversations all have priority 0,
-				// which preempts nothing.
-				PriorityPreemption: true,
+				BlockSize: f.eng.blockSize, LoadFactor: f.eng.loadFactor,
+				// The scenarios' model has priority_scheduling on, as the example's: its
+				// servers run vLLM's priority policy, which preempts. The conversations all
+				// have priority 0, which preempts nothing.
+				PriorityPreemption: f.eng.priorityPreemption,
 			},
 		})
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -417,7 +404,7 @@ func (f *fleetBench) conversations(ctx context.Context, route int, res *routeRes
 						e, s := f.gw, -1
 						switch route {
 						case routeRR:
-							s = int(rr.Add(1) % fleetServers)
+							s = int(rr.Add(1) % uint64(f.eng.servers))
 						case routeOracle:
 							if server < 0 {
 								server = f.leastLoaded()
@@ -569,7 +556,7 @@ func (f *fleetBench) scenario(ctx context.Context, name string, loads []openLoad
 // single turn under a cached system prompt: with every slot busy, every request runs at the
 // load factor's top.
 func (f *fleetBench) capacity() float64 {
-	return float64(fleetServers*f.eng.maxNumSeqs) / f.work.saturatedService(f.eng).Seconds()
+	return float64(f.eng.servers*f.eng.maxNumSeqs) / f.work.saturatedService(f.eng).Seconds()
 }
 
 // fairness runs the well-behaved tenants alone, then with a tenant flooding at floodFactor

@@ -346,3 +346,51 @@ func TestFleetLogJoinsServerAndClient(t *testing.T) {
 		t.Errorf("log:\n%s\nwant:\n%s", b, want)
 	}
 }
+
+// -fleet runs the example config's fleet; a fleet it cannot run is refused with the reason.
+func TestExampleFleet(t *testing.T) {
+	e, err := exampleFleet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.servers < 2 || e.maxNumSeqs < 1 || e.prefillPerToken <= 0 || e.kvBlocks < 1 || e.loadFactor < 1 || !e.priorityPreemption {
+		t.Errorf("config.example.yaml's %s: %+v, want a fleet with a running limit, per-token prefill, a prefix cache and priority preemption", exampleFleetModel, e)
+	}
+	const fleetYAML = `
+auth: {keys: [{name: k, key: sk-tollbench-x, teams: [t], default_team: t}]}
+backends:
+  - {name: a, simulated: {max_num_seqs: 8, block_size: 16, prefill_per_token: 50us}}
+  - {name: b, simulated: {max_num_seqs: 8, block_size: 16, prefill_per_token: 50us}}
+  - {name: c, simulated: {max_num_seqs: 4, block_size: 16}}
+  - {name: d, simulated: {block_size: 16}}
+  - {name: e, simulated: {block_size: 16}}
+  - {name: u, url: "http://127.0.0.1:1/v1"}
+models:
+  - {name: two, backends: [a, b]}
+  - {name: unlike, backends: [a, c]}
+  - {name: one, backends: [a]}
+  - {name: unlimited, backends: [d, e]}
+  - {name: real, backends: [a, u]}
+`
+	cfg, err := config.Parse([]byte(fleetYAML), "fleet.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fleetEngine{servers: 2, maxNumSeqs: 8, blockSize: 16, prefillPerToken: 50 * time.Microsecond, loadFactor: 1}
+	if got, err := fleetOf(cfg, "two"); err != nil || got != want {
+		t.Errorf("fleetOf(two) = %+v, %v; want %+v", got, err, want)
+	}
+	for _, tc := range []struct{ model, err string }{
+		{"unlike", "backend c is simulated unlike a"},
+		{"one", "want two backends or more"},
+		{"unlimited", "with max_num_seqs"},
+		{"real", "backend u is not simulated"},
+		{"missing", "not in the config"},
+	} {
+		t.Run(tc.model, func(t *testing.T) {
+			if _, err := fleetOf(cfg, tc.model); err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("err %v, want one saying %q", err, tc.err)
+			}
+		})
+	}
+}

@@ -99,9 +99,13 @@ func runInstructions(ctx context.Context, o options, args []string, stdout, stde
 		workload += ", the gateway exporting a span per request"
 	}
 	if o.instrFleet {
-		m.backends = fleetServers
+		fleet, err := exampleFleet()
+		if err != nil {
+			return err
+		}
+		m.backends = fleet.servers
 		m.bodies = instrFleetBodies(uint64(o.seed)) //nolint:gosec // a seed
-		workload = fmt.Sprintf("the -fleet workload's turns (seed %d) to %d backends", o.seed, fleetServers)
+		workload = fmt.Sprintf("the -fleet workload's turns (seed %d) to %d backends", o.seed, fleet.servers)
 	}
 	rep := instrReport{
 		Date:     time.Now().UTC().Format(time.RFC3339),

@@ -108,8 +108,8 @@ type options struct {
 	// tollbench (otelsink.go); false leaves export off.
 	otel bool
 	// instrFleet has -instructions send the fleet's requests (a turn of
-	// a conversation with a long system prompt) to a model of
-	// fleetServers backends, in place of a short chat to one.
+	// a conversation with a long system prompt) to a model of as many
+	// backends as the example fleet's, in place of a short chat to one.
 	instrFleet bool
 }
 
@@ -148,7 +148,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.soakRate, "soak-rate", 1000, "open-loop `rate` of the soak, in requests per second")
 	fs.Float64Var(&o.soakStreamShare, "soak-stream-share", 0.25, "share of the soak's requests that are streams (-stream-tokens events at -stream-itl)")
 	fs.Float64Var(&o.soakAbandon, "soak-abandon", 0.1, "share of the soak's streams the client closes after the first event")
-	fs.BoolVar(&o.fleet, "fleet", false, "measure placement instead: four simulated vLLM servers in this process behind the gateway, "+
+	fs.BoolVar(&o.fleet, "fleet", false, "measure placement instead: config.example.yaml's fleet (model demo-fleet: its simulated vLLM servers, run in this process) behind the gateway, "+
 		"a seeded multi-turn chat workload through tollgate's scheduler, round-robin and a pinned-conversation oracle in alternated "+
 		"phases, then a fairness and a priority scenario; -rounds, -json, -keep, -bin-dir and -gateway-log-level apply")
 	fs.DurationVar(&o.fleetPhase, "fleet-duration", 20*time.Second, "length of each -fleet phase (the first fifth is not measured)")
@@ -167,7 +167,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.otel, "otel", false, "have the gateway export its OpenTelemetry spans (telemetry.endpoint, default batching) to an OTLP/HTTP collector in this process, "+
 		"which decodes each export and counts its spans; with -instructions, each gateway run must export a span per request")
 	fs.BoolVar(&o.instrFleet, "instructions-fleet", false, "with -instructions, send the -fleet workload's requests (turns of its conversations, "+
-		"each with its app's long system prompt; -seed applies) to a model of four backends on the mock, as the scheduler places them")
+		"each with its app's long system prompt; -seed applies) to a model of as many backends on the mock as the example fleet has, as the scheduler places them")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
