@@ -29,11 +29,12 @@ export async function usageTotals(project, { want, endpoint = 'completions', tim
     const res = await fetch(url, { headers: { Authorization: `Bearer ${apiKey}` } });
     assert.equal(res.status, 200, `usage API answered ${res.status}: ${await res.clone().text()}`);
     const page = await res.json();
-    const totals = { input_tokens: 0, output_tokens: 0, num_model_requests: 0 };
+    const totals = { input_tokens: 0, input_cached_tokens: 0, output_tokens: 0, num_model_requests: 0 };
     for (const bucket of page.data) {
       for (const r of bucket.results) {
         if (r.project_id !== project) continue;
         totals.input_tokens += r.input_tokens;
+        totals.input_cached_tokens += r.input_cached_tokens;
         totals.output_tokens += r.output_tokens;
         totals.num_model_requests += r.num_model_requests;
       }
