@@ -21,7 +21,8 @@ export function uniqueProject(area) {
 // usageTotals reads the usage API for one project, summing every bucket,
 // and retries until `want` matches or the deadline passes: records are
 // written asynchronously, within usage.flush_interval (1 s in the example).
-export async function usageTotals(project, { want, endpoint = 'completions', timeoutMs = 15000 } = {}) {
+// With cached, the totals also sum input_cached_tokens.
+export async function usageTotals(project, { want, endpoint = 'completions', timeoutMs = 15000, cached = false } = {}) {
   const deadline = Date.now() + timeoutMs;
   const start = Math.floor(Date.now() / 1000) - 3600;
   for (;;) {
@@ -29,12 +30,13 @@ export async function usageTotals(project, { want, endpoint = 'completions', tim
     const res = await fetch(url, { headers: { Authorization: `Bearer ${apiKey}` } });
     assert.equal(res.status, 200, `usage API answered ${res.status}: ${await res.clone().text()}`);
     const page = await res.json();
-    const totals = { input_tokens: 0, input_cached_tokens: 0, output_tokens: 0, num_model_requests: 0 };
+    const totals = { input_tokens: 0, output_tokens: 0, num_model_requests: 0 };
+    if (cached) totals.input_cached_tokens = 0;
     for (const bucket of page.data) {
       for (const r of bucket.results) {
         if (r.project_id !== project) continue;
         totals.input_tokens += r.input_tokens;
-        totals.input_cached_tokens += r.input_cached_tokens;
+        if (cached) totals.input_cached_tokens += r.input_cached_tokens;
         totals.output_tokens += r.output_tokens;
         totals.num_model_requests += r.num_model_requests;
       }

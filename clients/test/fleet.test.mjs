@@ -44,7 +44,7 @@ test('demo-fleet: a conversation stays where its prompt is cached, and usage cou
     totals.output_tokens += usage.completion_tokens;
     messages.push({ role: 'assistant', content: text });
   }
-  const got = await usageTotals(project.id, { want: { ...totals, num_model_requests: 4 } });
+  const got = await usageTotals(project.id, { want: { ...totals, num_model_requests: 4 }, cached: true });
   assert.deepEqual(got, { ...totals, num_model_requests: 4 }, 'the usage API counts what the replies reported, cached tokens included');
 });
 
