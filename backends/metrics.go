@@ -16,14 +16,19 @@ import (
 // backends and models the gauges report at each scrape. Every label value
 // is a backend or model name from the configuration.
 type Metrics struct {
-	ejections     *prometheus.CounterVec
-	probeFailures *prometheus.CounterVec
-	queueWait     *prometheus.HistogramVec
+	ejections      *prometheus.CounterVec
+	probeFailures  *prometheus.CounterVec
+	queueWait      *prometheus.HistogramVec
+	serverFailures *prometheus.CounterVec
 
 	current    atomic.Pointer[Registry]
 	state      *prometheus.Desc
 	inFlight   *prometheus.Desc
 	queueDepth *prometheus.Desc
+	// What the scheduler reads of each backend whose metrics it polls.
+	serverFresh      *prometheus.Desc
+	serverRequests   *prometheus.Desc
+	serverMaxRunning *prometheus.Desc
 }
 
 // queueWaitBuckets span a slot freed at once to the longest queue wait
@@ -47,6 +52,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Time requests waited in a model's queue for a backend slot, whether they got one or not, by model.",
 			Buckets: queueWaitBuckets,
 		}, []string{"model"}),
+		serverFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_backend_server_metrics_failures_total",
+			Help: "Reads of a backend's own metrics (vLLM's /metrics) that failed: no answer in time, a non-200 status, or a page without vLLM's gauges.",
+		}, []string{"backend"}),
 		state: prometheus.NewDesc("tollgate_backend_state",
 			"A backend's standing: 1 for its current state (healthy, ejected after failures, or unhealthy: its probe fails), 0 for the others.",
 			[]string{"backend", "state"}, nil),
@@ -56,9 +65,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		queueDepth: prometheus.NewDesc("tollgate_queue_depth",
 			"Requests waiting in a model's queue for a backend slot.",
 			[]string{"model"}, nil),
+		serverFresh: prometheus.NewDesc("tollgate_backend_server_metrics_fresh",
+			"For a backend whose own metrics the scheduler reads: 1 while it scores the backend on a fresh reading, 0 while it falls back to the gateway's own in-flight count (no reading yet, or the last one older than metrics.stale_after).",
+			[]string{"backend"}, nil),
+		serverRequests: prometheus.NewDesc("tollgate_backend_server_requests",
+			"Sequences a backend's server said it runs and queues, in the fresh reading the scheduler scores it on.",
+			[]string{"backend", "state"}, nil),
+		serverMaxRunning: prometheus.NewDesc("tollgate_backend_server_max_running",
+			"The most sequences a backend's server runs at once, as the scheduler learned it (the largest running count read while some waited), in the fresh reading; 0 until the server has queued.",
+			[]string{"backend"}, nil),
 	}
 	if reg != nil {
-		reg.MustRegister(m.ejections, m.probeFailures, m.queueWait, m)
+		reg.MustRegister(m.ejections, m.probeFailures, m.queueWait, m.serverFailures, m)
 	}
 	return m
 }
@@ -73,10 +91,14 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.state
 	ch <- m.inFlight
 	ch <- m.queueDepth
+	ch <- m.serverFresh
+	ch <- m.serverRequests
+	ch <- m.serverMaxRunning
 }
 
 // Collect implements prometheus.Collector: the state and load of each
-// backend, and the queue of each model, of the tracked registry.
+// backend, the queue of each model, and the server readings the scheduler
+// scores on, of the tracked registry.
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	r := m.current.Load()
 	if r == nil {
@@ -96,18 +118,30 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	for _, rt := range r.ordered {
 		ch <- prometheus.MustNewConstMetric(m.queueDepth, prometheus.GaugeValue, float64(rt.queued.Load()), rt.Name)
 	}
+	for _, p := range r.pollers {
+		s := p.b.server.Load()
+		if s == nil {
+			ch <- prometheus.MustNewConstMetric(m.serverFresh, prometheus.GaugeValue, 0, p.b.Name)
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(m.serverFresh, prometheus.GaugeValue, 1, p.b.Name)
+		ch <- prometheus.MustNewConstMetric(m.serverRequests, prometheus.GaugeValue, float64(s.running), p.b.Name, "running")
+		ch <- prometheus.MustNewConstMetric(m.serverRequests, prometheus.GaugeValue, float64(s.waiting), p.b.Name, "waiting")
+		ch <- prometheus.MustNewConstMetric(m.serverMaxRunning, prometheus.GaugeValue, float64(s.maxRunning), p.b.Name)
+	}
 }
 
 // RegistryOptions are what NewRegistryWith takes beside the configuration.
 type RegistryOptions struct {
-	// Metrics counts the registry's ejections, probe failures and queue
-	// waits. Nil means they are not counted.
+	// Metrics counts the registry's ejections, probe failures, queue
+	// waits and failed reads of its servers' metrics. Nil means they are
+	// not counted.
 	Metrics *Metrics
 }
 
 // NewRegistryWith is NewRegistry with options.
 func NewRegistryWith(cfg *config.Config, opts RegistryOptions) (*Registry, error) {
-	r, err := NewRegistry(cfg)
+	r, err := newRegistry(cfg, opts.Metrics)
 	if err != nil || opts.Metrics == nil {
 		return r, err
 	}

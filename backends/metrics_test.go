@@ -97,3 +97,73 @@ tollgate_queue_depth{model="n"} 0
 		t.Errorf("queue waits observed for m: %d, want 1", got)
 	}
 }
+
+// TestMetricsServerReadings checks the series of what the scheduler reads of its servers: a
+// backend whose server answers is fresh, with the sequences it runs and queues and the running
+// limit learned from them; one whose server stops answering counts each failed read and, past
+// stale_after, shows as falling back to the gateway's own counts. A backend whose metrics are
+// off has no such series.
+func TestMetricsServerReadings(t *testing.T) {
+	answering, failing := newMetricsServer(t, gauges(8, 4)), newMetricsServer(t, gauges(2, 0))
+	poll := config.BackendMetrics{Interval: 5 * time.Millisecond, StaleAfter: 20 * time.Millisecond}
+	cfg := provisioned(t, []config.Backend{
+		{Name: "a", URL: answering.url, Metrics: poll},
+		{Name: "b", URL: failing.url, Metrics: poll},
+		{Name: "off", URL: failing.url, Metrics: config.BackendMetrics{Path: "off"}},
+	}, []config.Model{{Name: "fleet", Backends: []string{"a", "b", "off"}}})
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	r, err := NewRegistryWith(cfg, RegistryOptions{Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	m.Track(r)
+	a, b := r.Backends()[0], r.Backends()[1]
+	waitFor := func(what string, done func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !done(); time.Sleep(2 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %s within 10s", what)
+			}
+		}
+	}
+	waitFor("first readings", func() bool { return a.server.Load() != nil && b.server.Load() != nil })
+	failing.broken.Store(true)
+	waitFor("stale reading of b", func() bool { return b.server.Load() == nil })
+
+	const want = `
+# HELP tollgate_backend_server_max_running The most sequences a backend's server runs at once, as the scheduler learned it (the largest running count read while some waited), in the fresh reading; 0 until the server has queued.
+# TYPE tollgate_backend_server_max_running gauge
+tollgate_backend_server_max_running{backend="a"} 8
+# HELP tollgate_backend_server_metrics_fresh For a backend whose own metrics the scheduler reads: 1 while it scores the backend on a fresh reading, 0 while it falls back to the gateway's own in-flight count (no reading yet, or the last one older than metrics.stale_after).
+# TYPE tollgate_backend_server_metrics_fresh gauge
+tollgate_backend_server_metrics_fresh{backend="a"} 1
+tollgate_backend_server_metrics_fresh{backend="b"} 0
+# HELP tollgate_backend_server_requests Sequences a backend's server said it runs and queues, in the fresh reading the scheduler scores it on.
+# TYPE tollgate_backend_server_requests gauge
+tollgate_backend_server_requests{backend="a",state="running"} 8
+tollgate_backend_server_requests{backend="a",state="waiting"} 4
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "tollgate_backend_server_max_running",
+		"tollgate_backend_server_metrics_fresh", "tollgate_backend_server_requests"); err != nil {
+		t.Error(err)
+	}
+	// b failed every read since it broke (at least the ones that made it stale); a none.
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	failures := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "tollgate_backend_server_metrics_failures_total" {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			failures[mt.GetLabel()[0].GetValue()] = mt.GetCounter().GetValue()
+		}
+	}
+	if failures["a"] != 0 || failures["b"] < 1 || len(failures) != 2 {
+		t.Errorf("failed reads by backend = %v, want none for a, some for b, no series for off", failures)
+	}
+}

@@ -122,14 +122,20 @@ type Registry struct {
 	// them, one goroutine each, from NewRegistry until Close.
 	pollers   []*metricsPoller
 	stopPolls chan struct{}
+	// metrics are the series the pollers count in; nil counts nothing.
+	metrics   *Metrics
 	polling   sync.WaitGroup
 	closeOnce sync.Once
 }
 
 // NewRegistry builds backends and routes from a validated configuration.
 // In-process simulated backends start serving at once; Close stops them.
-func NewRegistry(cfg *config.Config) (*Registry, error) {
-	r := &Registry{routes: make(map[string]*Route, len(cfg.Models))}
+func NewRegistry(cfg *config.Config) (*Registry, error) { return newRegistry(cfg, nil) }
+
+// newRegistry is NewRegistry, with the metrics the pollers count their
+// failed reads in (nil counts nothing), given before they start.
+func newRegistry(cfg *config.Config, m *Metrics) (*Registry, error) {
+	r := &Registry{routes: make(map[string]*Route, len(cfg.Models)), metrics: m}
 	byName := make(map[string]*Backend, len(cfg.Backends))
 	for _, bc := range cfg.Backends {
 		b, err := newBackend(bc)

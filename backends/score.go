@@ -332,6 +332,9 @@ func (r *Registry) startPolling(cfg *config.Config) error {
 		if err != nil {
 			return err
 		}
+		if r.metrics != nil {
+			p.failures = r.metrics.serverFailures.WithLabelValues(b.Name)
+		}
 		r.pollers = append(r.pollers, p)
 	}
 	if len(r.pollers) == 0 {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -270,6 +271,8 @@ type metricsPoller struct {
 	b   *Backend
 	url []byte
 	cfg config.BackendMetrics
+	// failures counts the failed reads; nil counts nothing.
+	failures prometheus.Counter
 
 	// The rest is the poller goroutine's own.
 	lastGood              time.Time
@@ -316,6 +319,9 @@ func (p *metricsPoller) run(stop <-chan struct{}, wg *sync.WaitGroup) {
 func (p *metricsPoller) poll(now time.Time) {
 	r, err := p.read()
 	if err != nil {
+		if p.failures != nil {
+			p.failures.Inc()
+		}
 		if now.Sub(p.lastGood) >= p.cfg.StaleAfter {
 			p.b.server.Store(nil)
 		}

@@ -222,6 +222,30 @@ func TestMetricsAfterFaults(t *testing.T) {
 			t.Errorf("%s = %v (present %v), want %v", tt.series, v, ok, tt.want)
 		}
 	}
+	// primary's backends are not vLLM servers: the scheduler reads no
+	// metrics of theirs (sick answers a page without vLLM's gauges, dead
+	// nothing), counts each failed read, and scores them on its own counts.
+	for _, b := range []string{"sick", "dead"} {
+		if v, ok := got[`tollgate_backend_server_metrics_fresh{backend="`+b+`"}`]; !ok || v != 0 {
+			t.Errorf("%s: metrics fresh = %v (present %v), want 0", b, v, ok)
+		}
+		if v := got[`tollgate_backend_server_metrics_failures_total{backend="`+b+`"}`]; v < 1 {
+			t.Errorf("%s: failed metrics reads = %v, want some", b, v)
+		}
+	}
+	// Every tollgate series is in the operator's table of docs/operations.md.
+	ops, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(text, "\n") {
+		if name, ok := strings.CutPrefix(line, "# TYPE tollgate_"); ok {
+			name = "tollgate_" + strings.Fields(name)[0]
+			if !strings.Contains(string(ops), name) {
+				t.Errorf("%s is not in docs/operations.md's metrics table", name)
+			}
+		}
+	}
 	// The retry budget (full at start) refused nothing: no series yet.
 	if v, ok := got[`tollgate_retry_budget_exhausted_total{model="primary"}`]; ok {
 		t.Errorf("retry budget refusals: %v, want none", v)
