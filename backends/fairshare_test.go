@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/tollgate-dev/tollgate/config"
 )
 
@@ -374,6 +377,8 @@ func TestPickForPassesHigherBands(t *testing.T) {
 		be.index = new(prefixIndex)
 	}
 	a.index.insert(chain)
+	passed := prometheus.NewCounter(prometheus.CounterOpts{Name: "placed_priority"})
+	r.placements[placedPriority] = passed
 	var held []*heldSlot
 	take := func(c Claim, not *Backend) {
 		tn := &Tenancy{}
@@ -406,6 +411,9 @@ func TestPickForPassesHigherBands(t *testing.T) {
 	}
 	if n, _ := r.TenantLoad("high"); n != 1 {
 		t.Errorf("high counts %d slots, want 1", n)
+	}
+	if v := testutil.ToFloat64(passed); v != 1 {
+		t.Errorf("placements counted as priority: %v, want the high-priority request's 1", v)
 	}
 	if got != nil {
 		tn.Release(got)

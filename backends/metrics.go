@@ -20,6 +20,7 @@ type Metrics struct {
 	probeFailures  *prometheus.CounterVec
 	queueWait      *prometheus.HistogramVec
 	serverFailures *prometheus.CounterVec
+	placements     *prometheus.CounterVec
 
 	current    atomic.Pointer[Registry]
 	state      *prometheus.Desc
@@ -56,6 +57,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "tollgate_backend_server_metrics_failures_total",
 			Help: "Reads of a backend's own metrics (vLLM's /metrics) that failed: no answer in time, a non-200 status, or a page without vLLM's gauges.",
 		}, []string{"backend"}),
+		placements: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_placements_total",
+			Help: "Requests the scheduler placed on a backend of a model with several backends, by why: kept (a conversation on the server holding most of it), moved (a conversation's turn off its full server, prefilling again what that one held), spread (an opening sent to a server without its instructions), score, queued (into a server's own queue), priority (past max_concurrency for the server to preempt lower priority).",
+		}, []string{"model", "placement"}),
 		state: prometheus.NewDesc("tollgate_backend_state",
 			"A backend's standing: 1 for its current state (healthy, ejected after failures, or unhealthy: its probe fails), 0 for the others.",
 			[]string{"backend", "state"}, nil),
@@ -76,7 +81,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			[]string{"backend"}, nil),
 	}
 	if reg != nil {
-		reg.MustRegister(m.ejections, m.probeFailures, m.queueWait, m.serverFailures, m)
+		reg.MustRegister(m.ejections, m.probeFailures, m.queueWait, m.serverFailures, m.placements, m)
 	}
 	return m
 }
@@ -153,6 +158,11 @@ func NewRegistryWith(cfg *config.Config, opts RegistryOptions) (*Registry, error
 	}
 	for _, rt := range r.ordered {
 		rt.queueWait = opts.Metrics.queueWait.WithLabelValues(rt.Name)
+		if len(rt.backends) > 1 {
+			for why, name := range placementNames {
+				rt.placements[why] = opts.Metrics.placements.WithLabelValues(rt.Name, name)
+			}
+		}
 	}
 	return r, nil
 }

@@ -283,6 +283,7 @@ func (r *Route) pickAbove(w *waiter) *Backend {
 			if best.index != nil && r.signals.prefix {
 				best.index.insert(w.blocks)
 			}
+			r.countPlacement(placedPriority)
 			return best
 		}
 	}

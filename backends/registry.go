@@ -69,6 +69,9 @@ type Route struct {
 	waitq  waitQueue
 	// queueWait observes waits in the queue; nil when not measured.
 	queueWait prometheus.Observer
+	// placements count the requests scheduled, by why; nil entries when
+	// not counted (and on a model of one backend, which is not scheduled).
+	placements [numPlacements]prometheus.Counter
 }
 
 // AcceptsPriority reports whether a request with this "priority" may be

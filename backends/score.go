@@ -136,6 +136,34 @@ func (a *assessment) score(queueCostTokens int64) float64 {
 	return s
 }
 
+// placement is why schedule chose a backend: tollgate_placements_total
+// counts each by its name (placementNames), so that an operator sees how
+// often conversations stay on their servers and what the rest cost.
+type placement uint8
+
+const (
+	// placedScore: the score decided (prefix held, load, KV, LoRA).
+	placedScore placement = iota
+	// placedKept: a continuing conversation, on a free backend holding
+	// the most of its prompt.
+	placedKept
+	// placedMoved: a continuing conversation whose server was full, on a
+	// free backend holding less of it, which prefills the rest again.
+	placedMoved
+	// placedSpread: an opening sent to a server without its instructions
+	// (spreadTarget).
+	placedSpread
+	// placedQueued: a backend where it waits in the server's own queue.
+	placedQueued
+	// placedPriority: a band above every request waiting, past a
+	// backend's max_concurrency for its server to preempt (pickAbove).
+	placedPriority
+	numPlacements
+)
+
+// placementNames are the label values of tollgate_placements_total.
+var placementNames = [numPlacements]string{"score", "kept", "moved", "spread", "queued", "priority"}
+
 // schedule chooses among the route's usable backends for a request whose
 // prompt is the block chain blocks (nil without the prefix signal). For a
 // request that opens a conversation, opening is how many leading blocks
@@ -163,7 +191,9 @@ func (a *assessment) score(queueCostTokens int64) float64 {
 // proportion to their weights (at idle, exactly), rather than each request
 // piling onto whichever looked least loaded, which also keeps gateway
 // replicas from herding onto one backend.
-func (r *Route) schedule(tried Tried, blocks []uint64, opening int) *Backend {
+//
+// It also says why it chose the backend it returns.
+func (r *Route) schedule(tried Tried, blocks []uint64, opening int) (*Backend, placement) {
 	if !r.signals.prefix {
 		blocks, opening = nil, 0
 	}
@@ -206,7 +236,7 @@ func (r *Route) schedule(tried Tried, blocks []uint64, opening int) *Backend {
 	continuing := maxHeld > opening+1
 	if !continuing && opening > 0 && r.signals.spread {
 		if b := r.spreadTarget(assessed, opening); b != nil {
-			return b
+			return b, placedSpread
 		}
 	}
 	var queued, best *Backend
@@ -233,7 +263,7 @@ func (r *Route) schedule(tried Tried, blocks []uint64, opening int) *Backend {
 		}
 	}
 	if best == nil {
-		return queued
+		return queued, placedQueued
 	}
 	// The draw among the candidates (weighted reservoir sampling); best is
 	// always one, but when the loads moved before a second assessment. The
@@ -254,9 +284,15 @@ func (r *Route) schedule(tried Tried, blocks []uint64, opening int) *Backend {
 		}
 	}
 	if queued != nil && queuedTokens-freeTokens > queuedAhead*r.signals.queueCostTokens {
-		return queued
+		return queued, placedQueued
 	}
-	return free
+	switch {
+	case !continuing:
+		return free, placedScore
+	case freeHeld < maxHeld:
+		return free, placedMoved
+	}
+	return free, placedKept
 }
 
 // spreadKVLimit is the share of its KV cache in use past which a backend

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/tollgate-dev/tollgate/config"
 )
 
@@ -80,7 +83,7 @@ func TestScheduleQueueRule(t *testing.T) {
 			// Eight running of eight: a new request waits behind the queue.
 			reading(queued, 8, tt.waiting, 8, 0.5)
 			reading(free, 3, 0, 8, 0.5)
-			got := r.schedule(nil, c, 0)
+			got, _ := r.schedule(nil, c, 0)
 			if got == nil || got.Name != tt.want {
 				t.Fatalf("chose %v, want %s", got, tt.want)
 			}
@@ -295,7 +298,7 @@ func TestScheduleSpread(t *testing.T) {
 			reading(holder, tt.running[0], 0, 8, 0.2)
 			reading(other, tt.running[1], 0, 8, tt.kv)
 			for range 50 {
-				if got := r.schedule(nil, c, opening); got == nil || got.Name != tt.want {
+				if got, _ := r.schedule(nil, c, opening); got == nil || got.Name != tt.want {
 					t.Fatalf("chose %v, want %s", got, tt.want)
 				}
 			}
@@ -398,7 +401,7 @@ func TestScheduleSkipsUnusable(t *testing.T) {
 			}
 			chosen := map[string]int{}
 			for range 400 {
-				b := r.schedule(Tried{tried}, c, 0)
+				b, _ := r.schedule(Tried{tried}, c, 0)
 				if b == nil {
 					t.Fatal("chose none")
 				}
@@ -419,6 +422,72 @@ func TestScheduleSkipsUnusable(t *testing.T) {
 			// The others are alike: the draw spreads the requests over all of them.
 			if len(chosen) != tt.backends-2 {
 				t.Errorf("chose %d backends, want the %d usable ones: %v", len(chosen), tt.backends-2, chosen)
+			}
+		})
+	}
+}
+
+// TestSchedulePlacement checks why schedule says it chose a backend, and that Pick counts the
+// placement it took a slot for: a conversation kept on its server, moved off it when full,
+// queued there when what it holds pays for the wait, an opening spread, the score otherwise.
+func TestSchedulePlacement(t *testing.T) {
+	const opening = 2
+	on := config.Routing{Spread: config.SignalOn}
+	tests := []struct {
+		name    string
+		routing config.Routing
+		opening int
+		// held is how many leading blocks a holds (b holds none), running a's and b's
+		// sequences (each runs at most 8); aWaits says a's server queues.
+		held    int
+		running [2]int64
+		aWaits  bool
+		want    string
+		why     placement
+	}{
+		{name: "nothing held: the score", running: [2]int64{2, 6}, want: "a", why: placedScore},
+		{name: "a conversation on its server, though busier", held: 4, running: [2]int64{6, 1}, want: "a", why: placedKept},
+		{name: "its server full: moved", held: 4, running: [2]int64{8, 1}, aWaits: true, want: "b", why: placedMoved},
+		{name: "its server full, what it holds pays for the wait: queued", held: testBlocks, running: [2]int64{8, 1}, aWaits: true, want: "a", why: placedQueued},
+		{name: "an opening spread to a server without its instructions", routing: on, opening: opening, held: opening, running: [2]int64{3, 3}, want: "b", why: placedSpread},
+		{name: "an opening not spread: the score", opening: opening, held: opening, running: [2]int64{3, 3}, want: "a", why: placedScore},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, b := newTestBackend("a", 1, 0), newTestBackend("b", 1, 0)
+			r := newTestRoute(config.Queue{}, a, b)
+			tt.routing.QueueCostTokens = testQueueCostTokens
+			r.signals = signalsOf(&config.Model{Routing: tt.routing})
+			var counts [numPlacements]prometheus.Counter
+			for i := range counts {
+				counts[i] = prometheus.NewCounter(prometheus.CounterOpts{Name: "placed_" + placementNames[i]})
+				r.placements[i] = counts[i]
+			}
+			a.index, b.index = new(prefixIndex), new(prefixIndex)
+			b.index.kvTokens.Store(1 << 20)
+			c := testChain(testBlocks)
+			a.index.insert(c[:tt.held])
+			waiting := int64(0)
+			if tt.aWaits {
+				waiting = 1
+			}
+			reading(a, tt.running[0], waiting, 8, 0.2)
+			reading(b, tt.running[1], 0, 8, 0.2)
+			got, why := r.schedule(nil, c, tt.opening)
+			if got == nil || got.Name != tt.want || why != tt.why {
+				t.Fatalf("chose %v for %s, want %s for %s", got, placementNames[min(why, numPlacements-1)], tt.want, placementNames[tt.why])
+			}
+			if p := r.Pick(nil, c, tt.opening); p != got {
+				t.Fatalf("Pick took %v, want %s", p, tt.want)
+			}
+			for i, c := range counts {
+				want := 0.0
+				if placement(i) == tt.why {
+					want = 1
+				}
+				if v := testutil.ToFloat64(c); v != want {
+					t.Errorf("placements counted as %s: %v, want %v", placementNames[i], v, want)
+				}
 			}
 		})
 	}

@@ -31,7 +31,7 @@ func (r *Route) Pick(tried Tried, blocks []uint64, opening int) *Backend {
 	// The choice and the slot are two steps; when another request took the
 	// last slot in between, choose again.
 	for range 4 {
-		b := r.choose(tried, blocks, opening)
+		b, why := r.choose(tried, blocks, opening)
 		if b == nil {
 			return nil
 		}
@@ -41,6 +41,7 @@ func (r *Route) Pick(tried Tried, blocks []uint64, opening int) *Backend {
 		if b.index != nil && r.signals.prefix {
 			b.index.insert(blocks)
 		}
+		r.countPlacement(why)
 		return b
 	}
 	return nil
@@ -51,17 +52,27 @@ func (r *Route) Pick(tried Tried, blocks []uint64, opening int) *Backend {
 // not compute it.
 func (r *Route) WantsBlocks() bool { return r.signals.prefix && len(r.backends) > 1 }
 
-func (r *Route) choose(tried Tried, blocks []uint64, opening int) *Backend {
+// choose is the backend Pick tries to take a slot on, and why; a model of
+// one backend is not scheduled, and counts no placement.
+func (r *Route) choose(tried Tried, blocks []uint64, opening int) (*Backend, placement) {
 	switch len(r.backends) {
 	case 0:
-		return nil
+		return nil, numPlacements
 	case 1:
 		if b := r.backends[0]; usable(b, tried) {
-			return b
+			return b, numPlacements
 		}
-		return nil
+		return nil, numPlacements
 	}
 	return r.schedule(tried, blocks, opening)
+}
+
+// countPlacement counts a request placed for why, on a route whose
+// placements are counted (numPlacements counts nothing).
+func (r *Route) countPlacement(why placement) {
+	if why < numPlacements && r.placements[why] != nil {
+		r.placements[why].Inc()
+	}
 }
 
 // PickEjected is Pick's last resort: the least loaded backend that was
