@@ -224,7 +224,7 @@ log: {level: %s, format: json}
 auth:
   keys:
     - {name: bench, key: %q, teams: [bench], default_team: bench}
-server: {max_connections: 100000, shutdown_timeout: 10s}
+server: {max_connections: 100000, shutdown_timeout: 10s, metrics_auth: public}
 backends:
 %smodels:
   - {name: %s, backends: [%s], routing: {spread: %s}}
@@ -261,6 +261,10 @@ func (f *fleetBench) measure(ctx context.Context) error {
 				return err
 			}
 		}
+		before, err := f.placements(fleetModel)
+		if err != nil {
+			return err
+		}
 		for round := range f.o.rounds {
 			for route := range numRoutes {
 				f.logf("round %d: conversations through %s for %s", round+1, routeNames[route], f.o.fleetPhase)
@@ -269,6 +273,12 @@ func (f *fleetBench) measure(ctx context.Context) error {
 				}
 			}
 		}
+		after, err := f.placements(fleetModel)
+		if err != nil {
+			return err
+		}
+		f.rep.Placements = placementsSince(before, after)
+		f.rep.Notes = append(f.rep.Notes, placementsNote(f.rep.Placements))
 		f.rep.Routes = res
 		f.rep.Rows = append(f.rep.Rows, conversationRows(res)...)
 	}

@@ -210,16 +210,19 @@ func priorityRows(unloaded, loaded, flood *tenantLoad) []fleetRow {
 
 // fleetReport is the result of a -fleet run.
 type fleetReport struct {
-	Date     string                   `json:"date"`
-	Command  string                   `json:"command"`
-	Machine  machine                  `json:"machine"`
-	Setup    string                   `json:"setup"`
-	Routes   [numRoutes]*routeResult  `json:"routes"`
-	Rows     []fleetRow               `json:"results"`
-	Notes    []string                 `json:"notes,omitempty"`
-	Elapsed  string                   `json:"elapsed"`
-	Tenants  map[string][]*tenantLoad `json:"-"`
-	Settings map[string]string        `json:"settings"`
+	Date    string                  `json:"date"`
+	Command string                  `json:"command"`
+	Machine machine                 `json:"machine"`
+	Setup   string                  `json:"setup"`
+	Routes  [numRoutes]*routeResult `json:"routes"`
+	Rows    []fleetRow              `json:"results"`
+	Notes   []string                `json:"notes,omitempty"`
+	Elapsed string                  `json:"elapsed"`
+	// Placements counts why tollgate's scheduler placed the requests of its measured
+	// conversation phases, by the gateway's tollgate_placements_total.
+	Placements map[string]float64       `json:"placements,omitempty"`
+	Tenants    map[string][]*tenantLoad `json:"-"`
+	Settings   map[string]string        `json:"settings"`
 }
 
 // writeTable prints the report as aligned text.

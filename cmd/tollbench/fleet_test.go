@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -276,6 +277,9 @@ func TestFleetConfigLoads(t *testing.T) {
 		if len(cfg.Models) != 2 || len(cfg.Models[0].Backends) != 2 || !cfg.Models[1].PriorityScheduling {
 			t.Errorf("models %+v", cfg.Models)
 		}
+		if cfg.Server.MetricsAuth != config.MetricsAuthPublic {
+			t.Errorf("server.metrics_auth %q: the bench reads the gateway's placements from /metrics without a key", cfg.Server.MetricsAuth)
+		}
 		for _, m := range cfg.Models {
 			if got := m.Routing.Spread == config.SignalOn; got != spread {
 				t.Errorf("model %s: spread %q, want on %v", m.Name, m.Routing.Spread, spread)
@@ -392,5 +396,39 @@ models:
 				t.Errorf("err %v, want one saying %q", err, tc.err)
 			}
 		})
+	}
+}
+
+// The report's placements are one model's, from the gateway's /metrics, counted between two
+// scrapes.
+func TestPlacementsIn(t *testing.T) {
+	page := func(kept, moved float64) []byte {
+		return fmt.Appendf(nil, `# HELP tollgate_placements_total Requests placed.
+# TYPE tollgate_placements_total counter
+tollgate_placements_total{model="fleet",placement="kept"} %g
+tollgate_placements_total{model="fleet",placement="moved"} %g
+tollgate_placements_total{model="fleet-fair",placement="kept"} 99
+# HELP tollgate_backend_requests_in_flight In flight.
+# TYPE tollgate_backend_requests_in_flight gauge
+tollgate_backend_requests_in_flight{backend="sim-0"} 3
+`, kept, moved)
+	}
+	before, err := placementsIn(page(10, 1), "fleet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := placementsIn(page(110, 4), "fleet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := placementsSince(before, after)
+	if want := map[string]float64{"kept": 100, "moved": 3}; !reflect.DeepEqual(got, want) {
+		t.Errorf("placements = %v, want %v", got, want)
+	}
+	if note, want := placementsNote(got), "kept 100, moved 3, spread 0, score 0, queued 0, priority 0"; !strings.HasSuffix(note, want) {
+		t.Errorf("note %q, want it to end %q", note, want)
+	}
+	if _, err := placementsIn([]byte("# TYPE go_goroutines gauge\ngo_goroutines 7\n"), "fleet"); err == nil || !strings.Contains(err.Error(), placementsFamily) {
+		t.Errorf("a page without placements: err %v, want one naming %s", err, placementsFamily)
 	}
 }
