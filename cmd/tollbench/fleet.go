@@ -84,13 +84,17 @@ func runFleet(ctx context.Context, o options, args []string, stdout, stderr io.W
 	think := thinkForBusy(fleetConversations, f.eng.servers*f.eng.maxNumSeqs, fleetBusy, service)
 	f.work = newFleetWorkload(uint64(o.seed), fleetShape{apps: o.fleetApps, promptWords: fleetPromptWords, think: think})
 	nofile, _, _ := raiseNoFile(8192)
+	preemption := ""
+	if f.eng.priorityPreemption {
+		preemption = ", priority preemption"
+	}
 	f.rep = &fleetReport{
 		Date: time.Now().UTC().Format(time.RFC3339), Command: strings.Join(append([]string{"tollbench"}, args...), " "),
 		Machine: describeMachine(nofile),
 		Setup: fmt.Sprintf("%d simulated vLLM servers (max_num_seqs %d, prefill %s + %s per uncached token, %s per token ×1 to ×%g with load, "+
 			"prefix cache of %d blocks of %d tokens%s); %d conversations over %d apps with %d-word system prompts, think time %s (about %.0f %% of the slots busy), seed %d; "+
 			"phases of %s (the first fifth unmeasured), %d round(s) of tollgate/round-robin/oracle%s",
-			f.eng.servers, f.eng.maxNumSeqs, f.eng.ttft, f.eng.prefillPerToken, f.eng.itl, f.eng.loadFactor, f.eng.kvBlocks, f.eng.blockSize, map[bool]string{true: ", priority preemption"}[f.eng.priorityPreemption],
+			f.eng.servers, f.eng.maxNumSeqs, f.eng.ttft, f.eng.prefillPerToken, f.eng.itl, f.eng.loadFactor, f.eng.kvBlocks, f.eng.blockSize, preemption,
 			fleetConversations, o.fleetApps, fleetPromptWords, think.Round(time.Millisecond), fleetBusy*100, o.seed, o.fleetPhase, o.rounds, gatewayWarmth(o.fleetColdGateway)),
 		Settings: map[string]string{"phase": o.fleetPhase.String(), "rounds": strconv.Itoa(o.rounds), "seed": strconv.FormatInt(o.seed, 10),
 			"cold_gateway": strconv.FormatBool(o.fleetColdGateway), "apps": strconv.Itoa(o.fleetApps), "spread": strconv.FormatBool(!o.fleetNoSpread)},
