@@ -117,3 +117,34 @@ func BenchmarkValidJSON(b *testing.B) {
 		b.Fatal("the benchmark body should be mostly strings")
 	}
 }
+
+// BenchmarkValidJSONLongPrompt is a chat body whose system prompt is some
+// ten thousand bytes, as an app's instructions are: plain words with a
+// newline escape now and then, and the same with non-ASCII words.
+func BenchmarkValidJSONLongPrompt(b *testing.B) {
+	for _, tt := range []struct{ name, words string }{
+		{"ascii", "you answer briefly and cite the manual section when asked about billing"},
+		{"accented", "réponds brièvement et cite la section du manuel pour la facturation"},
+	} {
+		var prompt strings.Builder
+		for i := 0; prompt.Len() < 10_000; i++ {
+			prompt.WriteString(tt.words)
+			if i%8 == 7 {
+				prompt.WriteString(`\n`)
+			} else {
+				prompt.WriteByte(' ')
+			}
+		}
+		body := `{"model":"m","messages":[{"role":"system","content":"` + prompt.String() +
+			`"},{"role":"user","content":"How do I read my invoice?"}],"stream":true}`
+		b.Run(tt.name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if !validJSON(body) {
+					b.Fatal("the benchmark body is not valid")
+				}
+			}
+		})
+	}
+}
