@@ -31,19 +31,32 @@ models:
     backends: [b]
 `
 
-func TestMetricsCountBackendEvents(t *testing.T) {
-	cfg, err := config.Parse([]byte(metricsTestConfig), "test.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+// newMeasuredRegistry builds cfg's registry with its metrics registered on
+// a Prometheus registry of their own and tracked, as the gateway does; the
+// registry closes with the test.
+func newMeasuredRegistry(t *testing.T, cfg *config.Config) (*Registry, *prometheus.Registry, *Metrics) {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
 	r, err := NewRegistryWith(cfg, RegistryOptions{Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
+	t.Cleanup(func() {
+		if err := r.Close(); err != nil {
+			t.Error(err)
+		}
+	})
 	m.Track(r)
+	return r, reg, m
+}
+
+func TestMetricsCountBackendEvents(t *testing.T) {
+	cfg, err := config.Parse([]byte(metricsTestConfig), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, reg, m := newMeasuredRegistry(t, cfg)
 	a, b := r.Backends()[0], r.Backends()[1]
 
 	// a's only slot is taken: a request waits the queue's 10ms in vain.
@@ -111,14 +124,7 @@ func TestMetricsServerReadings(t *testing.T) {
 		{Name: "b", URL: failing.url, Metrics: poll},
 		{Name: "off", URL: failing.url, Metrics: config.BackendMetrics{Path: "off"}},
 	}, []config.Model{{Name: "fleet", Backends: []string{"a", "b", "off"}}})
-	reg := prometheus.NewRegistry()
-	m := NewMetrics(reg)
-	r, err := NewRegistryWith(cfg, RegistryOptions{Metrics: m})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	m.Track(r)
+	r, reg, _ := newMeasuredRegistry(t, cfg)
 	a, b := r.Backends()[0], r.Backends()[1]
 	waitFor := func(what string, done func() bool) {
 		t.Helper()

@@ -31,6 +31,17 @@ func adapterHashesOf(names []string) []uint64 {
 // system prompt and a conversation's turns within the coarse blocks.
 const testBlocks = fineBlocks + coarseBlocks
 
+// pairRoute is a route over two backends of weight 1 without a cap, each
+// with a prefix index, scheduling on routing's signals.
+func pairRoute(routing config.Routing, first, second string) (*Route, *Backend, *Backend) {
+	a, b := newTestBackend(first, 1, 0), newTestBackend(second, 1, 0)
+	r := newTestRoute(config.Queue{}, a, b)
+	routing.QueueCostTokens = testQueueCostTokens
+	r.signals = signalsOf(&config.Model{Routing: routing})
+	a.index, b.index = new(prefixIndex), new(prefixIndex)
+	return r, a, b
+}
+
 // testChain is a prompt's chain of n blocks.
 func testChain(n int) []uint64 {
 	c := make([]uint64, n, MaxPrefixBlocks)
@@ -224,15 +235,11 @@ func TestScheduleSignals(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a, b := newTestBackend("a", 1, 0), newTestBackend("b", 1, 0)
-			r := newTestRoute(config.Queue{}, a, b)
-			tt.routing.QueueCostTokens = testQueueCostTokens
-			r.signals = signalsOf(&config.Model{Routing: tt.routing})
+			r, a, b := pairRoute(tt.routing, "a", "b")
 			if tt.upstream != "" {
 				r.Upstream = tt.upstream
 			}
 			r.adapter = fnv1a([]byte(r.Upstream))
-			a.index, b.index = new(prefixIndex), new(prefixIndex)
 			c := testChain(testBlocks)
 			tt.setup(a, b, c)
 			if got := pickCounts(r, 50, nil, c); got[tt.want] != 50 {
@@ -279,11 +286,7 @@ func TestScheduleSpread(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			holder, other := newTestBackend("holder", 1, 0), newTestBackend("other", 1, 0)
-			r := newTestRoute(config.Queue{}, holder, other)
-			tt.routing.QueueCostTokens = testQueueCostTokens
-			r.signals = signalsOf(&config.Model{Routing: tt.routing})
-			holder.index, other.index = new(prefixIndex), new(prefixIndex)
+			r, holder, other := pairRoute(tt.routing, "holder", "other")
 			c := testChain(testBlocks)
 			held := tt.held
 			if held == 0 {
@@ -454,16 +457,12 @@ func TestSchedulePlacement(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a, b := newTestBackend("a", 1, 0), newTestBackend("b", 1, 0)
-			r := newTestRoute(config.Queue{}, a, b)
-			tt.routing.QueueCostTokens = testQueueCostTokens
-			r.signals = signalsOf(&config.Model{Routing: tt.routing})
+			r, a, b := pairRoute(tt.routing, "a", "b")
 			var counts [numPlacements]prometheus.Counter
 			for i := range counts {
 				counts[i] = prometheus.NewCounter(prometheus.CounterOpts{Name: "placed_" + placementNames[i]})
 				r.placements[i] = counts[i]
 			}
-			a.index, b.index = new(prefixIndex), new(prefixIndex)
 			b.index.kvTokens.Store(1 << 20)
 			c := testChain(testBlocks)
 			a.index.insert(c[:tt.held])
